@@ -1,0 +1,1 @@
+"""Atelier's networks and their maths: VGG encoder, AdaIN net, DiT, diffusion, text encoder."""

@@ -1,0 +1,18 @@
+"""The normalization family as pure functions (``norms.F``) and thin modules.
+
+>>> import norms
+>>> layer = norms.build("group", 64, num_groups=8)
+>>> y = norms.F.rms_norm(x, (768,))
+
+Functions live in :mod:`norms.functional` (alias ``norms.F``); modules are exported
+here; :func:`build` and :func:`available` are the registry. ``norms`` imports nothing
+else of the project.
+"""
+
+from norms import functional
+from norms import functional as F  # noqa: N812
+from norms.modules import *  # noqa: F403
+from norms.modules import __all__ as _module_names
+from norms.registry import available, build, register
+
+__all__ = ["F", "functional", "available", "build", "register", *_module_names]

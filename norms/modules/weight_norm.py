@@ -1,0 +1,3 @@
+"""Placeholder: filled in by the norms work (issue 2)."""
+
+__all__: list[str] = []

@@ -1,0 +1,51 @@
+"""The ``atelier`` command line.
+
+Each sub-command lives in its own module under ``service/cli/`` and exposes
+``register(subparsers)``, which adds its parser and sets ``func`` to a callable taking
+the parsed ``argparse.Namespace`` and returning an exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: Sub-command modules, in the order ``atelier --help`` lists them.
+COMMAND_MODULES = (
+    "serve",
+    "stylize",
+    "generate",
+    "weights",
+    "train_adain",
+    "train_dit",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="atelier", description="Style transfer and text-to-image, from the command line."
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(f"service.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"service.cli.{name}":
+                raise
+            continue  # not built yet
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

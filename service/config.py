@@ -1,0 +1,70 @@
+"""Runtime settings, read from the environment (prefix ``ATELIER_``) or a ``.env`` file.
+
+Every knob of the service lives here; nothing else reads environment variables.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+#: The repository's own ``weights/`` folder: the manifest and the checkpoints this
+#: project trained itself. Always searched after ``Settings.weights_dir``.
+PROJECT_WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+
+
+class Settings(BaseSettings):
+    """Service configuration. Each field maps to ``ATELIER_<FIELD>`` in the environment."""
+
+    model_config = SettingsConfigDict(env_prefix="ATELIER_", env_file=".env", extra="ignore")
+
+    weights_dir: Path = Field(
+        default=Path("weights"),
+        description="Folder holding checkpoints (third-party ones are mounted or fetched here).",
+    )
+    devices: str = Field(
+        default="auto",
+        description='"auto" (every CUDA device, else the CPU) or a comma list like "cuda:0,cuda:1" or "cpu".',
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    max_batch_size: int = Field(default=8, ge=1, le=256)
+    max_batch_wait_ms: float = Field(default=10.0, ge=0.0, le=10_000.0)
+    queue_size: int = Field(default=64, ge=1, description="Bound of each worker's queue.")
+    request_timeout_s: float = Field(default=60.0, gt=0.0)
+    max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    max_pixels: int = Field(
+        default=40_000_000, ge=1, description="Largest decoded image, in pixels."
+    )
+    max_side: int = Field(default=1024, ge=16, description="Largest output side for stylize.")
+    api_key: str | None = Field(
+        default=None, description="When set, /v1 routes need 'Authorization: Bearer <key>'."
+    )
+    cors_origins: list[str] = Field(default_factory=list)
+    load_models: str = Field(
+        default="adain,dit", description="Comma list of models to load at startup."
+    )
+    log_level: str = "info"
+
+    def device_list(self) -> list[str]:
+        """Resolve ``devices`` to concrete torch device strings."""
+        import torch
+
+        if self.devices.strip().lower() != "auto":
+            return [d.strip() for d in self.devices.split(",") if d.strip()]
+        if torch.cuda.is_available():
+            return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+        return ["cpu"]
+
+    def weight_search_path(self) -> list[Path]:
+        """Folders searched for a checkpoint, in order."""
+        return [self.weights_dir, PROJECT_WEIGHTS_DIR]
+
+
+@lru_cache
+def get_settings() -> Settings:
+    """The process-wide settings (cached); tests build their own ``Settings`` instead."""
+    return Settings()

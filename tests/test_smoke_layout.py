@@ -1,0 +1,26 @@
+"""The package layout and dependency direction promised in DESIGN.md."""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def _imported_top_levels(package: str) -> set[str]:
+    names: set[str] = set()
+    for path in (ROOT / package).rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split(".")[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_norms_imports_nothing_of_the_project():
+    assert not _imported_top_levels("norms") & {"models", "service"}
+
+
+def test_models_never_import_service():
+    assert "service" not in _imported_top_levels("models")
