@@ -1,3 +1,192 @@
-"""Placeholder: filled in by the norms work (issue 2)."""
+"""Adaptive (conditioned) normalization: AdaIN, conditional IN, adaLN ``modulate``.
 
-__all__: list[str] = []
+All members here are composites: statistics are reduced once per tensor in the
+accumulation dtype (:func:`norms.functional._stats.moments`), folded into per-channel
+coefficients ``a, b`` and applied in a single fused pass ``y = a * x + b``
+(``torch.addcmul``), instead of the eager chain subtract / divide / multiply / add.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import Tensor
+
+from norms.functional._stats import acc_dtype, moments
+
+__all__ = [
+    "ada_layer_norm",
+    "adain",
+    "channel_mean_std",
+    "conditional_instance_norm",
+    "modulate",
+]
+
+
+def _check_image(x: Tensor, name: str) -> None:
+    if x.dim() < 3:
+        raise ValueError(
+            f"{name} must be (B, C, *spatial) with at least one spatial dim, got {tuple(x.shape)}"
+        )
+
+
+def _apply_affine(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
+    """``a * x + b`` in one pass, returned in ``x.dtype``.
+
+    ``a`` and ``b`` are per-channel coefficients in the accumulation dtype. For
+    half/bfloat16 inputs the product is formed in float32 (rounding ``b`` to bf16 would
+    lose everything when a large mean is folded into it) and cast back once.
+    """
+    work = acc_dtype(x.dtype)
+    return torch.addcmul(b.to(work), x.to(work), a.to(work)).to(x.dtype)
+
+
+def channel_mean_std(x: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
+    """Per-(sample, channel) mean and ``sqrt(var + eps)`` over the spatial dims.
+
+    .. math:: \\mu_{bc} = \\frac{1}{n}\\sum_s x_{bcs}, \\qquad
+              \\sigma_{bc} = \\sqrt{\\frac{1}{n}\\sum_s (x_{bcs} - \\mu_{bc})^2 + \\epsilon}
+
+    Args:
+        x: image-like tensor with channels at dim 1.
+        eps: added to the biased variance before the square root.
+
+    Shape:
+        - x: ``(B, C, *spatial)``
+        - returns: two tensors ``(B, C, 1, ..., 1)`` in the accumulation dtype
+          (float32 for half/bf16/float32, float64 for float64), ready to broadcast.
+    """
+    _check_image(x, "x")
+    mean, var = moments(x, range(2, x.dim()))
+    return mean, torch.sqrt(var + eps)
+
+
+def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
+    """Adaptive instance normalization (Huang & Belongie, 2017).
+
+    .. math:: \\mathrm{AdaIN}(c, s) = \\sigma_s \\frac{c - \\mu_c}{\\sigma_c} + \\mu_s,
+              \\qquad \\sigma = \\sqrt{\\mathrm{Var} + \\epsilon}
+
+    with means and (biased) variances per sample and channel over the spatial dims.
+    Computed as one ``var_mean`` per tensor and one fused ``a * c + b`` with
+    ``a = sigma_s / sigma_c`` and ``b = mu_s - a * mu_c``.
+
+    Args:
+        content: the features to restyle.
+        style: the features whose channel statistics are imposed; batch 1 broadcasts to
+            every content sample, otherwise the batch must match. Spatial sizes may differ.
+        eps: added to both variances.
+
+    Shape:
+        - content: ``(B, C, *spatial)``
+        - style: ``(B, C, *spatial')`` or ``(1, C, *spatial')``
+        - output: same as ``content`` (and its dtype).
+    """
+    _check_image(content, "content")
+    _check_image(style, "style")
+    if style.shape[1] != content.shape[1]:
+        raise ValueError(
+            f"channel mismatch: content has {content.shape[1]}, style {style.shape[1]}"
+        )
+    if style.shape[0] not in (1, content.shape[0]):
+        raise ValueError(f"style batch must be 1 or {content.shape[0]}, got {style.shape[0]}")
+    if style.dim() != content.dim():
+        raise ValueError(f"content and style ranks differ: {content.dim()} vs {style.dim()}")
+    mean_c, std_c = channel_mean_std(content, eps)
+    mean_s, std_s = channel_mean_std(style, eps)
+    a = std_s / std_c
+    b = mean_s - a * mean_c
+    return _apply_affine(content, a, b)
+
+
+def conditional_instance_norm(
+    x: Tensor, style: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5
+) -> Tensor:
+    """Conditional instance normalization (Dumoulin et al., 2017) with convex style mixing.
+
+    .. math:: y = \\gamma_b \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\epsilon}} + \\beta_b,
+              \\qquad \\gamma_b = \\sum_s w_{bs} \\Gamma_s, \\quad \\beta_b = \\sum_s w_{bs} B_s
+
+    Args:
+        x: features, normalised per sample and channel over the spatial dims.
+        style: either integer style indices ``(B,)`` (one-hot mixing) or mixing weights
+            ``(B, S)`` (convex weights give an interpolation of styles).
+        weight: the table of per-style scales ``Gamma``.
+        bias: the table of per-style shifts ``B``.
+        eps: added to the variance.
+
+    Shape:
+        - x: ``(B, C, *spatial)``
+        - style: ``(B,)`` integer or ``(B, S)`` floating
+        - weight, bias: ``(S, C)``
+        - output: same as ``x``.
+    """
+    _check_image(x, "x")
+    if weight.dim() != 2 or weight.shape != bias.shape or weight.shape[1] != x.shape[1]:
+        raise ValueError(
+            f"weight and bias must both be (num_styles, {x.shape[1]}), "
+            f"got {tuple(weight.shape)} and {tuple(bias.shape)}"
+        )
+    batch, num_styles = x.shape[0], weight.shape[0]
+    if style.dim() == 1 and not style.is_floating_point():
+        if style.shape[0] != batch:
+            raise ValueError(f"style indices must be ({batch},), got {tuple(style.shape)}")
+        if style.numel() and (int(style.min()) < 0 or int(style.max()) >= num_styles):
+            raise ValueError(f"style indices must lie in [0, {num_styles})")
+        gamma, beta = weight[style], bias[style]
+    elif style.dim() == 2 and style.is_floating_point():
+        if style.shape != (batch, num_styles):
+            raise ValueError(
+                f"style weights must be ({batch}, {num_styles}), got {tuple(style.shape)}"
+            )
+        gamma, beta = style.to(weight.dtype) @ weight, style.to(bias.dtype) @ bias
+    else:
+        raise ValueError("style must be integer indices (B,) or floating mixing weights (B, S)")
+    mean, var = moments(x, range(2, x.dim()))
+    expand = (batch, x.shape[1]) + (1,) * (x.dim() - 2)
+    a = gamma.to(mean.dtype).reshape(expand) * torch.rsqrt(var + eps)
+    b = beta.to(mean.dtype).reshape(expand) - a * mean
+    return _apply_affine(x, a, b)
+
+
+def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
+    """adaLN modulation of a token sequence by per-sample shift and scale.
+
+    .. math:: y = x \\odot (1 + \\text{scale}) + \\text{shift}
+
+    broadcast over the tokens, in one fused ``addcmul``.
+
+    Args:
+        x: tokens.
+        shift, scale: one vector per sample (batch 1 broadcasts).
+
+    Shape:
+        - x: ``(B, T, D)``
+        - shift, scale: ``(B, D)`` or ``(1, D)``
+        - output: ``(B, T, D)`` in ``x.dtype``.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    for name, t in (("shift", shift), ("scale", scale)):
+        if t.dim() != 2 or t.shape[1] != x.shape[2] or t.shape[0] not in (1, x.shape[0]):
+            raise ValueError(f"{name} must be ({x.shape[0]}, {x.shape[2]}), got {tuple(t.shape)}")
+    return torch.addcmul(shift[:, None], x, 1 + scale[:, None]).to(x.dtype)
+
+
+def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -> Tensor:
+    """Layer norm without affine over the last dim, then :func:`modulate`.
+
+    .. math:: y = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\epsilon}} \\odot (1 + \\text{scale})
+              + \\text{shift}
+
+    Uses torch's native layer-norm kernel (Welford moments, float accumulation for
+    half/bf16) followed by one ``addcmul``.
+
+    Shape:
+        - x: ``(B, T, D)``
+        - shift, scale: ``(B, D)`` or ``(1, D)``
+        - output: ``(B, T, D)`` in ``x.dtype``.
+    """
+    if x.dim() != 3:
+        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    return modulate(F.layer_norm(x, (x.shape[-1],), eps=eps), shift, scale)
