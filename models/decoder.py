@@ -1,0 +1,98 @@
+"""Decoders that invert the VGG encoder at one level: features -> RGB image.
+
+Each decoder mirrors the encoder slice in reverse, with the layout (and so the
+``nn.Sequential`` indices) of the published checkpoints: every encoder convolution
+``a -> b`` becomes ``ReflectionPad2d(1), Conv2d(b, a, 3), ReLU`` and every max-pool a
+nearest-neighbour ``Upsample(x2)``; the last convolution (to RGB) has no ReLU.
+For relu3_1 that is the WCT ``feature_invertor_conv3_1.pth`` layout::
+
+    0 ReflectionPad2d(1); 1 Conv2d(256, 128, 3); 2 ReLU; 3 Upsample(x2)
+    4 ReflectionPad2d(1); 5 Conv2d(128, 128, 3); 6 ReLU
+    7 ReflectionPad2d(1); 8 Conv2d(128, 64, 3); 9 ReLU; 10 Upsample(x2)
+    11 ReflectionPad2d(1); 12 Conv2d(64, 64, 3); 13 ReLU
+    14 ReflectionPad2d(1); 15 Conv2d(64, 3, 3)
+
+and for relu4_1 it is the AdaIN release's ``decoder.pth``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from torch import Tensor, nn
+
+from models.vgg import (
+    LEVELS,
+    ConvStep,
+    PoolStep,
+    check_level,
+    encoder_plan,
+    level_channels,
+    load_sequential,
+)
+
+
+class Decoder(nn.Module):
+    """Feature inverter for one encoder level.
+
+    Args:
+        level: the encoder level it inverts (``"relu1_1"`` .. ``"relu4_1"``).
+
+    Shape:
+        - Input: ``(B, C_level, h, w)``.
+        - Output: ``(B, 3, h * s, w * s)`` RGB, roughly in ``[0, 1]`` (not clamped),
+          with ``s = level_stride(level)``.
+    """
+
+    def __init__(self, level: str = "relu3_1") -> None:
+        super().__init__()
+        self.level = check_level(level)
+        modules: list[nn.Module] = []
+        steps = list(reversed(encoder_plan(level)))
+        for position, step in enumerate(steps):
+            if isinstance(step, PoolStep):
+                modules.append(nn.Upsample(scale_factor=2, mode="nearest"))
+                continue
+            assert isinstance(step, ConvStep)
+            modules += [
+                nn.ReflectionPad2d(1),
+                nn.Conv2d(step.out_channels, step.in_channels, kernel_size=3),
+            ]
+            if position < len(steps) - 1:
+                modules.append(nn.ReLU())
+        self.layers = nn.Sequential(*modules)
+
+    @property
+    def in_channels(self) -> int:
+        return level_channels(self.level)
+
+    def forward(self, features: Tensor) -> Tensor:
+        if features.ndim != 4 or features.shape[1] != self.in_channels:
+            raise ValueError(
+                f"{self.level} decoder expects (B, {self.in_channels}, h, w), "
+                f"got {tuple(features.shape)}"
+            )
+        return self.layers(features)
+
+    def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:
+        """Load a Sequential-index checkpoint of exactly this layout."""
+        load_sequential(self.layers, state_dict, allow_extra=False)
+        return self
+
+    @classmethod
+    def from_state_dict(cls, state_dict: Mapping[str, Tensor], level: str | None = None) -> Decoder:
+        """Build a decoder from a checkpoint; ``level=None`` infers it from the first conv."""
+        if level is None:
+            level = level_of_decoder(state_dict)
+        return cls(level).load_published(state_dict)
+
+
+def level_of_decoder(state_dict: Mapping[str, Tensor]) -> str:
+    """The level a decoder checkpoint inverts, read from its first conv's input width."""
+    first = state_dict.get("1.weight", state_dict.get("layers.1.weight"))
+    if first is None or first.ndim != 4:
+        raise ValueError("not a decoder checkpoint: no 4-d '1.weight' (the first conv)")
+    by_width = {level_channels(level): level for level in LEVELS}
+    if first.shape[1] not in by_width:
+        raise ValueError(f"decoder input width {first.shape[1]} matches no encoder level")
+    return by_width[first.shape[1]]
