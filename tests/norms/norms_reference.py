@@ -33,3 +33,35 @@ def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
     std_s = torch.sqrt(var_s + eps).expand_as(mean_c).reshape(view)
     normalised = (c - mean_c.reshape(view)) / torch.sqrt(var_c.reshape(view) + eps)
     return std_s * normalised + mean_s
+
+
+def normalise_last(x: Tensor, eps: float, dims: int = 1) -> Tensor:
+    """(x - mean) / sqrt(var + eps) over the last ``dims`` dims, biased variance, two-pass."""
+    (x,) = _f64(x)
+    reduced = tuple(range(x.dim() - dims, x.dim()))
+    n = 1
+    for d in reduced:
+        n *= x.shape[d]
+    mean = x.sum(reduced, keepdim=True) / n
+    var = ((x - mean) ** 2).sum(reduced, keepdim=True) / n
+    return (x - mean) / torch.sqrt(var + eps)
+
+
+def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
+    x, shift, scale = _f64(x, shift, scale)
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+
+def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -> Tensor:
+    return modulate(normalise_last(x, eps), shift, scale)
+
+
+def conditional_instance_norm(
+    x: Tensor, mix: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5
+) -> Tensor:
+    """``mix`` is (B, S) mixing weights; tables are (S, C)."""
+    x, mix, weight, bias = _f64(x, mix, weight, bias)
+    mean, var = spatial_mean_var(x)
+    view = mean.shape + (1,) * (x.dim() - 2)
+    normalised = (x - mean.reshape(view)) / torch.sqrt(var.reshape(view) + eps)
+    return (mix @ weight).reshape(view) * normalised + (mix @ bias).reshape(view)
