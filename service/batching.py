@@ -1,0 +1,327 @@
+"""A generic dynamic batcher: many concurrent callers, one batched forward at a time.
+
+Callers ``await batcher.submit(item, key=..., timeout_s=...)``; one background task
+groups queued items by ``key`` (only items with equal keys are compatible, e.g. same
+image size and options) and calls ``forward(items) -> results`` on a worker thread
+under ``torch.inference_mode()``, so the event loop keeps serving while the model runs.
+
+Flush policy, for each key group:
+
+* full: ``len(group) >= max_batch_size`` flushes at once;
+* waited: the group's oldest item has waited ``max_wait_s``;
+* closing: everything left is flushed so accepted requests finish.
+
+When several groups are ready, the one whose oldest item arrived first goes first.
+
+Failure policy:
+
+* ``forward`` raising (or returning a list of the wrong length) on a batch of n > 1 is
+  retried item by item, so one poisoned request fails alone and the others succeed; a
+  failure on a single item goes to that caller only.
+* CUDA out-of-memory on a batch splits it in halves and retries each half.
+* An item past its deadline is dropped before any forward and its caller gets
+  ``DeadlineExceeded``; a caller that stops waiting is removed from the queue.
+* ``queue_size`` bounds the items waiting (not yet in a forward); past it ``submit``
+  raises ``Overloaded`` with a ``Retry-After`` estimate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+
+from service.errors import DeadlineExceeded, Overloaded, ShuttingDown
+
+ItemT = TypeVar("ItemT")
+ResultT = TypeVar("ResultT")
+
+
+class BatchObserver(Protocol):
+    """Receives the batcher's figures (the metrics module implements it)."""
+
+    def queue_depth(self, depth: int) -> None: ...
+
+    def batch_done(self, size: int, seconds: float) -> None: ...
+
+
+class _NullObserver:
+    def queue_depth(self, depth: int) -> None:
+        pass
+
+    def batch_done(self, size: int, seconds: float) -> None:
+        pass
+
+
+@dataclass(eq=False)
+class _Pending:
+    item: Any
+    key: Hashable
+    future: asyncio.Future
+    enqueued_at: float
+    deadline: float = math.inf
+
+
+@dataclass
+class BatcherStats:
+    forwards: int = 0
+    items: int = 0
+    batch_sizes: list[int] = field(default_factory=list)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA (or other accelerator) out-of-memory errors."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+class Batcher(Generic[ItemT, ResultT]):
+    """Dynamic batching in front of one ``forward`` (one model on one device).
+
+    Args:
+        forward: ``items -> results``, one result per item, in order. Runs on a single
+            worker thread under ``torch.inference_mode()``.
+        max_batch_size: most items in one forward.
+        max_wait_s: longest an item waits for companions before its group flushes.
+        queue_size: most items waiting; one more raises ``Overloaded`` (HTTP 429).
+        clock: monotonic seconds; injectable so deadline tests need no sleeping.
+        observer: gets queue depths and batch sizes (metrics).
+        name: thread-name prefix, for logs and profilers.
+    """
+
+    def __init__(
+        self,
+        forward: Callable[[list[ItemT]], Sequence[ResultT]],
+        *,
+        max_batch_size: int,
+        max_wait_s: float,
+        queue_size: int,
+        clock: Callable[[], float] = time.monotonic,
+        observer: BatchObserver | None = None,
+        name: str = "batcher",
+    ):
+        if max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
+        if max_wait_s < 0:
+            raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self._forward = forward
+        self.max_batch_size = max_batch_size
+        self.max_wait_s = max_wait_s
+        self.queue_size = queue_size
+        self._clock = clock
+        self._observer = observer or _NullObserver()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._groups: dict[Hashable, deque[_Pending]] = {}
+        self._queued = 0
+        self._in_flight = 0
+        self._wakeup = asyncio.Event()
+        self._task: asyncio.Task | None = None
+        self._closing = False
+        self._seconds_per_forward = 0.0
+        self.stats = BatcherStats()
+
+    # ------------------------------------------------------------------ public
+    @property
+    def load(self) -> int:
+        """Items queued plus items inside the running forward (for least-loaded routing)."""
+        return self._queued + self._in_flight
+
+    @property
+    def queued(self) -> int:
+        return self._queued
+
+    def start(self) -> None:
+        """Start the batching task on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def close(self) -> None:
+        """Refuse new items, finish every accepted one, then stop the worker thread."""
+        self._closing = True
+        self._wakeup.set()
+        if self._task is not None:
+            await self._task
+        self._executor.shutdown(wait=True)
+
+    async def submit(
+        self, item: ItemT, *, key: Hashable = None, timeout_s: float | None = None
+    ) -> ResultT:
+        """Queue ``item`` and wait for its result (or its own exception).
+
+        Raises:
+            Overloaded: the queue holds ``queue_size`` items already.
+            ShuttingDown: ``close()`` was called.
+            DeadlineExceeded: no result within ``timeout_s``.
+        """
+        if self._closing:
+            raise ShuttingDown("the service is shutting down")
+        if self._queued >= self.queue_size:
+            raise Overloaded(
+                f"the queue is full ({self.queue_size} waiting)",
+                retry_after_s=self._retry_after_estimate(),
+            )
+        now = self._clock()
+        pending = _Pending(
+            item=item,
+            key=key,
+            future=asyncio.get_running_loop().create_future(),
+            enqueued_at=now,
+            deadline=now + timeout_s if timeout_s is not None else math.inf,
+        )
+        self._groups.setdefault(key, deque()).append(pending)
+        self._set_queued(self._queued + 1)
+        self._wakeup.set()
+        try:
+            return await asyncio.wait_for(pending.future, timeout_s)
+        except TimeoutError:
+            self._discard(pending)
+            raise DeadlineExceeded(f"no result within {timeout_s:g} s") from None
+        except asyncio.CancelledError:
+            self._discard(pending)
+            raise
+
+    # --------------------------------------------------------------- internals
+    def _set_queued(self, value: int) -> None:
+        self._queued = value
+        self._observer.queue_depth(value)
+
+    def _retry_after_estimate(self) -> float:
+        batches_ahead = math.ceil(self._queued / self.max_batch_size) + 1
+        return batches_ahead * (self._seconds_per_forward + self.max_wait_s)
+
+    def _discard(self, pending: _Pending) -> None:
+        group = self._groups.get(pending.key)
+        if group is not None and pending in group:
+            group.remove(pending)
+            self._set_queued(self._queued - 1)
+            if not group:
+                del self._groups[pending.key]
+
+    def _drop_expired(self, now: float) -> None:
+        for key in list(self._groups):
+            group = self._groups[key]
+            kept = deque()
+            for pending in group:
+                if pending.future.done():
+                    continue
+                if now >= pending.deadline:
+                    pending.future.set_exception(
+                        DeadlineExceeded("dropped from the queue: past its deadline")
+                    )
+                    continue
+                kept.append(pending)
+            if len(kept) != len(group):
+                self._set_queued(self._queued - (len(group) - len(kept)))
+            if kept:
+                self._groups[key] = kept
+            else:
+                del self._groups[key]
+
+    def _take_ready_batch(self) -> list[_Pending] | None:
+        now = self._clock()
+        self._drop_expired(now)
+        ready = [
+            (group[0].enqueued_at, key)
+            for key, group in self._groups.items()
+            if self._closing
+            or len(group) >= self.max_batch_size
+            or now - group[0].enqueued_at >= self.max_wait_s
+        ]
+        if not ready:
+            return None
+        _, key = min(ready, key=lambda pair: pair[0])
+        group = self._groups[key]
+        batch = [group.popleft() for _ in range(min(self.max_batch_size, len(group)))]
+        if not group:
+            del self._groups[key]
+        self._set_queued(self._queued - len(batch))
+        return batch
+
+    def _seconds_to_next_flush(self) -> float | None:
+        if not self._groups:
+            return None
+        oldest = min(group[0].enqueued_at for group in self._groups.values())
+        return max(0.0, oldest + self.max_wait_s - self._clock())
+
+    async def _run(self) -> None:
+        while True:
+            batch = self._take_ready_batch()
+            if batch is not None:
+                self._in_flight += len(batch)
+                try:
+                    await self._forward_resilient(batch)
+                finally:
+                    self._in_flight -= len(batch)
+                continue
+            if self._closing and not self._groups:
+                return
+            self._wakeup.clear()
+            timeout = self._seconds_to_next_flush()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def _call_forward(self, items: list[ItemT]) -> list[ResultT]:
+        with torch.inference_mode():
+            results = list(self._forward(items))
+        if len(results) != len(items):
+            raise RuntimeError(f"forward returned {len(results)} results for {len(items)} items")
+        return results
+
+    async def _forward_resilient(self, batch: list[_Pending]) -> None:
+        now = self._clock()
+        live = []
+        for pending in batch:
+            if pending.future.done():
+                continue  # the caller gave up
+            if now >= pending.deadline:
+                pending.future.set_exception(
+                    DeadlineExceeded("dropped before the forward: past its deadline")
+                )
+                continue
+            live.append(pending)
+        if not live:
+            return
+        loop = asyncio.get_running_loop()
+        started = time.perf_counter()
+        try:
+            results = await loop.run_in_executor(
+                self._executor, self._call_forward, [p.item for p in live]
+            )
+        except Exception as exc:
+            await self._recover(live, exc)
+            return
+        seconds = time.perf_counter() - started
+        self._seconds_per_forward = 0.8 * self._seconds_per_forward + 0.2 * seconds
+        self.stats.forwards += 1
+        self.stats.items += len(live)
+        self.stats.batch_sizes.append(len(live))
+        self._observer.batch_done(len(live), seconds)
+        for pending, result in zip(live, results, strict=True):
+            if not pending.future.done():
+                pending.future.set_result(result)
+
+    async def _recover(self, live: list[_Pending], exc: Exception) -> None:
+        if len(live) == 1:
+            if not live[0].future.done():
+                live[0].future.set_exception(exc)
+            return
+        if is_out_of_memory(exc):
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+            half = len(live) // 2
+            await self._forward_resilient(live[:half])
+            await self._forward_resilient(live[half:])
+            return
+        for pending in live:  # one bad item must not fail its neighbours
+            await self._forward_resilient([pending])

@@ -1,0 +1,141 @@
+"""The error envelope and the exceptions that map to it.
+
+Every error leaves the service as JSON ``{"error": {"code": ..., "message": ...}}`` with
+a status that says whose fault it was:
+
+====  ===========================  ==================================================
+400   ``bad_image`` and friends    an upload that is not a usable image, a bad field
+413   ``payload_too_large``        body over ``max_upload_bytes``; image over ``max_pixels``
+415   ``unsupported_media_type``   not an image format the service reads; not multipart
+422   ``validation_error``         a field of the wrong type, out of range, wrong count
+429   ``overloaded``               a worker queue is full (with ``Retry-After``)
+503   ``not_ready``                model not loaded, or the service is shutting down
+504   ``deadline_exceeded``        the request waited past ``request_timeout_s``
+====  ===========================  ==================================================
+
+A 500 means a bug in the service, never bad input.
+
+``ServiceError`` subclasses Starlette's ``HTTPException`` on purpose: FastAPI re-raises
+those untouched when they surface while it parses a body, which is how the streamed
+upload cap (raised from inside ``receive``) reaches the client as a 413 instead of a
+generic 400.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from http import HTTPStatus
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+logger = logging.getLogger("atelier.errors")
+
+
+class ServiceError(StarletteHTTPException):
+    """An error with a stable machine-readable ``code`` and a human ``message``."""
+
+    status_code = 400
+    code = "bad_request"
+
+    def __init__(
+        self, message: str, *, code: str | None = None, headers: dict[str, str] | None = None
+    ):
+        super().__init__(status_code=type(self).status_code, detail=message, headers=headers)
+        self.code = code or type(self).code
+        self.message = message
+
+
+class BadRequest(ServiceError):
+    status_code, code = 400, "bad_request"
+
+
+class BadImage(ServiceError):
+    status_code, code = 400, "bad_image"
+
+
+class PayloadTooLarge(ServiceError):
+    status_code, code = 413, "payload_too_large"
+
+
+class UnsupportedMediaType(ServiceError):
+    status_code, code = 415, "unsupported_media_type"
+
+
+class ValidationFailed(ServiceError):
+    status_code, code = 422, "validation_error"
+
+
+class Overloaded(ServiceError):
+    """A worker queue is full; ``retry_after_s`` goes out as the ``Retry-After`` header."""
+
+    status_code, code = 429, "overloaded"
+
+    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+        seconds = max(1, math.ceil(retry_after_s))
+        super().__init__(message, headers={"Retry-After": str(seconds)})
+        self.retry_after_s = seconds
+
+
+class NotReady(ServiceError):
+    status_code, code = 503, "not_ready"
+
+
+class ShuttingDown(ServiceError):
+    status_code, code = 503, "shutting_down"
+
+
+class DeadlineExceeded(ServiceError):
+    status_code, code = 504, "deadline_exceeded"
+
+
+def error_body(code: str, message: str) -> dict:
+    return {"error": {"code": code, "message": message}}
+
+
+def error_response(
+    status: int, code: str, message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+
+
+def _code_for_status(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return "http_error"
+
+
+async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    if isinstance(exc, ServiceError):
+        return error_response(exc.status_code, exc.code, exc.message, exc.headers)
+    # Routing errors (404, 405) and FastAPI's own: same envelope, code from the status.
+    message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+    return error_response(exc.status_code, _code_for_status(exc.status_code), message, exc.headers)
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query"))
+        parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", ""))
+    return "; ".join(parts) or "invalid request"
+
+
+async def _validation_exception(request: Request, exc: RequestValidationError) -> JSONResponse:
+    return error_response(422, "validation_error", _describe_validation(exc))
+
+
+async def _unhandled_exception(request: Request, exc: Exception) -> JSONResponse:
+    logger.exception("unhandled error", extra={"path": request.url.path})
+    return error_response(500, "internal_error", "internal server error")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Route every error through the JSON envelope."""
+    app.add_exception_handler(StarletteHTTPException, _http_exception)
+    app.add_exception_handler(RequestValidationError, _validation_exception)
+    app.add_exception_handler(Exception, _unhandled_exception)

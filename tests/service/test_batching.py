@@ -1,0 +1,320 @@
+"""The dynamic batcher, driven by events: no test sleeps to make something happen.
+
+A flush "at once" is shown by a max wait of an hour (the test would hang otherwise,
+pytest-timeout fails it); a forward blocked on a ``threading.Event`` holds a batch in
+flight while the test arranges the queue behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+
+from service.batching import Batcher, is_out_of_memory
+from service.errors import DeadlineExceeded, Overloaded, ShuttingDown
+
+HOUR = 3600.0
+pytestmark = pytest.mark.timeout(20)
+
+
+class RecordingForward:
+    """Doubles each item; records batches; optionally blocks on a gate or fails."""
+
+    def __init__(self, *, gate: threading.Event | None = None, fail=None):
+        self.calls: list[list] = []
+        self.gate = gate
+        self.started = threading.Event()
+        self.fail = fail
+
+    def __call__(self, items):
+        self.calls.append(list(items))
+        self.started.set()
+        if self.gate is not None:
+            self.gate.wait(10)
+        assert torch.is_inference_mode_enabled()
+        if self.fail is not None:
+            self.fail(items)
+        return [2 * x for x in items]
+
+
+async def _until(predicate, limit: int = 1000) -> None:
+    """Yield to the event loop until ``predicate()`` holds (no wall-clock waiting)."""
+    for _ in range(limit):
+        if predicate():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("condition never held")
+
+
+async def _thread_event(event: threading.Event) -> None:
+    assert await asyncio.get_running_loop().run_in_executor(None, event.wait, 10)
+
+
+def _make(forward, **kw) -> Batcher:
+    options = {"max_batch_size": 4, "max_wait_s": HOUR, "queue_size": 16}
+    options.update(kw)
+    return Batcher(forward, **options)
+
+
+def test_full_batch_flushes_at_once():
+    async def scenario():
+        forward = RecordingForward()
+        batcher = _make(forward, max_batch_size=3)
+        batcher.start()
+        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3)))
+        await batcher.close()
+        return forward, results
+
+    forward, results = asyncio.run(scenario())
+    assert results == [2, 4, 6]
+    assert forward.calls == [[1, 2, 3]]
+
+
+def test_partial_batch_waits_for_companions():
+    async def scenario():
+        forward = RecordingForward()
+        batcher = _make(forward, max_batch_size=3)
+        batcher.start()
+        first = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+        await _until(lambda: batcher.queued == 2)
+        for _ in range(50):  # let the batching task run as much as it wants
+            await asyncio.sleep(0)
+        calls_before = list(forward.calls)
+        third = await batcher.submit(3)
+        await batcher.close()
+        return calls_before, forward.calls, [await f for f in first] + [third]
+
+    calls_before, calls, results = asyncio.run(scenario())
+    assert calls_before == []
+    assert calls == [[1, 2, 3]]
+    assert results == [2, 4, 6]
+
+
+def test_partial_batch_flushes_after_max_wait():
+    async def scenario():
+        forward = RecordingForward()
+        batcher = _make(forward, max_batch_size=8, max_wait_s=0.01)
+        batcher.start()
+        result = await batcher.submit(5)
+        await batcher.close()
+        return forward, result
+
+    forward, result = asyncio.run(scenario())
+    assert result == 10
+    assert forward.calls == [[5]]
+
+
+def test_close_flushes_what_is_queued():
+    async def scenario():
+        forward = RecordingForward()
+        batcher = _make(forward, max_batch_size=8)
+        batcher.start()
+        pending = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+        await _until(lambda: batcher.queued == 2)
+        await batcher.close()
+        with pytest.raises(ShuttingDown):
+            await batcher.submit(3)
+        return forward, [await p for p in pending]
+
+    forward, results = asyncio.run(scenario())
+    assert forward.calls == [[1, 2]]
+    assert results == [2, 4]
+
+
+def test_incompatible_requests_do_not_share_a_forward():
+    async def scenario():
+        forward = RecordingForward()
+        batcher = _make(forward, max_batch_size=2)
+        batcher.start()
+        keyed = [(1, "a"), (2, "b"), (3, "a"), (4, "b")]
+        results = await asyncio.gather(*(batcher.submit(x, key=k) for x, k in keyed))
+        await batcher.close()
+        return forward, results
+
+    forward, results = asyncio.run(scenario())
+    assert results == [2, 4, 6, 8]
+    assert sorted(sorted(call) for call in forward.calls) == [[1, 3], [2, 4]]
+
+
+def test_errors_fan_out_to_every_caller():
+    def always(items):
+        raise RuntimeError("model exploded")
+
+    async def scenario():
+        batcher = _make(RecordingForward(fail=always), max_batch_size=3)
+        batcher.start()
+        outcomes = await asyncio.gather(
+            *(batcher.submit(i) for i in (1, 2, 3)), return_exceptions=True
+        )
+        await batcher.close()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert len(outcomes) == 3
+    assert all(isinstance(o, RuntimeError) and "exploded" in str(o) for o in outcomes)
+
+
+def test_one_poisoned_request_fails_alone():
+    def poison(items):
+        if 13 in items:
+            raise ValueError("13 is poison")
+
+    async def scenario():
+        forward = RecordingForward(fail=poison)
+        batcher = _make(forward, max_batch_size=3)
+        batcher.start()
+        outcomes = await asyncio.gather(
+            *(batcher.submit(i) for i in (1, 13, 3)), return_exceptions=True
+        )
+        await batcher.close()
+        return forward, outcomes
+
+    forward, outcomes = asyncio.run(scenario())
+    assert outcomes[0] == 2 and outcomes[2] == 6
+    assert isinstance(outcomes[1], ValueError)
+    assert forward.calls == [[1, 13, 3], [1], [13], [3]]
+
+
+def test_wrong_number_of_results_is_an_error_not_a_mixup():
+    def short(items):
+        return [0] * (len(items) - 1)
+
+    async def scenario():
+        batcher = _make(short, max_batch_size=2)
+        batcher.start()
+        outcomes = await asyncio.gather(
+            *(batcher.submit(i) for i in (1, 2)), return_exceptions=True
+        )
+        await batcher.close()
+        return outcomes
+
+    outcomes = asyncio.run(scenario())
+    assert all(isinstance(o, RuntimeError) and "results for" in str(o) for o in outcomes)
+
+
+def test_out_of_memory_splits_the_batch():
+    def oom_above_two(items):
+        if len(items) > 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2 GiB")
+
+    async def scenario():
+        forward = RecordingForward(fail=oom_above_two)
+        batcher = _make(forward, max_batch_size=4)
+        batcher.start()
+        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
+        await batcher.close()
+        return forward, results
+
+    forward, results = asyncio.run(scenario())
+    assert results == [2, 4, 6, 8]
+    assert [len(c) for c in forward.calls] == [4, 2, 2]
+    assert is_out_of_memory(RuntimeError("CUDA error: out of memory"))
+    assert not is_out_of_memory(ValueError("bad mask"))
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_request_past_its_deadline_is_dropped_before_the_forward():
+    async def scenario():
+        clock = FakeClock()
+        gate = threading.Event()
+        forward = RecordingForward(gate=gate)
+        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0, clock=clock)
+        batcher.start()
+        blocker = asyncio.ensure_future(batcher.submit(1))
+        await _thread_event(forward.started)  # item 1 is inside the forward
+        late = asyncio.ensure_future(batcher.submit(2, timeout_s=30.0))
+        await _until(lambda: batcher.queued == 1)
+        clock.now += 31.0  # item 2's deadline passes while it queues
+        gate.set()
+        with pytest.raises(DeadlineExceeded):
+            await late
+        after = await batcher.submit(3, timeout_s=30.0)
+        await batcher.close()
+        return forward, await blocker, after
+
+    forward, first, after = asyncio.run(scenario())
+    assert (first, after) == (2, 6)
+    assert forward.calls == [[1], [3]]  # 2 never reached the model
+
+
+def test_caller_timeout_answers_deadline_exceeded_and_leaves_the_queue():
+    async def scenario():
+        gate = threading.Event()
+        forward = RecordingForward(gate=gate)
+        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0)
+        batcher.start()
+        blocker = asyncio.ensure_future(batcher.submit(1))
+        await _thread_event(forward.started)
+        with pytest.raises(DeadlineExceeded):
+            await batcher.submit(2, timeout_s=0.01)
+        queued_after_timeout = batcher.queued
+        gate.set()
+        await blocker
+        await batcher.close()
+        return forward, queued_after_timeout
+
+    forward, queued_after_timeout = asyncio.run(scenario())
+    assert queued_after_timeout == 0
+    assert forward.calls == [[1]]
+
+
+def test_full_queue_answers_overloaded_with_retry_after():
+    async def scenario():
+        gate = threading.Event()
+        forward = RecordingForward(gate=gate)
+        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0, queue_size=2)
+        batcher.start()
+        in_flight = asyncio.ensure_future(batcher.submit(0))
+        await _thread_event(forward.started)
+        queued = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+        await _until(lambda: batcher.queued == 2)
+        with pytest.raises(Overloaded) as info:
+            await batcher.submit(3)
+        gate.set()
+        results = [await in_flight] + [await q for q in queued]
+        await batcher.close()
+        return info.value, results
+
+    error, results = asyncio.run(scenario())
+    assert error.status_code == 429
+    assert int(error.headers["Retry-After"]) >= 1
+    assert results == [0, 2, 4]
+
+
+def test_load_counts_queued_and_in_flight_items():
+    async def scenario():
+        gate = threading.Event()
+        forward = RecordingForward(gate=gate)
+        batcher = _make(forward, max_batch_size=2, max_wait_s=0.0)
+        batcher.start()
+        tasks = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+        await _thread_event(forward.started)
+        tasks.append(asyncio.ensure_future(batcher.submit(3)))
+        await _until(lambda: batcher.queued == 1)
+        load = batcher.load
+        gate.set()
+        await asyncio.gather(*tasks)
+        await batcher.close()
+        return load, batcher.load
+
+    during, after = asyncio.run(scenario())
+    assert (during, after) == (3, 0)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"max_batch_size": 0}, {"max_wait_s": -1.0}, {"queue_size": 0}],
+)
+def test_bad_arguments_raise_value_error(kwargs):
+    with pytest.raises(ValueError):
+        _make(lambda items: items, **kwargs)
