@@ -20,11 +20,19 @@ from models.shapes.captions import (
 from models.shapes.dataset import ShapesDataset, to_tensor
 from models.shapes.render import render
 from models.shapes.scenes import layout, sample_scene
-from models.shapes.splits import HELDOUT_PAIRS, TRAIN_PAIRS, heldout_prompts, sample_caption
+from models.shapes.scorer import DetectedObject, ScoreResult, detect_objects, score_image
+from models.shapes.splits import (
+    FAMILIES,
+    HELDOUT_PAIRS,
+    TRAIN_PAIRS,
+    heldout_prompts,
+    sample_caption,
+)
 from models.shapes.vocab import COLOURS, PALETTE, POSITIONS, SHAPES, SIZES, Scene, SceneObject
 
 __all__ = [
     "COLOURS",
+    "FAMILIES",
     "HELDOUT_PAIRS",
     "PALETTE",
     "POSITIONS",
@@ -32,17 +40,21 @@ __all__ = [
     "SHAPES",
     "SIZES",
     "TRAIN_PAIRS",
+    "DetectedObject",
     "ObjectSpec",
     "ParsedCaption",
     "Scene",
     "SceneObject",
+    "ScoreResult",
     "ShapesDataset",
     "compose_caption",
+    "detect_objects",
     "heldout_prompts",
     "layout",
     "parse_caption",
     "render",
     "sample_caption",
     "sample_scene",
+    "score_image",
     "to_tensor",
 ]

@@ -57,15 +57,19 @@ def layout(parsed: ParsedCaption, rng: np.random.Generator) -> Scene:
     return Scene(tuple(objects), compose_caption(parsed))
 
 
-def sample_scene(rng: np.random.Generator, split: str = "train") -> Scene:
+def sample_scene(
+    rng: np.random.Generator, split: str = "train", *, family: str | None = None
+) -> Scene:
     """Draw a caption allowed in ``split`` and a scene that depicts it exactly.
 
     Args:
         rng: numpy random generator; the result is a function of its state.
         split: ``"train"`` (no held-out pair anywhere) or ``"heldout"`` (at least one).
+        family: a template family of :data:`~models.shapes.splits.FAMILIES` or ``None``
+            to draw one with the usual frequencies.
 
     Returns:
         :class:`~models.shapes.vocab.Scene` with ``objects`` and ``caption``.
     """
     check_split(split)
-    return layout(sample_caption(rng, split), rng)
+    return layout(sample_caption(rng, split, family=family), rng)

@@ -56,11 +56,16 @@ def _draw_pairs(rng: np.random.Generator, split: str, k: int) -> list[tuple[str,
             return picks
 
 
-def sample_caption(rng: np.random.Generator, split: str = "train") -> ParsedCaption:
-    """Draw a template family and fill it with attributes allowed in ``split``."""
+def sample_caption(
+    rng: np.random.Generator, split: str = "train", *, family: str | None = None
+) -> ParsedCaption:
+    """Draw a template family (or take ``family``) and fill it with attributes of ``split``."""
     check_split(split)
-    names = tuple(FAMILIES)
-    family = names[rng.choice(len(names), p=np.array(list(FAMILIES.values())))]
+    if family is None:
+        names = tuple(FAMILIES)
+        family = names[rng.choice(len(names), p=np.array(list(FAMILIES.values())))]
+    elif family not in FAMILIES:
+        raise ValueError(f"unknown template family {family!r}; expected one of {tuple(FAMILIES)}")
     if family == "single":
         ((colour, shape),) = _draw_pairs(rng, split, 1)
         spec = ObjectSpec(
