@@ -1,0 +1,304 @@
+"""Arbitrary style transfer with AdaIN (Huang & Belongie, 2017), single- or multi-level.
+
+Single-level (the paper): ``decode_l(AdaIN(encode_l(content), encode_l(style)))``.
+Multi-level (coarse to fine, as in WCT): stylise and decode at the deepest level, then
+re-encode that image at the next shallower level, apply AdaIN again with the style's
+statistics there, decode, and so on; each pass refines the textures at a finer scale.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import Tensor, nn
+
+from models.adain.color import luminance, with_chroma_of
+from models.adain.stats import FeatureStats, StyleStatsCache
+from models.adain.transfer import region_labels, transfer
+from models.checkpoints import load_state_dict
+from models.decoder import Decoder
+from models.hub import Manifest, resolve
+from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
+
+#: The default coarse-to-fine pass (established by benchmarks/adain_quality.py).
+DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu1_1")
+
+#: Files of the shared normalised VGG-19 and WCT decoders, relative to a weights folder.
+ENCODER_FILE = "vgg19-normalised/vgg_normalised_conv3_1.pth"
+DECODER_FILES = {
+    "relu1_1": "vgg19-normalised/feature_invertor_conv1_1.pth",
+    "relu2_1": "vgg19-normalised/feature_invertor_conv2_1.pth",
+    "relu3_1": "vgg19-normalised/feature_invertor_conv3_1.pth",
+}
+
+
+def check_levels(levels: Sequence[str], available: Sequence[str]) -> tuple[str, ...]:
+    """Validate a pass order: known levels, each with a decoder, no repeats."""
+    levels = tuple(levels)
+    if not levels:
+        raise ValueError("levels must name at least one feature level")
+    for level in levels:
+        check_level(level)
+        if level not in available:
+            raise ValueError(f"no decoder for {level}; available: {tuple(available)}")
+    if len(set(levels)) != len(levels):
+        raise ValueError(f"levels repeat: {levels}")
+    return levels
+
+
+def pad_to_multiple(image: Tensor, multiple: int) -> tuple[Tensor, tuple[int, int]]:
+    """Pad ``(B, C, H, W)`` on the bottom/right to multiples of ``multiple``.
+
+    Reflection padding (replicate when the image is too small to reflect).
+    Returns the padded image and the original ``(H, W)`` to crop back to.
+    """
+    height, width = image.shape[-2:]
+    pad_h, pad_w = -height % multiple, -width % multiple
+    if pad_h == 0 and pad_w == 0:
+        return image, (height, width)
+    mode = "reflect" if pad_h < height and pad_w < width else "replicate"
+    return F.pad(image, (0, pad_w, 0, pad_h), mode=mode), (height, width)
+
+
+class StyleTransfer(nn.Module):
+    """Encoder, decoders and the AdaIN pass; see :meth:`stylize`.
+
+    Args:
+        encoder: the VGG encoder (at least as deep as the deepest level used).
+        decoders: one decoder per level it inverts.
+        levels: the default pass, deepest first, e.g. ``("relu3_1",)`` (single-level)
+            or ``("relu3_1", "relu2_1", "relu1_1")`` (multi-level).
+        weight_files: the checkpoint files loaded, for :meth:`describe`.
+        fast: channels_last memory format and bfloat16 autocast (when the device
+            supports it) for the convolutions; statistics stay in float32.
+        cache_size: style statistics kept (entries of one image at one level); 0 disables.
+    """
+
+    def __init__(
+        self,
+        encoder: VGGEncoder,
+        decoders: Mapping[str, Decoder],
+        *,
+        levels: Sequence[str] = DEFAULT_LEVELS,
+        weight_files: Sequence[Path] = (),
+        fast: bool = False,
+        cache_size: int = 64,
+    ) -> None:
+        super().__init__()
+        self.encoder = encoder.eval().requires_grad_(False)
+        self.decoders = nn.ModuleDict(dict(decoders)).eval().requires_grad_(False)
+        for level in self.decoders:
+            if LEVELS.index(level) > LEVELS.index(encoder.depth):
+                raise ValueError(f"decoder {level} is deeper than the encoder ({encoder.depth})")
+        self.levels = check_levels(levels, list(self.decoders))
+        self.weight_files = [Path(path) for path in weight_files]
+        self.fast = fast
+        self.cache = StyleStatsCache(cache_size)
+        if fast:
+            self.to(memory_format=torch.channels_last)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        search_path: Sequence[Path],
+        *,
+        device: str | torch.device = "cpu",
+        levels: Sequence[str] | None = None,
+        fast: bool = False,
+        cache_size: int = 64,
+        manifest: Manifest | None = None,
+    ) -> StyleTransfer:
+        """Load the shared normalised VGG-19 and its decoders from the first folder that has them.
+
+        Raises:
+            WeightsNotFoundError: a file is in none of ``search_path`` (the message names
+                the file, the folders and the ``atelier weights fetch`` command).
+        """
+        manifest = manifest or Manifest.load()
+        levels = tuple(levels or DEFAULT_LEVELS)
+        for level in levels:
+            if level not in DECODER_FILES:
+                raise ValueError(f"no published decoder for {level}; have {tuple(DECODER_FILES)}")
+        encoder_path = resolve(ENCODER_FILE, search_path, manifest)
+        decoder_paths = {
+            level: resolve(DECODER_FILES[level], search_path, manifest) for level in levels
+        }
+        deepest = max(levels, key=LEVELS.index)
+        encoder = VGGEncoder.from_state_dict(load_state_dict(encoder_path), depth=deepest)
+        decoders = {
+            level: Decoder.from_state_dict(load_state_dict(path), level)
+            for level, path in decoder_paths.items()
+        }
+        model = cls(
+            encoder,
+            decoders,
+            levels=levels,
+            weight_files=[encoder_path, *decoder_paths.values()],
+            fast=fast,
+            cache_size=cache_size,
+        )
+        return model.to(device)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.encoder.parameters()).device
+
+    def describe(self) -> dict[str, Any]:
+        """What is loaded: mode, default levels, weight files, device, precision."""
+        return {
+            "name": "adain",
+            "mode": "single-level" if len(self.levels) == 1 else "multi-level",
+            "levels": list(self.levels),
+            "weight_files": [str(path) for path in self.weight_files],
+            "device": str(self.device),
+            "fast": self.fast,
+        }
+
+    def _autocast(self) -> contextlib.AbstractContextManager:
+        if self.fast and torch.amp.autocast_mode.is_autocast_available(self.device.type):
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def _prepare(self, image: Tensor) -> Tensor:
+        image = image.to(self.device, torch.float32)
+        return image.contiguous(memory_format=torch.channels_last) if self.fast else image
+
+    def style_stats(self, style: Tensor, levels: Sequence[str]) -> dict[str, FeatureStats]:
+        """Statistics of a style image at ``levels``, from the cache when seen before."""
+
+        def compute(image: Tensor, missing: list[str]) -> dict[str, FeatureStats]:
+            features = self.encoder(self._prepare(image), missing)
+            return {level: FeatureStats.of(features[level]) for level in missing}
+
+        mode = f"{self.device}|fast={self.fast}"
+        return self.cache.get_or_compute(style, levels, mode, compute)
+
+    @torch.inference_mode()
+    def stylize(
+        self,
+        content: Tensor,
+        styles: Sequence[Tensor],
+        *,
+        style_weights: Sequence[float] | None = None,
+        alpha: float = 1.0,
+        preserve_color: bool = False,
+        masks: Sequence[Tensor] | None = None,
+        levels: Sequence[str] | None = None,
+    ) -> Tensor:
+        """Render ``content`` in the style of ``styles``.
+
+        Args:
+            content: RGB images in ``[0, 1]``.
+            styles: one or more style images, each with batch 1 (shared by every
+                content image) or B (one per content image); any size.
+            style_weights: one non-negative weight per style (normalised to sum 1);
+                the styles' statistics are interpolated. Default: equal weights.
+                Not combined with ``masks``.
+            alpha: content-style trade-off on the features, in ``[0, 1]``
+                (0 reconstructs the content, 1 is full style).
+            preserve_color: transfer luminance only and keep the content's chroma.
+            masks: one mask per style, values in ``[0, 1]``; each style is applied
+                where its mask is largest (and >= 0.5), with statistics per region;
+                elsewhere the content is kept.
+            levels: the pass to run instead of the default, deepest first.
+
+        Shape:
+            - content: ``(B, 3, H, W)``, any ``H, W``
+            - styles: each ``(1 or B, 3, h, w)``
+            - masks: each ``(1 or B, 1, H, W)``
+            - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
+        """
+        levels = check_levels(levels, list(self.decoders)) if levels is not None else self.levels
+        weights = self._check_arguments(content, styles, style_weights, alpha, masks)
+        content = content.to(self.device, torch.float32)
+        styles = [style.to(self.device, torch.float32) for style in styles]
+        if preserve_color:
+            styles = [luminance(style).contiguous() for style in styles]
+        image = luminance(content) if preserve_color else content
+        image, (height, width) = pad_to_multiple(
+            image, max(level_stride(level) for level in levels)
+        )
+        padded_masks = None
+        if masks is not None:
+            pad = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
+            padded_masks = [
+                F.pad(mask.to(self.device, torch.float32), pad, mode="replicate") for mask in masks
+            ]
+        stats = [self.style_stats(style, levels) for style in styles]
+        batch = content.shape[0]
+        image = self._prepare(image)
+        with self._autocast():
+            for level in levels:
+                features = self.encoder.encode(image, level)
+                labels = None
+                if padded_masks is not None:
+                    labels = region_labels(padded_masks, features.shape[-2:], batch)
+                restyled = transfer(
+                    features,
+                    [item[level] for item in stats],
+                    weights=weights,
+                    labels=labels,
+                    alpha=alpha,
+                )
+                image = self.decoders[level](restyled)
+        output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
+        if preserve_color:
+            output = with_chroma_of(output, content)
+        return output
+
+    @staticmethod
+    def _check_arguments(
+        content: Tensor,
+        styles: Sequence[Tensor],
+        style_weights: Sequence[float] | None,
+        alpha: float,
+        masks: Sequence[Tensor] | None,
+    ) -> list[float] | None:
+        """Validate :meth:`stylize`'s arguments; return the normalised weights."""
+        if content.ndim != 4 or content.shape[1] != 3:
+            raise ValueError(f"content must be (B, 3, H, W), got {tuple(content.shape)}")
+        batch, _, height, width = content.shape
+        if len(styles) == 0:
+            raise ValueError("at least one style image is needed")
+        for index, style in enumerate(styles):
+            if style.ndim != 4 or style.shape[1] != 3 or style.shape[0] not in (1, batch):
+                raise ValueError(
+                    f"style {index} must be (1 or {batch}, 3, h, w), got {tuple(style.shape)}"
+                )
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+        if masks is not None:
+            if style_weights is not None:
+                raise ValueError(
+                    "style_weights and masks cannot be combined: masks choose the style"
+                )
+            if len(masks) != len(styles):
+                raise ValueError(
+                    f"got {len(masks)} masks for {len(styles)} styles; need one per style"
+                )
+            for index, mask in enumerate(masks):
+                if (
+                    mask.ndim != 4
+                    or mask.shape[1] != 1
+                    or mask.shape[0] not in (1, batch)
+                    or mask.shape[-2:] != (height, width)
+                ):
+                    raise ValueError(
+                        f"mask {index} must be (1 or {batch}, 1, {height}, {width}), got {tuple(mask.shape)}"
+                    )
+            return None
+        if style_weights is None:
+            return [1.0 / len(styles)] * len(styles)
+        if len(style_weights) != len(styles):
+            raise ValueError(f"got {len(style_weights)} style weights for {len(styles)} styles")
+        if any(weight < 0 for weight in style_weights) or sum(style_weights) <= 0:
+            raise ValueError(
+                f"style weights must be >= 0 with a positive sum, got {list(style_weights)}"
+            )
+        total = float(sum(style_weights))
+        return [float(weight) / total for weight in style_weights]

@@ -1,0 +1,128 @@
+"""Style statistics: per-channel means and standard deviations of VGG features.
+
+AdaIN only needs a style's first two moments per channel at each level, so a style
+image is reduced once to :class:`FeatureStats` per level and those are cached, keyed by
+a sha256 of the image's bytes (same pixels, same statistics, whatever the object).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from norms.functional import channel_mean_std
+
+#: AdaIN's epsilon: added to every variance before the square root.
+EPS = 1e-5
+
+
+@dataclass(frozen=True)
+class FeatureStats:
+    """Per-sample, per-channel ``mean`` and ``std = sqrt(var + eps)`` of a feature map.
+
+    Shape:
+        - mean, std: ``(N, C)`` with ``N`` = 1 (shared) or the content batch.
+    """
+
+    mean: Tensor
+    std: Tensor
+
+    @classmethod
+    def of(cls, features: Tensor) -> FeatureStats:
+        """Statistics of ``features`` ``(N, C, *spatial)`` over the spatial dims."""
+        mean, std = channel_mean_std(features, EPS)
+        return cls(mean.flatten(1), std.flatten(1))
+
+    def expand(self, batch: int) -> FeatureStats:
+        """Broadcast batch-1 statistics to ``batch`` rows (or check the batch matches)."""
+        if self.mean.shape[0] == batch:
+            return self
+        if self.mean.shape[0] != 1:
+            raise ValueError(f"style statistics have batch {self.mean.shape[0]}, need 1 or {batch}")
+        return FeatureStats(self.mean.expand(batch, -1), self.std.expand(batch, -1))
+
+
+def mix(stats: Sequence[FeatureStats], weights: Sequence[float], batch: int) -> FeatureStats:
+    """Convex combination of several styles' statistics (AdaIN's style interpolation).
+
+    .. math:: \\mu = \\sum_k w_k \\mu_k, \\qquad \\sigma = \\sum_k w_k \\sigma_k
+
+    which makes ``AdaIN(c, mix)`` equal to ``sum_k w_k AdaIN(c, s_k)`` for weights
+    summing to 1.
+    """
+    expanded = [item.expand(batch) for item in stats]
+    mean = sum(w * item.mean for w, item in zip(weights, expanded, strict=True))
+    std = sum(w * item.std for w, item in zip(weights, expanded, strict=True))
+    return FeatureStats(mean, std)
+
+
+def content_key(image: Tensor) -> str:
+    """sha256 of an image tensor's shape, dtype and bytes (the cache key of its statistics)."""
+    data = image.detach().to("cpu").contiguous()
+    digest = hashlib.sha256(f"{tuple(data.shape)}|{data.dtype}|".encode())
+    digest.update(data.view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class StyleStatsCache:
+    """Least-recently-used cache of :class:`FeatureStats` per (image content, level, mode).
+
+    Args:
+        capacity: entries kept (one entry is one style image at one level); 0 disables.
+    """
+
+    def __init__(self, capacity: int = 64) -> None:
+        if capacity < 0:
+            raise ValueError(f"capacity must be >= 0, got {capacity}")
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, str, str], FeatureStats] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def get_or_compute(
+        self,
+        image: Tensor,
+        levels: Iterable[str],
+        mode: str,
+        compute: Callable[[Tensor, list[str]], dict[str, FeatureStats]],
+    ) -> dict[str, FeatureStats]:
+        """Statistics of ``image`` at ``levels``; only the missing levels are computed.
+
+        Args:
+            image: the style image.
+            levels: feature levels wanted.
+            mode: anything that changes the numbers (device, precision), part of the key.
+            compute: ``compute(image, missing_levels) -> {level: FeatureStats}``.
+        """
+        levels = list(levels)
+        if self.capacity == 0:
+            self.misses += len(levels)
+            return compute(image, levels)
+        key = content_key(image)
+        found = {}
+        for level in levels:
+            entry = self._entries.get((key, level, mode))
+            if entry is not None:
+                self._entries.move_to_end((key, level, mode))
+                found[level] = entry
+        missing = [level for level in levels if level not in found]
+        self.hits += len(found)
+        self.misses += len(missing)
+        if missing:
+            for level, entry in compute(image, missing).items():
+                found[level] = entry
+                self._entries[(key, level, mode)] = entry
+            while len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        return {level: found[level] for level in levels}
