@@ -1,0 +1,79 @@
+# syntax=docker/dockerfile:1
+#
+# Atelier image: one Python 3.11 image that serves on NVIDIA GPUs and on plain CPUs.
+# The pinned torch==2.14.1 wheel from PyPI is a CUDA build that also runs on the CPU, so
+# no CUDA base image is needed: on a GPU host run it through the NVIDIA container runtime
+# (`docker run --gpus all ...`, or the GPU reservation in docker-compose.yml); on a
+# CPU-only host run it as it is and the service falls back to the CPU.
+#
+#   docker build -t atelier .
+#   docker build -t atelier --build-arg FETCH_WEIGHTS="NAME ..." .   # bake third-party weights in
+#   docker run --gpus all -p 8000:8000 -v atelier-weights:/weights atelier
+#
+# The install steps are the README's bare-metal install (tests/deploy checks it).
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# ---------------------------------------------------------------- builder: venv + code
+FROM ${PYTHON_IMAGE} AS builder
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH
+RUN python -m venv /opt/venv
+WORKDIR /app
+
+# Dependencies first, from pyproject.toml alone: editing the code keeps this (large) layer.
+COPY pyproject.toml ./
+COPY deploy/requirements.py deploy/
+RUN python deploy/requirements.py | pip install -r /dev/stdin
+
+# Then the project itself (editable, so service.config finds /app/weights), with its own
+# checkpoints (weights/manifest.json and the files this project trained).
+COPY README.md ./
+COPY deploy/healthcheck.py deploy/
+COPY norms norms/
+COPY models models/
+COPY service service/
+COPY weights weights/
+RUN pip install --no-deps -e .
+
+# Third-party weights (e.g. the VGG encoders) are normally a volume at /weights. To bake
+# them in instead, name them: they are fetched (sha256-checked) into the project's own
+# weights folder, which the service searches after ATELIER_WEIGHTS_DIR.
+ARG FETCH_WEIGHTS=""
+RUN for name in ${FETCH_WEIGHTS}; do \
+        ATELIER_WEIGHTS_DIR=/app/weights atelier weights fetch "${name}"; \
+    done
+
+# ---------------------------------------------------------------- runtime
+FROM ${PYTHON_IMAGE} AS runtime
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    NVIDIA_VISIBLE_DEVICES=all \
+    NVIDIA_DRIVER_CAPABILITIES=compute,utility \
+    ATELIER_HOST=0.0.0.0 \
+    ATELIER_PORT=8000 \
+    ATELIER_WEIGHTS_DIR=/weights
+
+RUN groupadd --system --gid 10001 atelier \
+    && useradd --system --uid 10001 --gid atelier --create-home --home-dir /home/atelier atelier \
+    && mkdir /weights \
+    && chown atelier:atelier /weights
+
+# Code and venv stay owned by root: the service user can read them, not change them.
+COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /app /app
+WORKDIR /app
+
+USER 10001:10001
+EXPOSE 8000
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+    CMD ["python", "/app/deploy/healthcheck.py"]
+# Every setting comes from the environment (ATELIER_*; see service/config.py).
+CMD ["atelier", "serve"]
