@@ -1,0 +1,175 @@
+"""Decoding, limits, conversions, resizing and encoding in ``service.images``."""
+
+from __future__ import annotations
+
+import io
+
+import corpus
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+from service.errors import BadImage, PayloadTooLarge, UnsupportedMediaType
+from service.images import (
+    ImageLimits,
+    decode_image,
+    encode_image,
+    resize_max_side,
+    resize_to,
+    to_grey_mask,
+)
+
+LIMITS = ImageLimits(max_pixels=4_000_000)
+
+
+def _as_hwc(tensor: torch.Tensor) -> np.ndarray:
+    return tensor.permute(1, 2, 0).numpy().astype(np.float64)
+
+
+def _save(image: Image.Image, fmt: str, **options) -> bytes:
+    buffer = io.BytesIO()
+    image.save(buffer, format=fmt, **options)
+    return buffer.getvalue()
+
+
+def test_rgb_png_decodes_exactly():
+    data = corpus.png(48, 32)
+    reference = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64) / 255.0
+    out = decode_image(data, LIMITS)
+    assert out.shape == (3, 32, 48) and out.dtype == torch.float32
+    np.testing.assert_allclose(_as_hwc(out), reference, atol=1e-7)
+
+
+def test_exif_orientation_is_applied():
+    data = corpus.exif_rotated_jpeg(48, 24)
+    raw = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64) / 255.0  # EXIF ignored
+    out = decode_image(data, LIMITS)
+    assert out.shape == (3, 48, 24)  # orientation 6: displayed as portrait
+    np.testing.assert_allclose(_as_hwc(out), np.rot90(raw, k=-1), atol=1e-7)  # 90 deg clockwise
+
+
+def test_palette_transparency_is_composited_over_white():
+    out = decode_image(corpus.palette_with_transparency(), LIMITS)
+    left, right = _as_hwc(out)[:, :20], _as_hwc(out)[:, 20:]
+    np.testing.assert_allclose(left, np.broadcast_to([0.0, 0.0, 1.0], left.shape), atol=1e-7)
+    np.testing.assert_allclose(right, np.ones_like(right), atol=1e-7)
+
+
+def test_partial_alpha_blends_with_white():
+    data = _save(Image.new("RGBA", (20, 20), (255, 0, 0, 128)), "PNG")
+    out = _as_hwc(decode_image(data, LIMITS))
+    a = 128 / 255
+    expected = np.array([1.0, 1.0 - a, 1.0 - a])
+    np.testing.assert_allclose(out, np.broadcast_to(expected, out.shape), atol=1.5 / 255)
+
+
+def test_cmyk_jpeg_becomes_rgb():
+    out = _as_hwc(decode_image(corpus.cmyk_jpeg(), LIMITS))  # C=0, M=Y=255: red
+    assert out[..., 0].mean() > 0.9 and out[..., 1:].mean() < 0.1
+
+
+def test_sixteen_bit_png_keeps_its_precision():
+    data = corpus.png_16bit(40, 24)
+    raw = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64)
+    assert raw.max() > 255  # really 16-bit
+    out = _as_hwc(decode_image(data, LIMITS))
+    for channel in range(3):
+        np.testing.assert_allclose(out[..., channel], raw / 65535.0, atol=1e-6)
+
+
+def test_greyscale_is_replicated_to_three_channels():
+    grey = np.arange(20 * 30, dtype=np.uint8).reshape(20, 30)
+    out = _as_hwc(decode_image(_save(Image.fromarray(grey), "PNG"), LIMITS))
+    for channel in range(3):
+        np.testing.assert_allclose(out[..., channel], grey / 255.0, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "code"),
+    [
+        (corpus.empty(), BadImage, "empty_file"),
+        (corpus.text(), UnsupportedMediaType, "unsupported_image_type"),
+        (corpus.tiff(), UnsupportedMediaType, "unsupported_image_type"),
+        (corpus.truncated_png(), BadImage, "corrupt_image"),
+        (corpus.truncated_jpeg(), BadImage, "corrupt_image"),
+        (corpus.one_by_one(), BadImage, "image_too_small"),
+        (corpus.huge_header(), PayloadTooLarge, "image_too_large"),
+        (corpus.animated_gif(), BadImage, "animated_image"),
+    ],
+)
+def test_bad_uploads_raise_their_documented_error(data, error, code):
+    with pytest.raises(error) as info:
+        decode_image(data, LIMITS, name="content")
+    assert info.value.code == code
+    assert info.value.message.startswith("content:")
+
+
+def test_pixel_limit_is_checked_from_the_header(monkeypatch):
+    # 2000 x 2000 is under Pillow's own bomb limit: the service's limit must catch it,
+    # and before any pixel is decoded.
+    loads = []
+    monkeypatch.setattr(Image.Image, "load", lambda self: loads.append(1))
+    with pytest.raises(PayloadTooLarge, match="more than 1000000 pixels"):
+        decode_image(corpus.png_header(2000, 2000), ImageLimits(max_pixels=1_000_000))
+    assert loads == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    height=st.integers(1, 300),
+    width=st.integers(1, 300),
+    max_side=st.integers(1, 256),
+)
+def test_resize_max_side_bounds_the_longer_side_and_keeps_the_aspect(height, width, max_side):
+    image = torch.rand(3, height, width)
+    out = resize_max_side(image, max_side)
+    h, w = out.shape[-2:]
+    if max(height, width) <= max_side:
+        assert out is image
+        return
+    assert max(h, w) == max_side
+    scale = max_side / max(height, width)  # both sides scaled alike, rounded, at least 1
+    assert abs(h - height * scale) <= 0.5 or h == 1
+    assert abs(w - width * scale) <= 0.5 or w == 1
+    assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+
+
+def test_resize_to_matches_torch_interpolate_on_a_constant():
+    out = resize_to(torch.full((3, 40, 60), 0.25), (10, 15))
+    torch.testing.assert_close(out, torch.full((3, 10, 15), 0.25))
+
+
+def test_resize_rejects_a_bad_side():
+    with pytest.raises(ValueError):
+        resize_max_side(torch.rand(3, 4, 4), 0)
+
+
+def test_grey_mask_is_the_channel_mean():
+    image = torch.rand(3, 5, 7)
+    torch.testing.assert_close(to_grey_mask(image), image.mean(0, keepdim=True))
+
+
+def test_png_encoding_round_trips_exactly():
+    image = torch.randint(0, 256, (3, 17, 23)).float() / 255.0
+    data, media_type = encode_image(image, "png")
+    assert media_type == "image/png"
+    torch.testing.assert_close(decode_image(data, LIMITS), image, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize(("fmt", "media_type"), [("jpeg", "image/jpeg"), ("webp", "image/webp")])
+def test_lossy_encodings_decode_close_to_the_input(fmt, media_type):
+    image = torch.linspace(0, 1, 32 * 32).reshape(1, 32, 32).repeat(3, 1, 1)
+    data, got_type = encode_image(image, fmt)
+    assert got_type == media_type
+    assert Image.open(io.BytesIO(data)).format == fmt.upper()
+    assert (decode_image(data, LIMITS) - image).abs().mean() < 0.02
+
+
+def test_encode_rejects_bad_arguments():
+    with pytest.raises(ValueError, match="unknown format"):
+        encode_image(torch.rand(3, 4, 4), "gif")
+    with pytest.raises(ValueError, match=r"\(3, H, W\)"):
+        encode_image(torch.rand(4, 4), "png")
