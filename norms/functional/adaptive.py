@@ -2,17 +2,18 @@
 
 All members here are composites: statistics are reduced once per tensor in the
 accumulation dtype (:func:`norms.functional._stats.moments`), folded into per-channel
-coefficients ``a, b`` and applied in a single fused pass ``y = a * x + b``
-(``torch.addcmul``), instead of the eager chain subtract / divide / multiply / add.
+coefficients and applied in a single fused pass ``y = a * x + b`` (``torch.addcmul``,
+see :func:`norms.functional.layer.center_scale_shift`), instead of the eager chain
+subtract / divide / multiply / add.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
-from norms.functional._stats import acc_dtype, moments
+from norms.functional._stats import moments
+from norms.functional.layer import center_scale_shift, layer_norm
 
 __all__ = [
     "ada_layer_norm",
@@ -28,17 +29,6 @@ def _check_image(x: Tensor, name: str) -> None:
         raise ValueError(
             f"{name} must be (B, C, *spatial) with at least one spatial dim, got {tuple(x.shape)}"
         )
-
-
-def _apply_affine(x: Tensor, a: Tensor, b: Tensor) -> Tensor:
-    """``a * x + b`` in one pass, returned in ``x.dtype``.
-
-    ``a`` and ``b`` are per-channel coefficients in the accumulation dtype. For
-    half/bfloat16 inputs the product is formed in float32 (rounding ``b`` to bf16 would
-    lose everything when a large mean is folded into it) and cast back once.
-    """
-    work = acc_dtype(x.dtype)
-    return torch.addcmul(b.to(work), x.to(work), a.to(work)).to(x.dtype)
 
 
 def channel_mean_std(x: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
@@ -94,9 +84,7 @@ def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
         raise ValueError(f"content and style ranks differ: {content.dim()} vs {style.dim()}")
     mean_c, std_c = channel_mean_std(content, eps)
     mean_s, std_s = channel_mean_std(style, eps)
-    a = std_s / std_c
-    b = mean_s - a * mean_c
-    return _apply_affine(content, a, b)
+    return center_scale_shift(content, mean_c, std_s / std_c, mean_s.expand_as(mean_c))
 
 
 def conditional_instance_norm(
@@ -144,9 +132,8 @@ def conditional_instance_norm(
         raise ValueError("style must be integer indices (B,) or floating mixing weights (B, S)")
     mean, var = moments(x, range(2, x.dim()))
     expand = (batch, x.shape[1]) + (1,) * (x.dim() - 2)
-    a = gamma.to(mean.dtype).reshape(expand) * torch.rsqrt(var + eps)
-    b = beta.to(mean.dtype).reshape(expand) - a * mean
-    return _apply_affine(x, a, b)
+    scale = gamma.to(mean.dtype).reshape(expand) * torch.rsqrt(var + eps)
+    return center_scale_shift(x, mean, scale, beta.to(mean.dtype).reshape(expand))
 
 
 def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
@@ -179,8 +166,8 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
     .. math:: y = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\epsilon}} \\odot (1 + \\text{scale})
               + \\text{shift}
 
-    Uses torch's native layer-norm kernel (Welford moments, float accumulation for
-    half/bf16) followed by one ``addcmul``.
+    :func:`norms.functional.layer_norm` (torch's native kernel for float32) followed by
+    one ``addcmul``.
 
     Shape:
         - x: ``(B, T, D)``
@@ -189,4 +176,4 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
     """
     if x.dim() != 3:
         raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
-    return modulate(F.layer_norm(x, (x.shape[-1],), eps=eps), shift, scale)
+    return modulate(layer_norm(x, x.shape[-1], eps=eps), shift, scale)
