@@ -53,7 +53,7 @@ def layout(parsed: ParsedCaption, rng: np.random.Generator) -> Scene:
             size = spec.size or str(SIZES[rng.integers(len(SIZES))])
             jitter = JITTER[size]
             dx, dy = rng.uniform(-jitter, jitter, size=2).tolist()
-            objects.append(SceneObject(spec.shape, spec.colour, size, cell, (dx, dy)))
+            objects.append(SceneObject(spec.colour, spec.shape, size, cell, (dx, dy)))
     return Scene(tuple(objects), compose_caption(parsed))
 
 

@@ -51,24 +51,24 @@ class SceneObject:
     """One shape on the canvas.
 
     Args:
-        shape: one of :data:`SHAPES`.
         colour: one of :data:`COLOURS`.
+        shape: one of :data:`SHAPES`.
         size: one of :data:`SIZES`.
         cell: grid cell index ``row * 3 + col`` in ``0..8``.
         offset: jitter ``(dx, dy)`` in pixels from the cell centre, within ``JITTER[size]``.
     """
 
-    shape: str
     colour: str
+    shape: str
     size: str
     cell: int
     offset: tuple[float, float] = (0.0, 0.0)
 
     def __post_init__(self) -> None:
-        if self.shape not in SHAPES:
-            raise ValueError(f"unknown shape {self.shape!r}; expected one of {SHAPES}")
         if self.colour not in PALETTE:
             raise ValueError(f"unknown colour {self.colour!r}; expected one of {COLOURS}")
+        if self.shape not in SHAPES:
+            raise ValueError(f"unknown shape {self.shape!r}; expected one of {SHAPES}")
         if self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; expected one of {SIZES}")
         if not 0 <= self.cell < GRID * GRID:
