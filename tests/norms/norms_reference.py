@@ -65,3 +65,54 @@ def conditional_instance_norm(
     view = mean.shape + (1,) * (x.dim() - 2)
     normalised = (x - mean.reshape(view)) / torch.sqrt(var.reshape(view) + eps)
     return (mix @ weight).reshape(view) * normalised + (mix @ bias).reshape(view)
+
+
+def layer_norm(x, dims, weight=None, bias=None, eps=1e-5):
+    y = normalise_last(x, eps, dims)
+    if weight is not None:
+        y = y * weight.double()
+    if bias is not None:
+        y = y + bias.double()
+    return y
+
+
+def rms_norm(x, dims, weight=None, eps=1e-6):
+    (x,) = _f64(x)
+    reduced = tuple(range(x.dim() - dims, x.dim()))
+    y = x / torch.sqrt((x * x).mean(reduced, keepdim=True) + eps)
+    return y if weight is None else y * weight.double()
+
+
+def lp_norm(x, p, dims, weight=None, bias=None, eps=1e-6):
+    (x,) = _f64(x)
+    reduced = tuple(range(x.dim() - dims, x.dim()))
+    y = x / (x.abs().pow(p).mean(reduced, keepdim=True) + eps).pow(1.0 / p)
+    if weight is not None:
+        y = y * weight.double()
+    if bias is not None:
+        y = y + bias.double()
+    return y
+
+
+def _channel_affine(y, weight, bias):
+    view = (1, -1) + (1,) * (y.dim() - 2)
+    if weight is not None:
+        y = y * weight.double().reshape(view)
+    if bias is not None:
+        y = y + bias.double().reshape(view)
+    return y
+
+
+def group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    (x,) = _f64(x)
+    grouped = x.reshape(x.shape[0], num_groups, -1)
+    y = normalise_last(grouped, eps).reshape(x.shape)
+    return _channel_affine(y, weight, bias)
+
+
+def instance_norm(x, weight=None, bias=None, eps=1e-5):
+    (x,) = _f64(x)
+    mean, var = spatial_mean_var(x)
+    view = mean.shape + (1,) * (x.dim() - 2)
+    y = (x - mean.reshape(view)) / torch.sqrt(var.reshape(view) + eps)
+    return _channel_affine(y, weight, bias)
