@@ -8,6 +8,7 @@ Public API::
     heldout_prompts(n=200, seed=0) -> list[str]
     parse_caption(caption) -> ParsedCaption
     score_image(image, caption) -> ScoreResult                 # .ok and per category
+    evaluate_images(images, captions) -> EvalReport            # shares, overall and per category
 """
 
 from models.shapes.captions import (
@@ -18,6 +19,7 @@ from models.shapes.captions import (
     parse_caption,
 )
 from models.shapes.dataset import ShapesDataset, to_tensor
+from models.shapes.evaluate import CATEGORIES, EvalReport, evaluate_images, summarize
 from models.shapes.render import render
 from models.shapes.scenes import layout, sample_scene
 from models.shapes.scorer import DetectedObject, ScoreResult, detect_objects, score_image
@@ -31,6 +33,7 @@ from models.shapes.splits import (
 from models.shapes.vocab import COLOURS, PALETTE, POSITIONS, SHAPES, SIZES, Scene, SceneObject
 
 __all__ = [
+    "CATEGORIES",
     "COLOURS",
     "FAMILIES",
     "HELDOUT_PAIRS",
@@ -41,6 +44,7 @@ __all__ = [
     "SIZES",
     "TRAIN_PAIRS",
     "DetectedObject",
+    "EvalReport",
     "ObjectSpec",
     "ParsedCaption",
     "Scene",
@@ -49,6 +53,7 @@ __all__ = [
     "ShapesDataset",
     "compose_caption",
     "detect_objects",
+    "evaluate_images",
     "heldout_prompts",
     "layout",
     "parse_caption",
@@ -56,5 +61,6 @@ __all__ = [
     "sample_caption",
     "sample_scene",
     "score_image",
+    "summarize",
     "to_tensor",
 ]
