@@ -5,6 +5,7 @@ a status that says whose fault it was:
 
 ====  ===========================  ==================================================
 400   ``bad_image`` and friends    an upload that is not a usable image, a bad field
+401   ``unauthorized``             an API key is configured and the request lacks it
 413   ``payload_too_large``        body over ``max_upload_bytes``; image over ``max_pixels``
 415   ``unsupported_media_type``   not an image format the service reads; not multipart
 422   ``validation_error``         a field of the wrong type, out of range, wrong count
@@ -55,6 +56,10 @@ class BadRequest(ServiceError):
 
 class BadImage(ServiceError):
     status_code, code = 400, "bad_image"
+
+
+class Unauthorized(ServiceError):
+    status_code, code = 401, "unauthorized"
 
 
 class PayloadTooLarge(ServiceError):

@@ -1,0 +1,224 @@
+"""The FastAPI application: ``create_app(settings)``.
+
+Models load in ``lifespan`` (never at import), one ``WorkerPool`` per model. The
+outermost middleware gives every request an id (``X-Request-ID``, echoed or made up),
+one structured log line, metrics, the streamed upload cap, and the drain gate: once
+shutdown begins new requests get 503 while the ones in flight finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import Headers, MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.config import Settings, get_settings
+from service.errors import PayloadTooLarge, error_response, install_error_handlers
+from service.metrics import Metrics
+from service.routes import generate, health, models, page, stylize
+from service.workers import MODELS, ModelEntry, build_pools, load_models
+
+logger = logging.getLogger("atelier.app")
+access_logger = logging.getLogger("atelier.access")
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+_REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+#: Paths that still answer while draining (probes and scrapes).
+_ALWAYS_OPEN = ("/healthz", "/readyz", "/metrics")
+
+
+class Lifecycle:
+    """Drain state shared by the middleware, the probes and the CLI's signal handler."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.in_flight = 0
+
+    def begin_drain(self) -> None:
+        if not self.draining:
+            logger.info("draining: new requests get 503", extra={"in_flight": self.in_flight})
+        self.draining = True
+
+
+class RequestContextMiddleware:
+    """Request id, access log, metrics, upload cap and drain gate (pure ASGI)."""
+
+    def __init__(
+        self, app: ASGIApp, *, metrics: Metrics, lifecycle: Lifecycle, max_body_bytes: int
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.lifecycle = lifecycle
+        self.max_body_bytes = max_body_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        headers = Headers(scope=scope)
+        incoming_id = headers.get("x-request-id", "")
+        request_id = incoming_id if _REQUEST_ID.match(incoming_id) else uuid.uuid4().hex
+        scope.setdefault("state", {}).update(request_id=request_id, started=time.monotonic())
+        status = 500
+
+        async def send_with_id(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+                MutableHeaders(scope=message)["X-Request-ID"] = request_id
+            await send(message)
+
+        self.lifecycle.in_flight += 1
+        self.metrics.in_flight.inc()
+        try:
+            rejection = self._reject_early(scope, headers)
+            if rejection is not None:
+                await rejection(scope, receive, send_with_id)
+            else:
+                await self.app(scope, self._capped(receive), send_with_id)
+        finally:
+            self.lifecycle.in_flight -= 1
+            self.metrics.in_flight.dec()
+            seconds = time.perf_counter() - started
+            route = getattr(scope.get("route"), "path", None) or "unmatched"
+            self.metrics.observe_request(scope["method"], route, status, seconds)
+            access_logger.info(
+                "request",
+                extra={
+                    "request_id": request_id,
+                    "method": scope["method"],
+                    "path": scope["path"],
+                    "route": route,
+                    "status": status,
+                    "duration_ms": round(seconds * 1000.0, 2),
+                },
+            )
+
+    def _reject_early(self, scope: Scope, headers: Headers):
+        if self.lifecycle.draining and scope["path"] not in _ALWAYS_OPEN:
+            return error_response(503, "shutting_down", "the service is shutting down")
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            return error_response(
+                413, "payload_too_large", f"the body is over {self.max_body_bytes} bytes"
+            )
+        return None
+
+    def _capped(self, receive: Receive) -> Receive:
+        """``receive`` that raises ``PayloadTooLarge`` as soon as the body passes the cap."""
+        received = 0
+        limit = self.max_body_bytes
+
+        async def capped_receive() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise PayloadTooLarge(f"the body is over {limit} bytes")
+            return message
+
+        return capped_receive
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message and any ``extra`` fields."""
+
+    _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        payload = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        payload.update({k: v for k, v in vars(record).items() if k not in self._STANDARD})
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return json.dumps(payload, default=str)
+
+
+def configure_logging(level: str = "info") -> None:
+    """Send the ``atelier`` loggers to stderr as JSON lines."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(JsonLogFormatter())
+    root = logging.getLogger("atelier")
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    root.propagate = False
+
+
+def create_app(
+    settings: Settings | None = None, *, model_entries: Mapping[str, ModelEntry] | None = None
+) -> FastAPI:
+    """Build the application.
+
+    Args:
+        settings: configuration; the process settings (environment) by default.
+        model_entries: how to load and run each model by name (tests inject fakes);
+            ``service.workers.MODELS`` by default.
+    """
+    settings = settings or get_settings()
+    entries = dict(model_entries if model_entries is not None else MODELS)
+    metrics = Metrics()
+    lifecycle = Lifecycle()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        loaded, statuses = await asyncio.to_thread(load_models, settings, entries)
+        pools = build_pools(loaded, entries, settings, metrics)
+        for pool in pools.values():
+            pool.start()
+        app.state.pools = pools
+        app.state.model_status = statuses
+        try:
+            yield
+        finally:
+            lifecycle.begin_drain()
+            await asyncio.gather(*(pool.close() for pool in pools.values()))
+            logger.info("workers stopped")
+
+    app = FastAPI(
+        title="Atelier",
+        version="0.1.0",
+        summary="Arbitrary style transfer and text-to-image generation.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.metrics = metrics
+    app.state.lifecycle = lifecycle
+    app.state.pools = {}
+    app.state.model_status = {}
+    install_error_handlers(app)
+    for module in (page, health, models, stylize, generate):
+        app.include_router(module.router)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["GET", "POST"],
+            allow_headers=["Authorization", "Content-Type", "Accept", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Retry-After", "X-Seed"],
+        )
+    app.add_middleware(
+        RequestContextMiddleware,
+        metrics=metrics,
+        lifecycle=lifecycle,
+        max_body_bytes=settings.max_upload_bytes,
+    )
+    return app

@@ -1,0 +1,98 @@
+"""Prometheus metrics (prometheus-client), one registry per app so tests stay isolated.
+
+Exported series:
+
+* ``atelier_http_requests_total{method, route, status}`` and
+  ``atelier_http_request_duration_seconds{method, route}``: every request, labelled by
+  the route template (``/v1/stylize``), never the raw path, to bound cardinality.
+* ``atelier_http_requests_in_flight``.
+* ``atelier_batch_size{model, device}`` and ``atelier_forward_duration_seconds{model,
+  device}``: one observation per batched forward.
+* ``atelier_queue_depth{model, device}``: items waiting in each batcher.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+_BATCH_BUCKETS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 128)
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+
+class Metrics:
+    """The service's metric families on a private ``CollectorRegistry``."""
+
+    content_type = CONTENT_TYPE_LATEST
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "atelier_http_requests",
+            "HTTP requests answered.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "atelier_http_request_duration_seconds",
+            "Time from the request's arrival to the end of its response.",
+            ["method", "route"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.in_flight = Gauge(
+            "atelier_http_requests_in_flight", "Requests being served.", registry=self.registry
+        )
+        self.batch_size = Histogram(
+            "atelier_batch_size",
+            "Items per batched forward.",
+            ["model", "device"],
+            buckets=_BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.forward_seconds = Histogram(
+            "atelier_forward_duration_seconds",
+            "Wall time of one batched forward.",
+            ["model", "device"],
+            buckets=_LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.queue_depth = Gauge(
+            "atelier_queue_depth",
+            "Items waiting in a batcher's queue.",
+            ["model", "device"],
+            registry=self.registry,
+        )
+
+    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(method, route, str(status)).inc()
+        self.latency.labels(method, route).observe(seconds)
+
+    def batch_observer(self, model: str, device: str) -> BatchMetrics:
+        return BatchMetrics(self, model, device)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class BatchMetrics:
+    """The ``service.batching.BatchObserver`` for one model on one device."""
+
+    def __init__(self, metrics: Metrics, model: str, device: str) -> None:
+        self._depth = metrics.queue_depth.labels(model, device)
+        self._size = metrics.batch_size.labels(model, device)
+        self._seconds = metrics.forward_seconds.labels(model, device)
+        self._depth.set(0)
+
+    def queue_depth(self, depth: int) -> None:
+        self._depth.set(depth)
+
+    def batch_done(self, size: int, seconds: float) -> None:
+        self._size.observe(size)
+        self._seconds.observe(seconds)

@@ -1,0 +1,109 @@
+"""``POST /v1/stylize`` with a fake model: fields reach the model, images come back."""
+
+from __future__ import annotations
+
+import io
+
+import corpus
+import numpy as np
+import pytest
+from PIL import Image
+
+
+def _post(client, content, styles, masks=(), **fields):
+    files = [("content", ("c.png", content, "image/png"))]
+    files += [("style", (f"s{i}.png", s, "image/png")) for i, s in enumerate(styles)]
+    files += [("mask", (f"m{i}.png", m, "image/png")) for i, m in enumerate(masks)]
+    return client.post("/v1/stylize", files=files, data={k: str(v) for k, v in fields.items()})
+
+
+def _pixels(response) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"), dtype=np.float64)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.3, 1.0])
+def test_alpha_blends_content_and_style_colour(client, alpha):
+    content, style = (200, 40, 10), (20, 100, 240)
+    response = _post(
+        client, corpus.solid_png(content), [corpus.solid_png(style, 32, 32)], alpha=alpha
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == "image/png"
+    expected = (1 - alpha) * np.array(content) + alpha * np.array(style)
+    got = _pixels(response)
+    assert got.shape == (24, 40, 3)
+    np.testing.assert_allclose(got, np.broadcast_to(expected, got.shape), atol=1.0)
+
+
+def test_style_weights_mix_the_styles(client):
+    red, blue = (255, 0, 0), (0, 0, 255)
+    response = _post(
+        client,
+        corpus.solid_png((0, 0, 0)),
+        [corpus.solid_png(red), corpus.solid_png(blue)],
+        style_weights="3,1",
+    )
+    assert response.status_code == 200, response.text
+    expected = 0.75 * np.array(red) + 0.25 * np.array(blue)
+    np.testing.assert_allclose(_pixels(response)[0, 0], expected, atol=1.0)
+
+
+def test_preserve_color_reaches_the_model(client):
+    data = corpus.png(40, 24)
+    response = _post(client, data, [corpus.solid_png((0, 0, 255))], preserve_color="true")
+    reference = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64)
+    np.testing.assert_allclose(_pixels(response), reference, atol=1.0)
+
+
+def test_size_shrinks_the_longer_side(client):
+    response = _post(client, corpus.png(200, 100), [corpus.png(64, 64)], size=64)
+    assert response.status_code == 200
+    assert Image.open(io.BytesIO(response.content)).size == (64, 32)
+
+
+@pytest.mark.parametrize(("fmt", "pil_name"), [("jpeg", "JPEG"), ("webp", "WEBP")])
+def test_output_format(client, fmt, pil_name):
+    response = _post(client, corpus.png(), [corpus.png(seed=3)], format=fmt)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == f"image/{fmt}"
+    assert Image.open(io.BytesIO(response.content)).format == pil_name
+
+
+def test_masks_one_per_style_are_accepted(client):
+    white = corpus.solid_png((255, 255, 255))
+    response = _post(
+        client, corpus.png(40, 24), [corpus.png(seed=1), corpus.png(seed=2)], masks=[white] * 2
+    )
+    assert response.status_code == 200, response.text
+
+
+def test_masks_with_style_weights_are_rejected(client):
+    white = corpus.solid_png((255, 255, 255))
+    response = _post(
+        client,
+        corpus.png(),
+        [corpus.png(seed=1)],
+        masks=[white],
+        style_weights="1",
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "validation_error"
+
+
+def test_concurrent_compatible_requests_share_a_forward(fakes, client_factory):
+    import concurrent.futures
+
+    client = client_factory(max_batch_wait_ms=10_000.0, max_batch_size=4)
+    content, style = corpus.png(40, 24), corpus.png(32, 32, seed=1)
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        responses = list(pool.map(lambda _: _post(client, content, [style]), range(4)))
+    assert [r.status_code for r in responses] == [200] * 4
+    assert fakes.adain["cpu"].batch_sizes == [4]  # a full batch flushes without waiting 10 s
+
+
+def test_request_id_is_echoed_or_made_up(client):
+    mine = client.get("/healthz", headers={"X-Request-ID": "abc-123"})
+    assert mine.headers["X-Request-ID"] == "abc-123"
+    made_up = client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"})
+    assert made_up.headers["X-Request-ID"] != "bad id with spaces"
+    assert len(made_up.headers["X-Request-ID"]) == 32
