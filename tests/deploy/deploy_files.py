@@ -209,28 +209,36 @@ def is_ignored(relative_path: str, rules: list[tuple[bool, re.Pattern[str]]]) ->
 
 
 # ---------------------------------------------------------------- the service
-def service_route_paths() -> set[str] | None:
-    """Paths the FastAPI app serves, or None while service.app is not importable."""
+@cache
+def service_responses() -> dict[str, tuple[int, str]] | None:
+    """``GET`` status and body of the probe and metrics routes from the real app, or
+    None while ``service.app`` is not importable yet.
+
+    The app runs without its lifespan (no model is loaded), as a container does between
+    start and the end of model loading: ``/healthz`` answers, ``/readyz`` says not ready.
+    """
     try:
         from service.app import create_app
     except ImportError:
         return None
+    from fastapi.testclient import TestClient
+
     from service.config import Settings
 
-    app = create_app(Settings(load_models=""))
-    return {getattr(route, "path", "") for route in app.routes}
+    client = TestClient(create_app(Settings(load_models="")))
+    answers = {}
+    for path in ("/healthz", "/readyz", "/metrics", "/no-such-route"):
+        response = client.get(path)
+        answers[path] = (response.status_code, response.text)
+    return answers
 
 
-def service_metric_names() -> set[str] | None:
-    """Names of the prometheus-client metrics service.metrics defines, or None."""
-    try:
-        import service.metrics as metrics
-    except ImportError:
-        return None
-    from prometheus_client.metrics import MetricWrapperBase
+def service_answer(path: str) -> tuple[int, str]:
+    """Status and body the real app gives ``GET path``; skips the calling test while
+    ``service.app`` is not importable yet."""
+    import pytest
 
-    names = set()
-    for value in vars(metrics).values():
-        if isinstance(value, MetricWrapperBase):
-            names.add(value._name)
-    return names or None
+    answers = service_responses()
+    if answers is None:
+        pytest.skip("service.app is not importable yet")
+    return answers[path]
