@@ -1,0 +1,81 @@
+"""``POST /v1/generate`` with a fake model: seeds, defaults, batching, PNG answers."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+import torch
+from PIL import Image
+
+
+def _decode(b64: str) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(base64.b64decode(b64))).convert("RGB"))
+
+
+def _expected(seed: int) -> np.ndarray:
+    image = torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(seed))
+    return (image * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+
+
+def test_images_follow_their_seeds(client, fakes):
+    response = client.post("/v1/generate", json={"prompt": "a cat", "num_images": 3, "seed": 41})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["seeds"] == [41, 42, 43]
+    assert len(body["images"]) == 3
+    for b64, seed in zip(body["images"], body["seeds"], strict=True):
+        np.testing.assert_array_equal(_decode(b64), _expected(seed))
+    model = fakes.dit["cpu"]
+    assert sum(len(call["seeds"]) for call in model.calls) == 3
+    assert all(call["prompts"] == ["a cat"] * len(call["seeds"]) for call in model.calls)
+
+
+def test_defaults_come_from_the_model(client, fakes):
+    body = client.post("/v1/generate", json={"prompt": "a dog"}).json()
+    assert (body["steps"], body["guidance_scale"], body["sampler"]) == (4, 3.0, "ddim")
+    call = fakes.dit["cpu"].calls[-1]
+    assert (call["steps"], call["guidance_scale"], call["sampler"]) == (4, 3.0, "ddim")
+    assert call["negative_prompts"] == [None]
+    assert 0 <= body["seeds"][0] < 2**31
+
+
+def test_explicit_options_reach_the_model(client, fakes):
+    request = {
+        "prompt": "a boat",
+        "negative_prompt": "blurry",
+        "steps": 7,
+        "guidance_scale": 0.0,
+        "sampler": "ddpm",
+        "seed": 5,
+    }
+    assert client.post("/v1/generate", json=request).status_code == 200
+    call = fakes.dit["cpu"].calls[-1]
+    assert call == {
+        "prompts": ["a boat"],
+        "negative_prompts": ["blurry"],
+        "steps": 7,
+        "guidance_scale": 0.0,
+        "seeds": [5],
+        "sampler": "ddpm",
+    }
+
+
+def test_accept_png_answers_the_image_itself(client):
+    response = client.post(
+        "/v1/generate", json={"prompt": "a cat", "seed": 9}, headers={"Accept": "image/png"}
+    )
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "image/png"
+    assert response.headers["X-Seed"] == "9"
+    pixels = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
+    np.testing.assert_array_equal(pixels, _expected(9))
+
+
+def test_accept_png_with_several_images_answers_json(client):
+    response = client.post(
+        "/v1/generate", json={"prompt": "a cat", "num_images": 2}, headers={"Accept": "image/png"}
+    )
+    assert response.headers["content-type"].startswith("application/json")
+    assert len(response.json()["images"]) == 2
