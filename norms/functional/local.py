@@ -1,3 +1,153 @@
-"""Placeholder: filled in by the norms work (issue 2)."""
+"""Local normalization: local response (AlexNet), local contrast, global response (GRN).
 
-__all__: list[str] = []
+The cross-channel window sum of LRN is one ``avg_pool3d`` over the channel axis (with
+the padding done by the pool, not by a padded copy), and the remaining arithmetic runs
+in place, so the whole member is five passes over the tensor.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F  # noqa: N812
+from torch import Tensor
+
+from norms.functional._stats import acc_dtype
+
+__all__ = ["global_response_norm", "local_contrast_norm", "local_response_norm"]
+
+
+def _check_lrn_args(size: int, alpha: float, beta: float, k: float) -> None:
+    if not (isinstance(size, int) and size > 0):
+        raise ValueError(f"size must be a positive int, got {size}")
+    if not all(math.isfinite(v) for v in (alpha, beta, k)):
+        raise ValueError(f"alpha, beta and k must be finite, got {alpha}, {beta}, {k}")
+    if k < 0 or alpha < 0:
+        raise ValueError(f"alpha and k must be non-negative, got alpha={alpha}, k={k}")
+
+
+def _channel_window_sum(squares: Tensor, half: int) -> Tensor:
+    """``sum_{j=i-half}^{i+half} squares[:, j]`` (zeros outside ``[0, C)``), for ``(B, C, *)``.
+
+    One stride-1 average pool along the channel axis with ``half`` implicit zero padding
+    on both sides, rescaled by the window length ``2 * half + 1``.
+    """
+    batch, channels = squares.shape[:2]
+    half = min(half, channels - 1)  # channels further away than C - 1 are all padding
+    window = 2 * half + 1
+    as_volume = squares.reshape(batch, 1, channels, -1, 1)  # (B, 1, C, S, 1)
+    padding = half
+    if window > channels:  # the pool rejects a kernel longer than its unpadded input
+        as_volume, padding = F.pad(as_volume, (0, 0, 0, 0, half, half)), 0
+    mean = F.avg_pool3d(
+        as_volume, (window, 1, 1), stride=1, padding=(padding, 0, 0), count_include_pad=True
+    )
+    return mean.mul_(window).reshape(squares.shape)
+
+
+def local_response_norm(
+    x: Tensor, size: int, alpha: float = 1e-4, beta: float = 0.75, k: float = 2.0
+) -> Tensor:
+    """Local response normalization across channels, in the AlexNet form.
+
+    .. math:: b_i = a_i \\Big/ \\Big(k + \\alpha
+              \\sum_{j=\\max(0, i - \\lfloor n/2 \\rfloor)}^{\\min(C-1, i + \\lfloor n/2 \\rfloor)}
+              a_j^2\\Big)^{\\beta}
+
+    with ``n = size`` (Krizhevsky et al., 2012; their values n=5, alpha=1e-4,
+    beta=0.75, k=2). Here ``alpha`` multiplies the *sum* of squares. torch's
+    ``nn.LocalResponseNorm`` / ``F.local_response_norm`` instead multiply the *mean*,
+    ``alpha / n * sum``, over a window of exactly ``n`` channels
+    (``[i - n//2, i + (n-1)//2]``), so for odd ``n``
+    ``local_response_norm(x, n, alpha) == torch.nn.functional.local_response_norm(x, n, alpha * n)``;
+    for even ``n`` this window has ``n + 1`` channels (the paper's limits).
+
+    Args:
+        x: input with channels at dim 1.
+        size: the window ``n`` (positive).
+        alpha: scale of the sum of squares (not divided by ``n``).
+        beta: exponent.
+        k: additive constant.
+
+    Shape:
+        - x: ``(B, C, *)``; output: same, in ``x.dtype`` (float32 arithmetic for
+          half / bfloat16).
+    """
+    if x.dim() < 2:
+        raise ValueError(f"x must be (B, C, *), got {tuple(x.shape)}")
+    _check_lrn_args(size, alpha, beta, k)
+    work = x.to(acc_dtype(x.dtype))
+    denominator = _channel_window_sum(work * work, size // 2)
+    denominator.mul_(alpha).add_(k).pow_(-beta)
+    return (work * denominator).to(x.dtype)
+
+
+def local_contrast_norm(
+    x: Tensor,
+    size: int = 5,
+    kernel_size: int = 9,
+    alpha: float = 1e-4,
+    beta: float = 0.75,
+    k: float = 2.0,
+) -> Tensor:
+    """Local contrast normalization: subtract the local mean, then divisive LRN.
+
+    .. math:: v_{c,p} = a_{c,p} - \\frac{1}{|W_p|}\\sum_{q \\in W_p} a_{c,q}, \\qquad
+              b_i = v_i \\Big/ \\Big(k + \\alpha \\sum_{j \\in \\mathcal{N}(i)} v_j^2\\Big)^{\\beta}
+
+    ``W_p`` is the ``kernel_size x kernel_size`` window centred at pixel ``p`` clipped to
+    the image (border means average only the pixels inside), in the same channel;
+    ``N(i)`` is the cross-channel window of :func:`local_response_norm`.
+
+    Args:
+        x: images.
+        size: cross-channel window of the divisive step.
+        kernel_size: odd side of the spatial mean window.
+        alpha, beta, k: as in :func:`local_response_norm`.
+
+    Shape:
+        - x: ``(B, C, H, W)``; output: same, in ``x.dtype``.
+    """
+    if x.dim() != 4:
+        raise ValueError(f"x must be (B, C, H, W), got {tuple(x.shape)}")
+    if not (isinstance(kernel_size, int) and kernel_size > 0 and kernel_size % 2 == 1):
+        raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size}")
+    _check_lrn_args(size, alpha, beta, k)
+    work = x.to(acc_dtype(x.dtype))
+    local_mean = F.avg_pool2d(
+        work, kernel_size, stride=1, padding=kernel_size // 2, count_include_pad=False
+    )
+    return local_response_norm(work - local_mean, size, alpha, beta, k).to(x.dtype)
+
+
+def global_response_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-6) -> Tensor:
+    """Global response normalization (ConvNeXt V2, Woo et al., 2023).
+
+    .. math:: G_{bc} = \\lVert x_{bc} \\rVert_2, \\quad
+              N_{bc} = \\frac{G_{bc}}{\\frac{1}{C}\\sum_{c'} G_{bc'} + \\epsilon}, \\quad
+              y = w_c (x N_{bc}) + b_c + x = x (1 + w_c N_{bc}) + b_c
+
+    One norm reduction (accumulated in float32 or wider) and one fused ``addcmul``.
+    With ``weight = bias = 0`` it is the identity.
+
+    Args:
+        x: features, channels at dim 1; the norm runs over all spatial dims.
+        weight, bias: per-channel ``(C,)``.
+        eps: guards the division.
+
+    Shape:
+        - x: ``(B, C, *spatial)``; output: same, in ``x.dtype``.
+    """
+    if x.dim() < 3:
+        raise ValueError(f"x must be (B, C, *spatial), got {tuple(x.shape)}")
+    channels = x.shape[1]
+    for name, param in (("weight", weight), ("bias", bias)):
+        if tuple(param.shape) != (channels,):
+            raise ValueError(f"{name} must have shape ({channels},), got {tuple(param.shape)}")
+    view = (1, channels) + (1,) * (x.dim() - 2)
+    spatial = tuple(range(2, x.dim()))
+    gx = torch.linalg.vector_norm(x, 2, dim=spatial, keepdim=True, dtype=acc_dtype(x.dtype))
+    nx = gx / (gx.mean(dim=1, keepdim=True) + eps)  # (B, C, 1, ...)
+    scale = torch.addcmul(torch.ones_like(nx), weight.view(view).to(nx.dtype), nx)
+    return torch.addcmul(bias.view(view).to(x.dtype), x, scale.to(x.dtype))

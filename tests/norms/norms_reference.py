@@ -116,3 +116,50 @@ def instance_norm(x, weight=None, bias=None, eps=1e-5):
     view = mean.shape + (1,) * (x.dim() - 2)
     y = (x - mean.reshape(view)) / torch.sqrt(var.reshape(view) + eps)
     return _channel_affine(y, weight, bias)
+
+
+def local_response_norm(x, size, alpha=1e-4, beta=0.75, k=2.0):
+    """AlexNet LRN: the channel window [i - size//2, i + size//2] clipped to [0, C)."""
+    (x,) = _f64(x)
+    half = size // 2
+    squares = x * x
+    pad = torch.zeros((x.shape[0], half) + x.shape[2:], dtype=torch.float64)
+    padded = torch.cat([pad, squares, pad], dim=1)
+    window_sum = padded.unfold(1, 2 * half + 1, 1).sum(-1)  # (B, C, *)
+    return x / (k + alpha * window_sum) ** beta
+
+
+def local_mean_2d(x, kernel_size):
+    """Mean over the kernel_size^2 window centred at each pixel, clipped to the image."""
+    (x,) = _f64(x)
+    half = kernel_size // 2
+    padded = torch.nn.functional.pad(x, (half, half, half, half))
+    ones = torch.nn.functional.pad(torch.ones_like(x), (half, half, half, half))
+
+    def box(t):
+        return t.unfold(2, kernel_size, 1).unfold(3, kernel_size, 1).sum((-1, -2))
+
+    return box(padded) / box(ones)
+
+
+def local_contrast_norm(x, size=5, kernel_size=9, alpha=1e-4, beta=0.75, k=2.0):
+    (x,) = _f64(x)
+    return local_response_norm(x - local_mean_2d(x, kernel_size), size, alpha, beta, k)
+
+
+def global_response_norm(x, weight, bias, eps=1e-6):
+    x, weight, bias = _f64(x, weight, bias)
+    view = (1, -1) + (1,) * (x.dim() - 2)
+    g = torch.sqrt((x * x).sum(tuple(range(2, x.dim())), keepdim=True))
+    n = g / (g.mean(1, keepdim=True) + eps)
+    return weight.reshape(view) * (x * n) + bias.reshape(view) + x
+
+
+def dynamic_tanh(x, alpha, weight=None, bias=None):
+    (x,) = _f64(x)
+    y = torch.tanh(float(alpha) * x)
+    if weight is not None:
+        y = y * weight.double()
+    if bias is not None:
+        y = y + bias.double()
+    return y
