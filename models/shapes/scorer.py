@@ -1,8 +1,10 @@
 """An automatic scorer for captioned-shapes images, in the spirit of GenEval.
 
-1. Segment: each pixel takes the nearest palette colour (or black) by Euclidean RGB
-   distance in ``[0, 1]^3``; pixels farther than ``max_distance`` from every palette colour
-   are background.
+1. Segment: a pixel ``p`` in ``[0, 1]^3`` is foreground when its brightness
+   ``max(p) >= MIN_BRIGHTNESS`` (0.5: an edge pixel half covered by a shape, as a blurred
+   or soft generated edge gives, still counts, so sizes survive blur); its colour is the
+   palette colour nearest (Euclidean) to its chromaticity ``p / max(p)`` (every palette
+   colour has a channel at 1), unless that distance exceeds ``MAX_DISTANCE``.
 2. Find objects: 8-connected components per colour (``scipy.ndimage.label``) of at least
    ``min_area`` pixels, holes filled.
 3. Describe each object from its mask and bounding box (height ``h``, width ``w``):
@@ -29,11 +31,12 @@ from scipy import ndimage
 from models.shapes.captions import ParsedCaption, parse_caption
 from models.shapes.vocab import CELL, COLOURS, GRID, IMAGE_SIZE, PALETTE, POSITIONS
 
-_PALETTE = np.array([PALETTE[c] for c in COLOURS] + [(0, 0, 0)], dtype=np.float64) / 255.0
+_PALETTE = np.array([PALETTE[c] for c in COLOURS], dtype=np.float64) / 255.0
 _BACKGROUND = len(COLOURS)
 _EIGHT_CONNECTED = np.ones((3, 3), dtype=bool)
 
 #: Thresholds (documented in the module docstring).
+MIN_BRIGHTNESS = 0.5
 MAX_DISTANCE = 0.3
 MIN_AREA = 6
 TRIANGLE_ASYMMETRY = 0.2
@@ -127,9 +130,11 @@ def segment(image: np.ndarray | torch.Tensor) -> np.ndarray:
         image ``(3, 32, 32)`` or ``(32, 32, 3)`` -> labels ``int (32, 32)``.
     """
     pixels = as_hwc_float(image)
-    distance = np.linalg.norm(pixels[:, :, None, :] - _PALETTE[None, None], axis=-1)
+    brightness = pixels.max(axis=-1)
+    chroma = pixels / np.maximum(brightness, 1e-6)[..., None]
+    distance = np.linalg.norm(chroma[:, :, None, :] - _PALETTE[None, None], axis=-1)
     labels = distance.argmin(axis=-1)
-    labels[distance.min(axis=-1) > MAX_DISTANCE] = _BACKGROUND
+    labels[(brightness < MIN_BRIGHTNESS) | (distance.min(axis=-1) > MAX_DISTANCE)] = _BACKGROUND
     return labels
 
 
