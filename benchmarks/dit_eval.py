@@ -76,8 +76,12 @@ def ground_truth_generator(seed: int) -> Generate:
 
 def run(
     generate: Generate, prompts: list[str], guidance: float, seed: int, batch: int
-) -> tuple[EvalReport, float]:
-    """Generate every prompt (``seed + i`` for prompt ``i``) and score; returns report, img/s."""
+) -> tuple[EvalReport, float, torch.Tensor]:
+    """Generate every prompt (``seed + i`` for prompt ``i``) and score.
+
+    Returns:
+        the report, images per second, and the images ``(N, 3, 32, 32)``.
+    """
     images = []
     start = time.perf_counter()
     for lo in range(0, len(prompts), batch):
@@ -85,8 +89,33 @@ def run(
         seeds = [seed + lo + i for i in range(len(chunk))]
         images.append(generate(chunk, guidance, seeds).float().cpu())
     elapsed = time.perf_counter() - start
-    report = evaluate_images(torch.cat(images), prompts)
-    return report, len(prompts) / elapsed
+    stacked = torch.cat(images)
+    return evaluate_images(stacked, prompts), len(prompts) / elapsed, stacked
+
+
+def save_grid(path: Path, images: torch.Tensor, prompts: list[str], columns: int = 8) -> None:
+    """Write the first ``columns**2`` images, x4, framed green (ok) or red, and their captions."""
+    from PIL import Image, ImageDraw
+
+    from models.shapes import score_image
+
+    count = min(len(images), columns * columns)
+    cell, frame = 32 * 4 + 4, 2
+    rows = -(-count // columns)
+    sheet = Image.new("RGB", (columns * cell, rows * cell))
+    draw = ImageDraw.Draw(sheet)
+    lines = []
+    for i in range(count):
+        x, y = (i % columns) * cell, (i // columns) * cell
+        ok = score_image(images[i], prompts[i]).ok
+        draw.rectangle([x, y, x + cell - 1, y + cell - 1], fill=(0, 160, 0) if ok else (200, 0, 0))
+        pixels = (images[i].clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        tile = Image.fromarray(pixels).resize((128, 128), Image.NEAREST)
+        sheet.paste(tile, (x + frame, y + frame))
+        lines.append(f"{i:3d} {'ok  ' if ok else 'FAIL'} {prompts[i]}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(path)
+    path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
 
 
 def _fmt(value: float | None) -> str:
@@ -126,6 +155,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ground-truth", action="store_true", help="score renders, not the model")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--grid",
+        type=Path,
+        help="save a PNG sheet (+ .txt captions) per guidance, e.g. out/eval.png",
+    )
     args = parser.parse_args(argv)
     if args.n < 1 or args.batch < 1:
         parser.error("--n and --batch must be >= 1")
@@ -152,7 +186,9 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     for guidance in guidances:
-        report, speed = run(generate, prompts, guidance, args.seed, args.batch)
+        report, speed, images = run(generate, prompts, guidance, args.seed, args.batch)
+        if args.grid is not None:
+            save_grid(args.grid.with_stem(f"{args.grid.stem}-g{guidance:g}"), images, prompts)
         rows.append({"guidance": guidance, "images_per_s": speed, "report": report.as_dict()})
     result = {**header, "rows": rows}
     if len(rows) == 2:

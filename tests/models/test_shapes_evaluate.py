@@ -72,12 +72,16 @@ def _load_benchmark():
     return module
 
 
-def test_dit_eval_on_ground_truth_renders_scores_one(capsys):
-    assert _load_benchmark().main(["--ground-truth", "--n", "30", "--json"]) == 0
+def test_dit_eval_on_ground_truth_renders_scores_one(capsys, tmp_path):
+    argv = ["--ground-truth", "--n", "30", "--json", "--grid", str(tmp_path / "eval.png")]
+    assert _load_benchmark().main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     (row,) = result["rows"]
     assert row["report"]["n"] == result["prompts"] == 30
     assert row["report"]["overall"] == 1.0
+    lines = (tmp_path / "eval-g1.txt").read_text().splitlines()
+    assert len(lines) == 30 and all(" ok " in line for line in lines)
+    assert (tmp_path / "eval-g1.png").stat().st_size > 0
 
 
 def test_dit_eval_run_pairs_seeds_with_prompts():
@@ -90,7 +94,8 @@ def test_dit_eval_run_pairs_seeds_with_prompts():
         calls.append((list(chunk), guidance, list(seeds)))
         return torch.zeros(len(chunk), 3, 32, 32)
 
-    report, _ = module.run(generate, prompts, 2.5, seed=10, batch=3)
+    report, _, images = module.run(generate, prompts, 2.5, seed=10, batch=3)
+    assert images.shape == (7, 3, 32, 32)
     assert [c[2] for c in calls] == [[10, 11, 12], [13, 14, 15], [16]]
     assert sum((c[0] for c in calls), []) == prompts
     assert {c[1] for c in calls} == {2.5}
