@@ -221,3 +221,12 @@ def test_load_balancer_balances_over_every_replica_by_connections_with_health_ch
     assert service_answer("/no-such-route")[0] == 404
     status, _ = service_answer("/readyz")
     assert status == 503
+
+
+def test_stop_grace_period_covers_the_drain():
+    # `docker compose stop` sends SIGTERM, then SIGKILL after stop_grace_period; the
+    # service drains for up to request_timeout_s (the compose file leaves its default).
+    timeout_s = Settings.model_fields["request_timeout_s"].default
+    for name, service in ATELIER.items():
+        grace = service["stop_grace_period"]
+        assert grace.endswith("s") and float(grace[:-1]) > timeout_s, name

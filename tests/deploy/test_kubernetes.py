@@ -219,3 +219,11 @@ def test_pods_are_scraped_on_the_metrics_port():
     annotations = DEPLOYMENT["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/path"] == "/metrics"
     assert int(annotations["prometheus.io/port"]) == _named_port("http")
+
+
+def test_termination_grace_covers_the_drain():
+    # SIGTERM makes the service wait up to request_timeout_s for requests in flight;
+    # the kubelet must not SIGKILL it before that (plus the preStop pause).
+    timeout_s = float(SETTINGS_MAP["data"]["ATELIER_REQUEST_TIMEOUT_S"])
+    pre_stop = CONTAINER["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert POD["terminationGracePeriodSeconds"] > pre_stop + timeout_s
