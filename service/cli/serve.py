@@ -1,15 +1,93 @@
-"""``atelier serve``: run the HTTP service (placeholder until the service lands)."""
+"""``atelier serve``: run the HTTP service under uvicorn.
+
+Flags override the ``ATELIER_*`` environment (and ``.env``); anything not given keeps
+its setting. On SIGINT/SIGTERM the app starts draining (new requests get 503, probes
+report not ready), uvicorn stops accepting connections and waits up to
+``request_timeout_s`` for the requests in flight, then the workers finish their queues.
+"""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+from types import FrameType
+
+import uvicorn
+
+from service.config import Settings
+
+#: flag -> Settings field (the flags ``atelier serve`` accepts besides --log-level).
+_FLAGS = {
+    "host": "host",
+    "port": "port",
+    "devices": "devices",
+    "weights_dir": "weights_dir",
+    "load_models": "load_models",
+    "max_batch_size": "max_batch_size",
+    "max_batch_wait_ms": "max_batch_wait_ms",
+    "queue_size": "queue_size",
+    "request_timeout_s": "request_timeout_s",
+    "log_level": "log_level",
+}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="run the HTTP service")
+    parser = subparsers.add_parser(
+        "serve",
+        help="run the HTTP service",
+        description="Serve style transfer and text-to-image over HTTP (uvicorn).",
+    )
+    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="port (default 8000)")
+    parser.add_argument(
+        "--devices", help='"auto" (every CUDA device, else CPU), or e.g. "cuda:0,cuda:1", "cpu"'
+    )
+    parser.add_argument("--weights-dir", type=Path, help="folder holding the checkpoints")
+    parser.add_argument("--load-models", help='comma list of models, e.g. "adain,dit"')
+    parser.add_argument("--max-batch-size", type=int, help="most requests in one forward")
+    parser.add_argument("--max-batch-wait-ms", type=float, help="longest wait for a batch")
+    parser.add_argument("--queue-size", type=int, help="queue bound per worker (then 429)")
+    parser.add_argument("--request-timeout-s", type=float, help="per-request deadline (504)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=run)
 
 
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The environment's settings with every given flag applied on top."""
+    overrides = {
+        field: getattr(args, flag)
+        for flag, field in _FLAGS.items()
+        if getattr(args, flag, None) is not None
+    }
+    return Settings(**overrides)
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that tells the app to drain as soon as a stop signal arrives."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle) -> None:
+        super().__init__(config)
+        self._lifecycle = lifecycle
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self._lifecycle.begin_drain()
+        super().handle_exit(sig, frame)
+
+
 def run(args: argparse.Namespace) -> int:
-    print("The HTTP service is not built yet (see issue 4); `make test` works today.")
-    return 1
+    from service.app import configure_logging, create_app
+
+    settings = settings_from_args(args)
+    configure_logging(settings.log_level)
+    app = create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,  # the app writes one structured line per request
+        timeout_graceful_shutdown=max(1, round(settings.request_timeout_s)),
+    )
+    server = DrainingServer(config, app.state.lifecycle)
+    server.run()
+    return 0

@@ -1,0 +1,80 @@
+"""``atelier serve``: flags over settings, and a real uvicorn process that stops cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.cli import build_parser
+from service.cli.serve import settings_from_args
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_flags_override_settings(monkeypatch):
+    monkeypatch.setenv("ATELIER_MAX_BATCH_SIZE", "3")
+    monkeypatch.setenv("ATELIER_PORT", "9999")
+    args = build_parser().parse_args(
+        ["serve", "--port", "8123", "--devices", "cpu", "--max-batch-wait-ms", "25"]
+    )
+    settings = settings_from_args(args)
+    assert (settings.port, settings.devices, settings.max_batch_wait_ms) == (8123, "cpu", 25.0)
+    assert settings.max_batch_size == 3  # not given as a flag: the environment's value
+
+
+def test_bad_flag_value_is_rejected():
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--port", "eighty"])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.timeout(60)
+def test_real_server_answers_probes_and_stops_on_sigterm():
+    port = _free_port()
+    env = {**os.environ, "ATELIER_LOAD_MODELS": "nothing"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--devices", "cpu"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        for _ in range(300):
+            try:
+                health = httpx.get(f"{base}/healthz", timeout=1.0)
+                break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        else:
+            pytest.fail("the server never answered")
+        assert health.json() == {"status": "ok"}
+        ready = httpx.get(f"{base}/readyz")
+        assert ready.status_code == 503  # "nothing" is not a model: not ready, not a crash
+        assert "unknown model" in ready.json()["models"]["nothing"]
+        process.send_signal(signal.SIGTERM)
+        # uvicorn finishes its shutdown, then re-raises the signal it caught
+        assert process.wait(timeout=30) in (0, -signal.SIGTERM)
+        log = process.stdout.read().decode()
+        assert '"message": "workers stopped"' in log
+        assert "Application shutdown complete" in log
+        assert '"message": "draining: new requests get 503"' in log
+        assert '"route": "/readyz", "status": 503' in log
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
