@@ -48,6 +48,9 @@ RUN for name in ${FETCH_WEIGHTS}; do \
     done
 
 # ---------------------------------------------------------------- runtime
+# NVIDIA_VISIBLE_DEVICES is deliberately not set: which GPUs a container sees is up to
+# `--gpus`, the compose reservation or the Kubernetes device plugin, even on hosts where
+# nvidia is the default runtime (an image-wide "all" would hand every GPU to each replica).
 FROM ${PYTHON_IMAGE} AS runtime
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
@@ -55,7 +58,6 @@ ENV VIRTUAL_ENV=/opt/venv \
     PYTHONDONTWRITEBYTECODE=1 \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
-    NVIDIA_VISIBLE_DEVICES=all \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     ATELIER_HOST=0.0.0.0 \
     ATELIER_PORT=8000 \

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from deploy_files import (
+    COMPOSE_FILE,
     DOCKERFILE,
     README,
     ROOT,
@@ -21,6 +22,7 @@ from deploy_files import (
     dockerignore_rules,
     interpolate,
     is_ignored,
+    load_yaml,
     shell_commands,
     stage_env,
 )
@@ -323,3 +325,19 @@ def test_hadolint_does_report_a_bad_dockerfile(tmp_path):
     result = subprocess.run([_hadolint(), str(bad)], capture_output=True, text=True)
     assert result.returncode != 0
     assert "DL3007" in result.stdout  # :latest
+
+
+def test_image_leaves_gpu_visibility_to_the_runtime():
+    # An image-wide NVIDIA_VISIBLE_DEVICES=all would give every GPU to each container on
+    # hosts where nvidia is the default runtime, defeating per-replica device_ids and
+    # the Kubernetes device plugin's allocation.
+    env = stage_env(INSTRUCTIONS, FINAL_STAGE)
+    assert "NVIDIA_VISIBLE_DEVICES" not in env
+    assert set(env["NVIDIA_DRIVER_CAPABILITIES"].split(",")) >= {"compute", "utility"}
+
+
+def test_compose_build_args_are_declared_by_the_dockerfile():
+    declared = {ins.arguments.partition("=")[0] for ins in INSTRUCTIONS if ins.keyword == "ARG"}
+    for name, service in load_yaml(COMPOSE_FILE)["services"].items():
+        if "build" in service:
+            assert set(service["build"].get("args", {})) <= declared, name
