@@ -1,0 +1,109 @@
+"""Large common offsets (1e4 + N(0, 1)) normalise correctly in float32 and bfloat16.
+
+Each member is compared with its float64 reference evaluated on the *same* (already
+rounded) input, so the only error measured is the member's own arithmetic. The
+one-pass E[x^2] - E[x]^2 formula fails these checks (see the first test).
+"""
+
+import norms_reference as ref
+import pytest
+import torch
+
+from norms import F
+
+OFFSET = 1e4
+TOLERANCE = {
+    torch.float32: {"rtol": 1e-3, "atol": 1e-2},  # ulp(1e4) ~ 1e-3 in float32
+    torch.bfloat16: {"rtol": 1e-2, "atol": 2e-2},  # output rounding, 2^-8 relative
+}
+
+
+def _offset_input(shape, dtype, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    return (OFFSET + torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+
+
+def test_the_one_pass_formula_would_fail_these_checks():
+    x = _offset_input((4, 256), torch.float32)
+    one_pass = (x * x).mean(-1) - x.mean(-1) ** 2
+    true_var = x.double().var(-1, correction=0)
+    assert (one_pass.double() - true_var).abs().max() > 1.0  # true variance is ~1
+
+
+def _image(dtype, channels_last=False):
+    x = _offset_input((2, 4, 8, 8), dtype)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+DTYPES = [torch.float32, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_group_and_instance_norm(dtype, channels_last):
+    x = _image(dtype, channels_last)
+    weight, bias = torch.linspace(0.5, 2.0, 4), torch.linspace(-1.0, 1.0, 4)
+    got = F.group_norm(x, 2, weight, bias)
+    assert got.dtype == dtype
+    torch.testing.assert_close(got.double(), ref.group_norm(x, 2, weight, bias), **TOLERANCE[dtype])
+    got = F.instance_norm(x, weight, bias)
+    torch.testing.assert_close(got.double(), ref.instance_norm(x, weight, bias), **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_instance_norm_running_statistics(dtype):
+    x = _image(dtype)
+    running_mean, running_var = torch.zeros(4), torch.ones(4)
+    got = F.instance_norm(x, running_mean=running_mean, running_var=running_var, momentum=1.0)
+    torch.testing.assert_close(got.double(), ref.instance_norm(x), **TOLERANCE[dtype])
+    mean, var = ref.spatial_mean_var(x)
+    spatial = x[0, 0].numel()
+    torch.testing.assert_close(running_mean.double(), mean.mean(0))
+    torch.testing.assert_close(running_var.double(), (var * spatial / (spatial - 1)).mean(0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layer_rms_lp_norm_and_ada_layer_norm(dtype):
+    x = _offset_input((2, 3, 64), dtype)
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(F.layer_norm(x, 64).double(), ref.layer_norm(x, 1), **tol)
+    torch.testing.assert_close(F.rms_norm(x, 64).double(), ref.rms_norm(x, 1), **tol)
+    torch.testing.assert_close(F.lp_norm(x, 3.0, 64).double(), ref.lp_norm(x, 3.0, 1), **tol)
+    shift, scale = torch.linspace(-1, 1, 64).expand(2, 64), torch.linspace(0, 1, 64).expand(2, 64)
+    torch.testing.assert_close(
+        F.ada_layer_norm(x, shift, scale).double(), ref.ada_layer_norm(x, shift, scale), **tol
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_adain_and_conditional_instance_norm(dtype):
+    content = _image(dtype)
+    style = _offset_input((1, 4, 6, 6), dtype, seed=1)
+    tol = TOLERANCE[dtype]
+    torch.testing.assert_close(F.adain(content, style).double(), ref.adain(content, style), **tol)
+    weight, bias = torch.rand(3, 4) + 0.5, torch.randn(3, 4)
+    mix = torch.tensor([[0.2, 0.3, 0.5], [1.0, 0.0, 0.0]])
+    got = F.conditional_instance_norm(content, mix, weight, bias)
+    torch.testing.assert_close(
+        got.double(), ref.conditional_instance_norm(content, mix.double(), weight, bias), **tol
+    )
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_local_members(dtype):
+    x = _image(dtype)
+    tol = TOLERANCE[dtype]
+    got = F.local_contrast_norm(x, 3, 3, alpha=1e-2)
+    torch.testing.assert_close(got.double(), ref.local_contrast_norm(x, 3, 3, 1e-2), **tol)
+    # Without a mean to remove, LRN and GRN scale the offset: compare relatively.
+    got = F.local_response_norm(x, 3, alpha=1e-4)
+    torch.testing.assert_close(
+        got.double(), ref.local_response_norm(x, 3, 1e-4), rtol=tol["rtol"], atol=0
+    )
+    # GRN's output keeps the offset's magnitude, and 1 + w * N nearly cancels for w = -1:
+    # errors are measured in ulps of the offset.
+    weight, bias = torch.linspace(-1, 1, 4), torch.zeros(4)
+    got = F.global_response_norm(x, weight, bias)
+    want = ref.global_response_norm(x, weight, bias)
+    ulp_of_offset = torch.finfo(dtype).eps * OFFSET
+    torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=2 * ulp_of_offset)
