@@ -1,0 +1,33 @@
+"""Diffusion maths as pure functions: schedules, samplers, guidance, the training loss.
+
+Nothing here knows the network: a sampler takes ``model(x, t, cond) -> eps``.
+"""
+
+from models.diffusion.guidance import classifier_free_guidance
+from models.diffusion.losses import epsilon_loss
+from models.diffusion.random import generators_from_seeds, randn
+from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
+from models.diffusion.schedules import (
+    add_noise,
+    cosine_schedule,
+    get_schedule,
+    linear_schedule,
+    sampling_timesteps,
+)
+
+__all__ = [
+    "SAMPLERS",
+    "add_noise",
+    "classifier_free_guidance",
+    "cosine_schedule",
+    "ddim",
+    "ddpm",
+    "dpm_solver_pp_2m",
+    "epsilon_loss",
+    "generators_from_seeds",
+    "get_sampler",
+    "get_schedule",
+    "linear_schedule",
+    "randn",
+    "sampling_timesteps",
+]

@@ -1,0 +1,175 @@
+"""Samplers: DDPM ancestral, DDIM (eta) and DPM-Solver++(2M).
+
+A sampler knows the model only as a callable ``model(x, t, cond) -> eps``: ``x`` is the
+noisy batch ``(B, *)``, ``t`` the integer timesteps ``(B,)`` (long), ``cond`` whatever the
+caller passes (handed through untouched). Every sampler walks the timesteps returned by
+:func:`~models.diffusion.schedules.sampling_timesteps` and ends with one last jump to
+clean data (``alpha_bar = 1``), so ``steps`` is exactly the number of model calls.
+
+Notation: ``a_t = sqrt(alpha_bar_t)``, ``s_t = sqrt(1 - alpha_bar_t)``,
+``x0_hat = (x_t - s_t eps) / a_t``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from models.diffusion.random import Generators, randn
+from models.diffusion.schedules import sampling_timesteps
+
+Denoiser = Callable[[Tensor, Tensor, Any], Tensor]
+
+
+def _predict(
+    model: Denoiser, x: Tensor, t: int, cond: Any, alpha_bar_t: float, clip: bool
+) -> tuple[Tensor, Tensor]:
+    """Run the model at timestep ``t``; return ``(eps, x0_hat)`` (eps recomputed if clipped)."""
+    timesteps = torch.full((x.shape[0],), t, dtype=torch.long, device=x.device)
+    eps = model(x, timesteps, cond).to(x.dtype)
+    a, s = math.sqrt(alpha_bar_t), math.sqrt(1.0 - alpha_bar_t)
+    x0 = (x - s * eps) / a
+    if clip:
+        x0 = x0.clamp(-1.0, 1.0)
+        eps = (x - a * x0) / s
+    return eps, x0
+
+
+def _pairs(alpha_bar: Tensor, steps: int) -> list[tuple[int, float, float]]:
+    """``(t, alpha_bar_t, alpha_bar_next)`` along the grid; the last ``alpha_bar_next`` is 1."""
+    grid = sampling_timesteps(alpha_bar.shape[0], steps)
+    values = [float(alpha_bar[t]) for t in grid] + [1.0]
+    return [(t, values[i], values[i + 1]) for i, t in enumerate(grid)]
+
+
+@torch.no_grad()
+def ddpm(
+    model: Denoiser,
+    x: Tensor,
+    cond: Any,
+    alpha_bar: Tensor,
+    *,
+    steps: int,
+    generator: Generators = None,
+    clip_denoised: bool = False,
+) -> Tensor:
+    """Ancestral sampling from the DDPM posterior ``q(x_s | x_t, x0_hat)`` (Ho et al. 2020).
+
+    With ``b = 1 - alpha_bar_t / alpha_bar_s`` (the effective beta between the two
+    timesteps of the grid):
+
+    .. math::
+        \\mu = \\frac{\\sqrt{\\bar\\alpha_s}\\, b}{1 - \\bar\\alpha_t} \\hat x_0
+             + \\frac{\\sqrt{1 - b}\\,(1 - \\bar\\alpha_s)}{1 - \\bar\\alpha_t} x_t,\\qquad
+        \\sigma^2 = \\frac{1 - \\bar\\alpha_s}{1 - \\bar\\alpha_t} b
+
+    Args:
+        x: the starting noise ``x_T``, ``(B, *)``.
+        alpha_bar: the schedule, ``(T,)``.
+        steps: model evaluations (the grid is a subsequence when ``steps < T``).
+        generator: one generator, or one per batch item, for the added noise.
+        clip_denoised: clamp ``x0_hat`` to ``[-1, 1]`` (for images).
+    """
+    for t, ab_t, ab_s in _pairs(alpha_bar, steps):
+        _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+        b = 1.0 - ab_t / ab_s
+        mean = (math.sqrt(ab_s) * b / (1 - ab_t)) * x0 + (
+            math.sqrt(1 - b) * (1 - ab_s) / (1 - ab_t)
+        ) * x
+        var = (1 - ab_s) / (1 - ab_t) * b
+        if var > 0:
+            mean = mean + math.sqrt(var) * randn(x.shape, generator, device=x.device, dtype=x.dtype)
+        x = mean
+    return x
+
+
+@torch.no_grad()
+def ddim(
+    model: Denoiser,
+    x: Tensor,
+    cond: Any,
+    alpha_bar: Tensor,
+    *,
+    steps: int,
+    eta: float = 0.0,
+    generator: Generators = None,
+    clip_denoised: bool = False,
+) -> Tensor:
+    """DDIM (Song et al. 2021). ``eta = 0`` is deterministic, ``eta = 1`` is DDPM.
+
+    .. math::
+        \\sigma = \\eta \\sqrt{\\frac{1 - \\bar\\alpha_s}{1 - \\bar\\alpha_t}}
+                 \\sqrt{1 - \\frac{\\bar\\alpha_t}{\\bar\\alpha_s}},\\qquad
+        x_s = \\sqrt{\\bar\\alpha_s}\\,\\hat x_0 + \\sqrt{1 - \\bar\\alpha_s - \\sigma^2}\\,
+              \\hat\\epsilon + \\sigma z
+
+    Args: as :func:`ddpm`, plus ``eta >= 0``.
+    """
+    if eta < 0:
+        raise ValueError(f"eta must be >= 0, got {eta}")
+    for t, ab_t, ab_s in _pairs(alpha_bar, steps):
+        eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+        sigma = eta * math.sqrt((1 - ab_s) / (1 - ab_t) * (1 - ab_t / ab_s))
+        x = math.sqrt(ab_s) * x0 + math.sqrt(max(1 - ab_s - sigma**2, 0.0)) * eps
+        if sigma > 0:
+            x = x + sigma * randn(x.shape, generator, device=x.device, dtype=x.dtype)
+    return x
+
+
+@torch.no_grad()
+def dpm_solver_pp_2m(
+    model: Denoiser,
+    x: Tensor,
+    cond: Any,
+    alpha_bar: Tensor,
+    *,
+    steps: int,
+    generator: Generators = None,
+    clip_denoised: bool = False,
+) -> Tensor:
+    """DPM-Solver++(2M), the multistep second-order data-prediction solver (Lu et al. 2022).
+
+    With ``lambda = log(a / s)`` and ``h_i = lambda_{i+1} - lambda_i``:
+
+    .. math::
+        x_{i+1} = \\frac{s_{i+1}}{s_i} x_i - a_{i+1}(e^{-h_i} - 1) D_i,\\qquad
+        D_i = (1 + \\tfrac{1}{2r_i})\\hat x_0^{(i)} - \\tfrac{1}{2r_i}\\hat x_0^{(i-1)},
+        \\ r_i = h_{i-1} / h_i
+
+    The first step is first order (``D_0 = x0_hat``) and so is the final jump to clean
+    data, which returns ``x0_hat``. The solver draws no noise; ``generator`` is accepted
+    for a uniform signature.
+    """
+    del generator
+    previous_x0, previous_h = None, None
+    for t, ab_t, ab_s in _pairs(alpha_bar, steps):
+        _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+        if ab_s >= 1.0:
+            return x0
+        a_t, s_t = math.sqrt(ab_t), math.sqrt(1 - ab_t)
+        a_s, s_s = math.sqrt(ab_s), math.sqrt(1 - ab_s)
+        h = math.log(a_s / s_s) - math.log(a_t / s_t)
+        direction = x0
+        if previous_x0 is not None:
+            r = previous_h / h
+            direction = (1 + 1 / (2 * r)) * x0 - (1 / (2 * r)) * previous_x0
+        x = (s_s / s_t) * x - a_s * math.expm1(-h) * direction
+        previous_x0, previous_h = x0, h
+    return x
+
+
+Sampler = Callable[..., Tensor]
+
+#: Samplers by the name the CLI and the HTTP API use.
+SAMPLERS: dict[str, Sampler] = {"ddpm": ddpm, "ddim": ddim, "dpm++2m": dpm_solver_pp_2m}
+
+
+def get_sampler(name: str) -> Sampler:
+    """The sampler called ``name``; a miss lists the valid names."""
+    if name not in SAMPLERS:
+        raise ValueError(f"unknown sampler {name!r}; choose from {sorted(SAMPLERS)}")
+    return SAMPLERS[name]

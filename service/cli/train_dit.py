@@ -1,0 +1,92 @@
+"""``atelier train-dit``: train the text-to-image DiT on the captioned-shapes data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from service.config import PROJECT_WEIGHTS_DIR
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "train-dit",
+        help="train the text-to-image DiT",
+        description="Train the DiT (AdamW, EMA, bf16 autocast where supported); "
+        "checkpoints periodically and resumes with --resume.",
+    )
+    parser.add_argument("--preset", default="shapes32", help="architecture preset")
+    parser.add_argument("--steps", type=int, default=100_000, help="total optimisation steps")
+    parser.add_argument("--time-limit", type=float, default=math.inf, help="minutes, then stop")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--lr", type=float, default=6e-4)
+    parser.add_argument("--warmup-steps", type=int, default=200)
+    parser.add_argument("--ema-decay", type=float, default=0.998)
+    parser.add_argument("--cond-dropout", type=float, default=0.1)
+    parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help='"auto", "cpu", "cuda:0", ...')
+    parser.add_argument(
+        "--run-dir", type=Path, help="training state folder (default runs/dit-PRESET)"
+    )
+    parser.add_argument(
+        "--export",
+        type=Path,
+        help="where the EMA inference checkpoint goes (default weights/dit-PRESET.safetensors)",
+    )
+    parser.add_argument(
+        "--checkpoint-every", type=float, default=5.0, help="minutes between checkpoints"
+    )
+    parser.add_argument("--resume", action="store_true", help="continue from RUN_DIR's state")
+    parser.add_argument(
+        "--fake-text", action="store_true", help="weight-free text encoder (smoke runs, tests)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from models.dit.train import TrainConfig, Trainer, resolve_device
+    from models.text_encoder import FakeTextEncoder, MiniLMEncoder
+
+    config = TrainConfig(
+        preset=args.preset,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        warmup_steps=args.warmup_steps,
+        ema_decay=args.ema_decay,
+        cond_dropout=args.cond_dropout,
+        precision=args.precision,
+        seed=args.seed,
+    )
+    device = resolve_device(args.device)
+    encoder = FakeTextEncoder() if args.fake_text else MiniLMEncoder()
+    run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
+    export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"
+    state_path = run_dir / "train_state.pt"
+
+    trainer = Trainer(config, encoder=encoder, device=device)
+    if args.resume and state_path.exists():
+        trainer.resume(state_path)
+        print(f"resumed from {state_path} at step {trainer.step}")
+    print(
+        f"training {args.preset} ({trainer.model.num_parameters():,} parameters) on {device}, "
+        f"autocast={trainer.autocast}"
+    )
+
+    def checkpoint(trainer: Trainer, loss: float) -> None:
+        trainer.save(state_path)
+        trainer.export(export, preset=args.preset, loss=loss, text_encoder=type(encoder).__name__)
+        record = {"step": trainer.step, "loss": loss, "export": str(export)}
+        print(json.dumps(record), flush=True)
+
+    trainer.fit(
+        args.steps,
+        time_limit_s=args.time_limit * 60,
+        checkpoint_every_s=args.checkpoint_every * 60,
+        on_checkpoint=checkpoint,
+        progress=not args.no_progress,
+    )
+    return 0
