@@ -1,0 +1,158 @@
+"""The web page at ``/`` driven in headless Chromium against a real uvicorn server.
+
+The server runs in a thread with the fake models (see ``service_fakes``), so the test
+checks the page and the HTTP path, not the model. Skipped when Debian's ``chromium``
+or ``chromium-driver`` is not installed.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import shutil
+import socket
+import threading
+import time
+
+import corpus
+import pytest
+import uvicorn
+from PIL import Image
+from service_fakes import Fakes, make_settings
+
+from service.app import create_app
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.timeout(120),
+    pytest.mark.skipif(
+        not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+        reason="needs Debian packages chromium and chromium-driver",
+    ),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server_url():
+    port = _free_port()
+    app = create_app(make_settings(), model_entries=Fakes().entries())
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(300):
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()
+
+
+def _wait_for(driver, condition, timeout=30):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, timeout).until(lambda d: condition(d))
+
+
+def _write(tmp_path, name: str, data: bytes) -> str:
+    path = tmp_path / name
+    path.write_bytes(data)
+    return str(path)
+
+
+def test_stylize_from_the_page(browser, server_url, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server_url + "/")
+    content = _write(tmp_path, "photo.png", corpus.solid_png((200, 40, 10), 40, 24))
+    styles = [
+        _write(tmp_path, "red.png", corpus.solid_png((255, 0, 0))),
+        _write(tmp_path, "blue.png", corpus.solid_png((0, 0, 255))),
+    ]
+    browser.find_element(By.ID, "content").send_keys(content)
+    browser.find_element(By.ID, "styles").send_keys("\n".join(styles))
+    slider = browser.find_element(By.ID, "alpha")
+    browser.execute_script(
+        "arguments[0].value = '0.5'; arguments[0].dispatchEvent(new Event('input'));", slider
+    )
+    assert browser.find_element(By.ID, "alpha-value").text == "0.50"
+    browser.find_element(By.ID, "stylize-button").click()
+    _wait_for(browser, lambda d: d.find_element(By.ID, "stylize-status").text == "Done.")
+    result = browser.find_element(By.ID, "stylize-result")
+    assert result.is_displayed()
+    width = browser.execute_script("return arguments[0].naturalWidth;", result)
+    assert width == 40
+    # Read the pixels the page shows: alpha 0.5 between the photo and the styles' mean.
+    data_url = browser.execute_script(
+        """
+        const img = arguments[0];
+        const canvas = document.createElement('canvas');
+        canvas.width = img.naturalWidth; canvas.height = img.naturalHeight;
+        canvas.getContext('2d').drawImage(img, 0, 0);
+        return canvas.toDataURL('image/png');
+        """,
+        result,
+    )
+    pixels = Image.open(io.BytesIO(base64.b64decode(data_url.split(",", 1)[1]))).convert("RGB")
+    red, green, blue = pixels.getpixel((5, 5))
+    expected = (0.5 * 200 + 0.5 * 127.5, 0.5 * 40, 0.5 * 10 + 0.5 * 127.5)
+    assert all(abs(got - want) <= 2 for got, want in zip((red, green, blue), expected, strict=True))
+
+
+def test_page_shows_api_errors(browser, server_url, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server_url + "/")
+    browser.find_element(By.ID, "content").send_keys(_write(tmp_path, "notes.txt", corpus.text()))
+    browser.find_element(By.ID, "styles").send_keys(_write(tmp_path, "s.png", corpus.png()))
+    browser.find_element(By.ID, "stylize-button").click()
+    status = _wait_for(
+        browser,
+        lambda d: d.find_element(By.ID, "stylize-status").text.startswith("415") and d,
+    ).find_element(By.ID, "stylize-status")
+    assert "unsupported_image_type" in status.text
+    assert "error" in status.get_attribute("class")
+
+
+def test_generate_from_the_page(browser, server_url):
+    from selenium.webdriver.common.by import By
+
+    browser.get(server_url + "/")
+    browser.find_element(By.ID, "prompt").send_keys("a red circle")
+    number = browser.find_element(By.ID, "num-images")
+    number.clear()
+    number.send_keys("3")
+    browser.find_element(By.ID, "seed").send_keys("7")
+    browser.find_element(By.ID, "generate-button").click()
+    _wait_for(browser, lambda d: d.find_element(By.ID, "generate-status").text.startswith("Done"))
+    images = browser.find_elements(By.CSS_SELECTOR, "#generate-results img")
+    assert [image.get_attribute("title") for image in images] == ["seed 7", "seed 8", "seed 9"]
+    assert all(browser.execute_script("return arguments[0].naturalWidth;", i) == 8 for i in images)
