@@ -1,7 +1,7 @@
 """Per-sample normalization: layer, RMS, Lp (power), group and instance norm.
 
-Fast paths are torch's native kernels, used where they are accurate: contiguous float32 /
-float64 inputs for layer and group norm, instance norm as group norm with one group per
+Fast paths are torch's native kernels, used where they are accurate: float32 / float64
+inputs for layer norm and, when contiguous, group norm; instance norm as group norm with one group per
 channel (2-3x faster than ``F.instance_norm`` on the CPU), and RMS norm always (its
 kernel upcasts and has no mean to cancel). Elsewhere a vectorised composite is used:
 
@@ -100,7 +100,7 @@ def layer_norm(
     shape = _as_shape(x, normalized_shape)
     _check_affine(shape, weight=weight, bias=bias)
     _check_eps(eps)
-    if _native_ok(x):
+    if x.dtype in _NATIVE_DTYPES:
         return F.layer_norm(x, shape, weight, bias, eps)
     mean, var = moments(x, range(x.dim() - len(shape), x.dim()))
     y = (x.to(mean.dtype) - mean).mul_(torch.rsqrt(var + eps))

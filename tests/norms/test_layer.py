@@ -288,3 +288,16 @@ def test_extra_repr_names_the_options():
 def test_bad_arguments_raise_value_error(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+def test_non_contiguous_inputs_match_reference(gen):
+    tokens = torch.randn(3, 8, 5, generator=gen).transpose(1, 2)  # (3, 5, 8), strided
+    weight, bias = _affine(gen, 8)
+    torch.testing.assert_close(
+        F.layer_norm(tokens, 8, weight, bias).double(),
+        ref.layer_norm(tokens, 1, weight, bias),
+        **TOL32,
+    )
+    image = torch.randn(2, 5, 6, 4, generator=gen).transpose(2, 3)  # (2, 5, 4, 6), strided
+    torch.testing.assert_close(F.group_norm(image, 5).double(), ref.group_norm(image, 5), **TOL32)
+    torch.testing.assert_close(F.instance_norm(image).double(), ref.instance_norm(image), **TOL32)
