@@ -1,19 +1,25 @@
 """Adaptive (conditioned) normalization: AdaIN, conditional IN, adaLN ``modulate``.
 
-All members here are composites: statistics are reduced once per tensor in the
-accumulation dtype (:func:`norms.functional._stats.moments`), folded into per-channel
-coefficients and applied in a single fused pass ``y = a * x + b`` (``torch.addcmul``,
-see :func:`norms.functional.layer.center_scale_shift`), instead of the eager chain
-subtract / divide / multiply / add.
+AdaIN and conditional IN are an instance norm followed by a per-(sample, channel)
+affine. For contiguous float32 / float64 inputs that whole map is one call of torch's
+native group-norm kernel on the ``(1, B*C, *spatial)`` view, with ``B*C`` groups and the
+per-(sample, channel) scale and shift as its weight and bias: one read and one write of
+the tensor, statistics by the kernel's Welford reduction. Otherwise (half / bfloat16,
+other layouts) the moments come from :func:`norms.functional._stats.moments` in float32
+and are applied by :func:`norms.functional.layer.center_scale_shift`. adaLN is the native
+layer norm plus one fused ``addcmul``.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from norms.functional._stats import moments
 from norms.functional.layer import center_scale_shift, layer_norm
+
+_NATIVE_DTYPES = (torch.float32, torch.float64)
 
 __all__ = [
     "ada_layer_norm",
@@ -29,6 +35,24 @@ def _check_image(x: Tensor, name: str) -> None:
         raise ValueError(
             f"{name} must be (B, C, *spatial) with at least one spatial dim, got {tuple(x.shape)}"
         )
+
+
+def _instance_norm_affine(x: Tensor, scale: Tensor, shift: Tensor, eps: float) -> Tensor:
+    """``scale * (x - mu) / sqrt(var + eps) + shift`` per (sample, channel) over space.
+
+    Shape:
+        - x: ``(B, C, *spatial)``; scale, shift: ``(B, C)`` in any floating dtype.
+    """
+    batch, channels = x.shape[:2]
+    if x.dtype in _NATIVE_DTYPES and x.is_contiguous():
+        rows = batch * channels
+        flat = x.reshape(1, rows, -1)  # (1, B*C, S): one group per (sample, channel)
+        weight, bias = scale.reshape(rows).to(x.dtype), shift.reshape(rows).to(x.dtype)
+        return F.group_norm(flat, rows, weight, bias, eps).view(x.shape)
+    mean, var = moments(x, range(2, x.dim()))  # (B, C, 1, ...)
+    view = (batch, channels) + (1,) * (x.dim() - 2)
+    factor = scale.to(mean.dtype).reshape(view) * torch.rsqrt(var + eps)
+    return center_scale_shift(x, mean, factor, shift.to(mean.dtype).reshape(view))
 
 
 def channel_mean_std(x: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
@@ -58,8 +82,9 @@ def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
               \\qquad \\sigma = \\sqrt{\\mathrm{Var} + \\epsilon}
 
     with means and (biased) variances per sample and channel over the spatial dims.
-    Computed as one ``var_mean`` per tensor and one fused ``a * c + b`` with
-    ``a = sigma_s / sigma_c`` and ``b = mu_s - a * mu_c``.
+    The style is reduced once (:func:`channel_mean_std`); the content is normalised and
+    given ``(sigma_s, mu_s)`` as a per-(sample, channel) affine in one pass (see the
+    module docstring).
 
     Args:
         content: the features to restyle.
@@ -82,9 +107,14 @@ def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
         raise ValueError(f"style batch must be 1 or {content.shape[0]}, got {style.shape[0]}")
     if style.dim() != content.dim():
         raise ValueError(f"content and style ranks differ: {content.dim()} vs {style.dim()}")
-    mean_c, std_c = channel_mean_std(content, eps)
     mean_s, std_s = channel_mean_std(style, eps)
-    return center_scale_shift(content, mean_c, std_s / std_c, mean_s.expand_as(mean_c))
+    size = content.shape[:2]
+    return _instance_norm_affine(
+        content,
+        std_s.reshape(-1, size[1]).expand(size),
+        mean_s.reshape(-1, size[1]).expand(size),
+        eps,
+    )
 
 
 def conditional_instance_norm(
@@ -130,10 +160,7 @@ def conditional_instance_norm(
         gamma, beta = style.to(weight.dtype) @ weight, style.to(bias.dtype) @ bias
     else:
         raise ValueError("style must be integer indices (B,) or floating mixing weights (B, S)")
-    mean, var = moments(x, range(2, x.dim()))
-    expand = (batch, x.shape[1]) + (1,) * (x.dim() - 2)
-    scale = gamma.to(mean.dtype).reshape(expand) * torch.rsqrt(var + eps)
-    return center_scale_shift(x, mean, scale, beta.to(mean.dtype).reshape(expand))
+    return _instance_norm_affine(x, gamma, beta, eps)
 
 
 def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
