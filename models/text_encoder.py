@@ -63,7 +63,7 @@ class _CachedEncoder:
 
     dim: int
 
-    def __init__(self, cache_size: int = 4096) -> None:
+    def __init__(self, cache_size: int = 32768) -> None:
         if cache_size < 0:
             raise ValueError(f"cache_size must be >= 0, got {cache_size}")
         self.cache_size = cache_size
@@ -103,7 +103,7 @@ class MiniLMEncoder(_CachedEncoder):
 
     dim = 384
 
-    def __init__(self, *, device: str = "cpu", cache_size: int = 4096) -> None:
+    def __init__(self, *, device: str = "cpu", cache_size: int = 32768) -> None:
         super().__init__(cache_size)
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -136,7 +136,7 @@ class FakeTextEncoder(_CachedEncoder):
     Deterministic across processes, so it can drive tests of the whole pipeline.
     """
 
-    def __init__(self, dim: int = 384, *, cache_size: int = 4096) -> None:
+    def __init__(self, dim: int = 384, *, cache_size: int = 32768) -> None:
         super().__init__(cache_size)
         if dim < 1:
             raise ValueError(f"dim must be >= 1, got {dim}")

@@ -1,0 +1,184 @@
+"""``TextToImage``: prompts in, 32x32 RGB images out (what the service and the CLI call)."""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from models.diffusion import (
+    SAMPLERS,
+    classifier_free_guidance,
+    generators_from_seeds,
+    get_sampler,
+    get_schedule,
+    randn,
+)
+from models.dit.checkpoint import load_dit, read_metadata
+from models.dit.model import DiT
+from models.hub import WeightsNotFoundError
+from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextEncoder
+
+#: The checkpoint ``from_pretrained`` looks for, trained by ``atelier train-dit``.
+DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
+DEFAULT_SAMPLER = "dpm++2m"
+MAX_SEED = 2**63 - 1
+
+
+def encoder_for(info: dict, dim: int, device: str) -> TextEncoder:
+    """The text encoder a checkpoint was trained with (recorded in its ``info``)."""
+    if info.get("text_encoder") == FakeTextEncoder.__name__:
+        return FakeTextEncoder(dim)
+    return MiniLMEncoder(device=device)
+
+
+class TextToImage:
+    """Text-to-image sampling with a trained DiT, classifier-free guidance and seeds.
+
+    Args:
+        model: the denoiser (eval mode).
+        encoder: the text encoder it was trained with.
+        device: where sampling runs.
+        default_steps: model evaluations when ``steps`` is not given.
+        default_guidance_scale: CFG scale when ``guidance_scale`` is not given.
+        source: where the weights came from (for :meth:`describe`).
+    """
+
+    #: Sampler names; the first is the default.
+    samplers: tuple[str, ...] = (DEFAULT_SAMPLER, *(n for n in SAMPLERS if n != DEFAULT_SAMPLER))
+    default_sampler = DEFAULT_SAMPLER
+
+    def __init__(
+        self,
+        model: DiT,
+        encoder: TextEncoder,
+        *,
+        device: torch.device | str = "cpu",
+        default_steps: int = 25,
+        default_guidance_scale: float = 4.0,
+        source: str | None = None,
+        info: dict | None = None,
+    ) -> None:
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval()
+        self.encoder = encoder
+        self.config = model.config
+        self.alpha_bar = get_schedule(self.config.schedule, self.config.num_timesteps)
+        self.default_steps = default_steps
+        self.default_guidance_scale = default_guidance_scale
+        self.source = source
+        self.info = info or {}
+
+    @classmethod
+    def from_checkpoint(
+        cls, path: str | Path, *, device: torch.device | str = "cpu", **kwargs
+    ) -> TextToImage:
+        """Load a ``.safetensors`` written by ``atelier train-dit``."""
+        config, info = read_metadata(path)
+        model = load_dit(path, device=device)
+        encoder = encoder_for(info, config.text_dim, str(device))
+        return cls(model, encoder, device=device, source=str(path), info=info, **kwargs)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        search_path: Sequence[str | Path],
+        *,
+        device: torch.device | str = "cpu",
+        filename: str = DEFAULT_CHECKPOINT,
+        **kwargs,
+    ) -> TextToImage:
+        """Load ``filename`` from the first folder of ``search_path`` that holds it.
+
+        Raises:
+            WeightsNotFoundError: no folder holds the checkpoint.
+        """
+        for folder in search_path:
+            candidate = Path(folder) / filename
+            if candidate.is_file():
+                return cls.from_checkpoint(candidate, device=device, **kwargs)
+        raise WeightsNotFoundError(filename, [Path(f) for f in search_path], None)
+
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: list[str],
+        *,
+        negative_prompts: list[str | None] | None = None,
+        steps: int | None = None,
+        guidance_scale: float | None = None,
+        seeds: list[int] | None = None,
+        sampler: str = DEFAULT_SAMPLER,
+    ) -> Tensor:
+        """Sample one image per prompt.
+
+        Args:
+            prompts: the captions, one image each.
+            negative_prompts: per prompt, a caption whose prediction replaces the null
+                condition in guidance (``None`` keeps the null condition).
+            steps: model evaluations per image (``default_steps`` if ``None``).
+            guidance_scale: CFG scale ``w`` (1: conditional only; ``default`` if ``None``).
+            seeds: per prompt; the same seed gives the same image whatever the batch.
+                Random when ``None``.
+            sampler: one of :attr:`samplers`.
+
+        Returns:
+            ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU.
+        """
+        n = len(prompts)
+        if n == 0:
+            raise ValueError("need at least one prompt")
+        negative_prompts = negative_prompts if negative_prompts is not None else [None] * n
+        seeds = seeds if seeds is not None else [secrets.randbelow(MAX_SEED) for _ in range(n)]
+        if len(negative_prompts) != n or len(seeds) != n:
+            raise ValueError(
+                f"got {n} prompts, {len(negative_prompts)} negative prompts, {len(seeds)} seeds"
+            )
+        steps = self.default_steps if steps is None else steps
+        if not 1 <= steps <= self.config.num_timesteps:
+            raise ValueError(f"steps must be in [1, {self.config.num_timesteps}], got {steps}")
+        scale = self.default_guidance_scale if guidance_scale is None else float(guidance_scale)
+        if scale < 0:
+            raise ValueError(f"guidance_scale must be >= 0, got {scale}")
+        if sampler not in self.samplers:
+            raise ValueError(f"unknown sampler {sampler!r}; choose from {list(self.samplers)}")
+
+        cond = self.encoder.encode(prompts).to(self.device)
+        uncond = self.encoder.encode([neg or "" for neg in negative_prompts]).to(self.device)
+        uncond = self.model.with_null(
+            uncond, torch.tensor([neg is None for neg in negative_prompts])
+        )
+        generators = generators_from_seeds(seeds)
+        config = self.config
+        shape = (n, config.in_channels, config.image_size, config.image_size)
+        noise = randn(shape, generators, device=self.device)
+        images = get_sampler(sampler)(
+            classifier_free_guidance(self.model, scale),
+            noise,
+            (cond, uncond),
+            self.alpha_bar,
+            steps=steps,
+            generator=generators,
+            clip_denoised=True,
+        )
+        return ((images + 1) / 2).clamp(0, 1).float().cpu()
+
+    def describe(self) -> dict:
+        """What is loaded: checkpoint, architecture, training info and defaults."""
+        return {
+            "name": "dit",
+            "source": self.source,
+            "parameters": self.model.num_parameters(),
+            "config": dataclasses.asdict(self.config),
+            "trained_steps": self.info.get("step"),
+            "text_encoder": type(self.encoder).__name__,
+            "samplers": list(self.samplers),
+            "default_sampler": self.default_sampler,
+            "default_steps": self.default_steps,
+            "default_guidance_scale": self.default_guidance_scale,
+            "device": str(self.device),
+        }

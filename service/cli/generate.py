@@ -1,0 +1,57 @@
+"""``atelier generate "PROMPT"``: text to PNG files with the trained DiT."""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "generate",
+        help="generate images from a text prompt",
+        description="Sample images from the text-to-image DiT and write them as PNGs.",
+    )
+    parser.add_argument("prompt", help='e.g. "a red circle to the left of a blue square"')
+    parser.add_argument("-n", "--num-images", type=int, default=1, help="images to generate")
+    parser.add_argument("--steps", type=int, help="sampling steps (default: the model's)")
+    parser.add_argument("--guidance", type=float, help="guidance scale (default: the model's)")
+    parser.add_argument("--seed", type=int, help="seed of the first image; image i uses seed + i")
+    parser.add_argument("--sampler", default="dpm++2m", help="dpm++2m, ddim or ddpm")
+    parser.add_argument("--negative", help="negative prompt (replaces the null condition)")
+    parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
+    parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")
+    parser.add_argument("--device", default="cpu")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from PIL import Image
+
+    from models.dit.pipeline import TextToImage
+    from service.config import get_settings
+
+    if args.num_images < 1:
+        raise SystemExit("error: -n must be >= 1")
+    if args.checkpoint is not None:
+        pipe = TextToImage.from_checkpoint(args.checkpoint, device=args.device)
+    else:
+        pipe = TextToImage.from_pretrained(get_settings().weight_search_path(), device=args.device)
+    first = args.seed if args.seed is not None else secrets.randbelow(2**31)
+    seeds = [first + i for i in range(args.num_images)]
+    images = pipe.generate(
+        [args.prompt] * args.num_images,
+        negative_prompts=[args.negative] * args.num_images,
+        steps=args.steps,
+        guidance_scale=args.guidance,
+        seeds=seeds,
+        sampler=args.sampler,
+    )
+    args.output.mkdir(parents=True, exist_ok=True)
+    for seed, image in zip(seeds, images, strict=True):
+        array = (image.permute(1, 2, 0) * 255).round().byte().numpy()
+        path = args.output / f"seed{seed}.png"
+        Image.fromarray(array).save(path)
+        print(path)
+    return 0

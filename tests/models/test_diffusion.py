@@ -1,0 +1,247 @@
+"""Diffusion maths: schedules, samplers on Gaussian data (closed-form denoiser), guidance."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.diffusion import (
+    classifier_free_guidance,
+    cosine_schedule,
+    ddim,
+    ddpm,
+    dpm_solver_pp_2m,
+    generators_from_seeds,
+    get_sampler,
+    get_schedule,
+    linear_schedule,
+    randn,
+    sampling_timesteps,
+)
+
+T = 1000
+MU, STD = 0.7, 0.5  # toy data x0 ~ N(MU, STD^2 I)
+
+
+def gaussian_denoiser(alpha_bar: torch.Tensor, mu: float = MU, std: float = STD):
+    """The optimal eps-predictor for x0 ~ N(mu, std^2 I): E[eps | x_t], in closed form.
+
+    x_t = a x0 + s eps is Gaussian with mean a mu and variance a^2 std^2 + s^2, and
+    Cov(eps, x_t) = s, so E[eps | x_t] = s (x_t - a mu) / (a^2 std^2 + s^2).
+    """
+
+    def model(x, t, cond):
+        ab = alpha_bar[t].to(x.dtype).view(-1, *([1] * (x.dim() - 1)))
+        a, s = ab.sqrt(), (1 - ab).sqrt()
+        return s * (x - a * mu) / (a**2 * std**2 + s**2)
+
+    return model
+
+
+def marginal_std(alpha_bar_t: float, std: float = STD) -> float:
+    return math.sqrt(alpha_bar_t * std**2 + 1 - alpha_bar_t)
+
+
+def start_noise(alpha_bar, n, dim, seed=0):
+    """x_T drawn from the exact marginal at the first grid timestep (float64)."""
+    ab = float(alpha_bar[T - 1])
+    z = torch.randn(n, dim, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return math.sqrt(ab) * MU + marginal_std(ab) * z, z
+
+
+# ------------------------------------------------------------------ schedules
+@pytest.mark.parametrize("schedule", [cosine_schedule, linear_schedule])
+def test_schedule_is_decreasing_in_unit_interval(schedule):
+    alpha_bar = schedule(T)
+    assert alpha_bar.shape == (T,) and alpha_bar.dtype == torch.float64
+    assert torch.all(alpha_bar[1:] < alpha_bar[:-1])
+    assert 0 < alpha_bar[-1] < 1e-3 and 0.99 < alpha_bar[0] < 1
+
+
+def test_cosine_schedule_matches_its_formula_where_unclipped():
+    # alpha_bar_t = f(t + 1) / f(0) with f(t) = cos^2(((t / T) + s) / (1 + s) * pi / 2)
+    def f(t):
+        return math.cos((t / T + 0.008) / 1.008 * math.pi / 2) ** 2
+
+    alpha_bar = cosine_schedule(T)
+    for t in (0, 10, 250, 500, 900):
+        assert alpha_bar[t].item() == pytest.approx(f(t + 1) / f(0), rel=1e-9)
+
+
+def test_linear_schedule_matches_cumulative_product():
+    betas = [1e-4 + (0.02 - 1e-4) * i / (T - 1) for i in range(T)]
+    expected = math.prod(1 - b for b in betas[:300])
+    assert linear_schedule(T)[299].item() == pytest.approx(expected, rel=1e-9)
+
+
+def test_get_schedule_rejects_unknown_names():
+    with pytest.raises(ValueError, match="cosine"):
+        get_schedule("quadratic", T)
+
+
+@given(steps=st.integers(1, T))
+@settings(max_examples=30, deadline=None)
+def test_sampling_timesteps_descend_from_last_to_zero(steps):
+    grid = sampling_timesteps(T, steps)
+    assert len(grid) == steps and grid[0] == T - 1
+    assert all(b < a for a, b in zip(grid, grid[1:], strict=False))
+    if steps > 1:
+        assert grid[-1] == 0
+
+
+@pytest.mark.parametrize("steps", [0, T + 1])
+def test_sampling_timesteps_rejects_bad_counts(steps):
+    with pytest.raises(ValueError, match="steps"):
+        sampling_timesteps(T, steps)
+
+
+# ------------------------------------------------------------------ samplers
+def test_ddim_step_is_its_definition():
+    """One DDIM step (eta = 0) from t to s, computed by hand in float64."""
+    alpha_bar = cosine_schedule(T)
+    model = gaussian_denoiser(alpha_bar)
+    x = torch.randn(3, 4, dtype=torch.float64)
+    out = ddim(model, x, None, alpha_bar, steps=1)
+    # steps=1: a single jump from t = T - 1 straight to clean data, x0_hat itself.
+    ab = alpha_bar[T - 1]
+    eps = model(x, torch.full((3,), T - 1), None)
+    torch.testing.assert_close(out, (x - (1 - ab).sqrt() * eps) / ab.sqrt())
+
+
+def test_ddpm_equals_ddim_with_eta_one_given_the_same_noise():
+    alpha_bar = cosine_schedule(T)
+    model = gaussian_denoiser(alpha_bar)
+    x, _ = start_noise(alpha_bar, 64, 3)
+    a = ddpm(model, x, None, alpha_bar, steps=20, generator=torch.Generator().manual_seed(1))
+    b = ddim(
+        model, x, None, alpha_bar, steps=20, eta=1.0, generator=torch.Generator().manual_seed(1)
+    )
+    torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "sampler,steps", [(ddpm, 250), (lambda *a, **k: ddim(*a, eta=0.5, **k), 250)]
+)
+def test_stochastic_samplers_match_data_moments(sampler, steps):
+    alpha_bar = cosine_schedule(T)
+    x, _ = start_noise(alpha_bar, 4000, 4)
+    samples = sampler(
+        gaussian_denoiser(alpha_bar),
+        x,
+        None,
+        alpha_bar,
+        steps=steps,
+        generator=torch.Generator().manual_seed(2),
+    )
+    n = samples.numel()
+    assert samples.mean().item() == pytest.approx(MU, abs=4 * STD / math.sqrt(n))
+    assert samples.std().item() == pytest.approx(STD, rel=0.03)
+
+
+def probability_flow_solution(z):
+    """The PF-ODE maps the standardised x_T to the standardised x_0: x_0 = MU + STD z."""
+    return MU + STD * z
+
+
+@pytest.mark.parametrize("sampler,steps", [(ddim, 500), (dpm_solver_pp_2m, 200)])
+def test_deterministic_samplers_follow_the_probability_flow_ode(sampler, steps):
+    alpha_bar = cosine_schedule(T)
+    x, z = start_noise(alpha_bar, 256, 2)
+    out = sampler(gaussian_denoiser(alpha_bar), x, None, alpha_bar, steps=steps)
+    assert (out - probability_flow_solution(z)).abs().max().item() < 1e-2
+
+
+def _pf_error(sampler, steps):
+    alpha_bar = cosine_schedule(T)
+    x, z = start_noise(alpha_bar, 256, 2)
+    out = sampler(gaussian_denoiser(alpha_bar), x, None, alpha_bar, steps=steps)
+    return (out - probability_flow_solution(z)).abs().max().item()
+
+
+def test_dpm_solver_converges_at_second_order_and_ddim_at_first():
+    """Doubling the steps divides the error by ~4 for the 2M solver and ~2 for DDIM."""
+    dpm_ratio = _pf_error(dpm_solver_pp_2m, 100) / _pf_error(dpm_solver_pp_2m, 200)
+    ddim_ratio = _pf_error(ddim, 100) / _pf_error(ddim, 200)
+    assert dpm_ratio > 3.0
+    assert 1.5 < ddim_ratio < 2.5
+    assert _pf_error(dpm_solver_pp_2m, 100) < _pf_error(ddim, 100)
+
+
+@pytest.mark.parametrize("name", ["ddpm", "ddim", "dpm++2m"])
+def test_samplers_call_the_model_once_per_step_and_clip(name):
+    calls = []
+
+    def model(x, t, cond):
+        calls.append((t.clone(), cond))
+        return -5 * torch.ones_like(x)  # huge x0_hat, clipped to 1
+
+    alpha_bar = cosine_schedule(T)
+    out = get_sampler(name)(
+        model,
+        torch.zeros(2, 3),
+        "c",
+        alpha_bar,
+        steps=7,
+        clip_denoised=True,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert len(calls) == 7 and all(cond == "c" for _, cond in calls)
+    assert [int(t[0]) for t, _ in calls] == sampling_timesteps(T, 7)
+    assert out.max() <= 1.0 + 1e-6
+
+
+def test_unknown_sampler_lists_the_names():
+    with pytest.raises(ValueError, match="dpm\\+\\+2m"):
+        get_sampler("euler")
+
+
+def test_ddim_rejects_negative_eta():
+    with pytest.raises(ValueError, match="eta"):
+        ddim(lambda x, t, c: x, torch.zeros(1, 2), None, cosine_schedule(T), steps=2, eta=-1)
+
+
+# ------------------------------------------------------------------ noise and guidance
+def test_per_item_generators_make_each_row_independent_of_the_batch():
+    batch = randn((3, 5), generators_from_seeds([7, 8, 9]))
+    alone = randn((1, 5), generators_from_seeds([8]))
+    torch.testing.assert_close(batch[1:2], alone, rtol=0, atol=0)
+    assert not torch.equal(batch[0], batch[1])
+
+
+def test_randn_rejects_a_generator_count_mismatch():
+    with pytest.raises(ValueError, match="generators"):
+        randn((3, 5), generators_from_seeds([1, 2]))
+
+
+def _conditional_model(x, t, cond):
+    return x * cond
+
+
+def test_guidance_scale_one_is_the_conditional_prediction():
+    calls = []
+
+    def model(x, t, cond):
+        calls.append(cond)
+        return _conditional_model(x, t, cond)
+
+    x, t = torch.randn(2, 3), torch.zeros(2, dtype=torch.long)
+    out = classifier_free_guidance(model, 1.0)(x, t, (2.0, -3.0))
+    torch.testing.assert_close(out, x * 2.0)
+    assert calls == [2.0]  # the unconditional branch is not even evaluated
+
+
+@given(scale=st.floats(0.0, 10.0))
+@settings(max_examples=25, deadline=None)
+def test_guidance_extrapolates_from_unconditional_to_conditional(scale):
+    x, t = torch.randn(2, 3, dtype=torch.float64), torch.zeros(2, dtype=torch.long)
+    out = classifier_free_guidance(_conditional_model, scale)(x, t, (2.0, -3.0))
+    torch.testing.assert_close(out, -3.0 * x + scale * (2.0 * x - -3.0 * x))
+
+
+def test_guidance_rejects_negative_scale():
+    with pytest.raises(ValueError, match="guidance"):
+        classifier_free_guidance(_conditional_model, -0.5)
