@@ -4,7 +4,8 @@ Names and argument order are a contract (``DESIGN.md``): checks outside the repo
 call them. Each submodule declares its public names in ``__all__``.
 """
 
-from norms.functional import adaptive, batch, dyt, layer, local, sequence, switchable
+import sys
+
 from norms.functional.adaptive import *  # noqa: F403
 from norms.functional.batch import *  # noqa: F403
 from norms.functional.dyt import *  # noqa: F403
@@ -13,8 +14,7 @@ from norms.functional.local import *  # noqa: F403
 from norms.functional.sequence import *  # noqa: F403
 from norms.functional.switchable import *  # noqa: F403
 
-__all__ = [
-    name
-    for module in (adaptive, batch, dyt, layer, local, sequence, switchable)
-    for name in module.__all__
-]
+# Looked up in sys.modules: a submodule may export a name equal to its own module's
+# (e.g. the function ``weight_norm``), which then shadows the module attribute here.
+_SUBMODULES = ("adaptive", "batch", "dyt", "layer", "local", "sequence", "switchable")
+__all__ = [name for sub in _SUBMODULES for name in sys.modules[f"{__name__}.{sub}"].__all__]

@@ -4,7 +4,8 @@ Each submodule declares its public classes in ``__all__`` and registers them wit
 :func:`norms.registry.register`.
 """
 
-from norms.modules import adaptive, batch, dyt, layer, local, sequence, switchable, weight_norm
+import sys
+
 from norms.modules.adaptive import *  # noqa: F403
 from norms.modules.batch import *  # noqa: F403
 from norms.modules.dyt import *  # noqa: F403
@@ -14,8 +15,16 @@ from norms.modules.sequence import *  # noqa: F403
 from norms.modules.switchable import *  # noqa: F403
 from norms.modules.weight_norm import *  # noqa: F403
 
-__all__ = [
-    name
-    for module in (adaptive, batch, dyt, layer, local, sequence, switchable, weight_norm)
-    for name in module.__all__
-]
+# Looked up in sys.modules: a submodule may export a name equal to its own module's
+# (e.g. the function ``weight_norm``), which then shadows the module attribute here.
+_SUBMODULES = (
+    "adaptive",
+    "batch",
+    "dyt",
+    "layer",
+    "local",
+    "sequence",
+    "switchable",
+    "weight_norm",
+)
+__all__ = [name for sub in _SUBMODULES for name in sys.modules[f"{__name__}.{sub}"].__all__]
