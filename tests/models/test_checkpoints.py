@@ -1,0 +1,61 @@
+"""Checkpoint reading: weights-only pickles, safetensors, clear errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+from models.checkpoints import load_state_dict, save_state_dict
+
+
+def _state() -> dict[str, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    return {"0.weight": torch.randn(3, 3, 1, 1, generator=generator), "0.bias": torch.randn(3)}
+
+
+def test_pth_round_trip(tmp_path):
+    state = _state()
+    torch.save(state, tmp_path / "a.pth")
+    loaded = load_state_dict(tmp_path / "a.pth")
+    assert loaded.keys() == state.keys()
+    assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def test_nested_state_dict_is_unwrapped(tmp_path):
+    torch.save({"state_dict": _state()}, tmp_path / "b.pt")
+    assert set(load_state_dict(tmp_path / "b.pt")) == {"0.weight", "0.bias"}
+
+
+def test_safetensors_round_trip_with_metadata(tmp_path):
+    state = _state()
+    path = save_state_dict(state, tmp_path / "c.safetensors", metadata={"level": "relu3_1"})
+    loaded = load_state_dict(path)
+    assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+class _Exploit:
+    def __reduce__(self):
+        return (print, ("code ran",))
+
+
+def test_pickles_that_run_code_are_refused(tmp_path):
+    path = tmp_path / "evil.pth"
+    with open(path, "wb") as handle:
+        pickle.dump({"0.weight": _Exploit()}, handle)
+    with pytest.raises(pickle.UnpicklingError):
+        load_state_dict(path)
+
+
+def test_errors(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load_state_dict(tmp_path / "missing.pth")
+    (tmp_path / "x.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="unknown checkpoint format"):
+        load_state_dict(tmp_path / "x.bin")
+    torch.save([torch.zeros(1)], tmp_path / "list.pth")
+    with pytest.raises(ValueError, match="does not hold a state_dict"):
+        load_state_dict(tmp_path / "list.pth")
+    with pytest.raises(ValueError, match="safetensors"):
+        save_state_dict(_state(), tmp_path / "out.pth")

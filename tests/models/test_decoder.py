@@ -1,0 +1,74 @@
+"""Decoders mirror the encoder with the published Sequential-index layouts."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from models.adain.images import load_image
+from models.adain.metrics import psnr
+from models.checkpoints import load_state_dict
+from models.decoder import Decoder, level_of_decoder
+from models.vgg import LEVELS, VGGEncoder, level_channels, level_stride
+
+# Conv indices of the published decoders: WCT feature_invertor_conv*_1.pth and the AdaIN
+# release's decoder.pth (relu4_1).
+PUBLISHED_CONVS = {
+    "relu1_1": (1,),
+    "relu2_1": (1, 5, 8),
+    "relu3_1": (1, 5, 8, 12, 15),
+    "relu4_1": (1, 5, 8, 11, 14, 18, 21, 25, 28),
+}
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_layout_matches_published_indices(level):
+    decoder = Decoder(level)
+    convs = tuple(i for i, m in enumerate(decoder.layers) if isinstance(m, nn.Conv2d))
+    assert convs == PUBLISHED_CONVS[level]
+    assert decoder.layers[convs[0]].in_channels == level_channels(level)
+    assert decoder.layers[convs[-1]].out_channels == 3
+    assert not isinstance(decoder.layers[-1], nn.ReLU)
+    upsamples = sum(isinstance(m, nn.Upsample) for m in decoder.layers)
+    assert 2**upsamples == level_stride(level)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_output_shape_inverts_the_encoder(level):
+    decoder = Decoder(level)
+    features = VGGEncoder(level).encode(torch.rand(1, 3, 16, 24), level)
+    assert decoder(features).shape == (1, 3, 16, 24)
+
+
+def test_loads_synthetic_adain_relu4_1_decoder_and_infers_level(random_published_state):
+    state = random_published_state(Decoder("relu4_1"), 7)
+    assert level_of_decoder(state) == "relu4_1"
+    decoder = Decoder.from_state_dict(state)
+    for key, value in state.items():
+        assert torch.equal(decoder.layers.state_dict()[key], value)
+
+
+def test_mismatched_checkpoints_are_rejected(random_published_state):
+    state = random_published_state(Decoder("relu2_1"), 8)
+    with pytest.raises(ValueError, match="missing layers"):
+        Decoder("relu3_1").load_published(state)
+    with pytest.raises(ValueError, match="unexpected layers"):
+        Decoder("relu1_1").load_published(state)
+    with pytest.raises(ValueError, match="decoder expects"):
+        Decoder("relu2_1")(torch.rand(1, 64, 4, 4))
+
+
+@pytest.mark.weights
+@pytest.mark.parametrize("level", ["relu1_1", "relu2_1", "relu3_1"])
+def test_shared_decoders_reconstruct_a_photo(shared_weights_dir, shared_images_dir, level):
+    folder = shared_weights_dir / "vgg19-normalised"
+    encoder = VGGEncoder.from_state_dict(load_state_dict(folder / "vgg_normalised_conv3_1.pth"))
+    decoder = Decoder.from_state_dict(
+        load_state_dict(folder / f"feature_invertor_conv{level[4:]}.pth")
+    )
+    photo = load_image(shared_images_dir / "content" / "chelsea.png", max_side=128)
+    with torch.no_grad():
+        out = decoder(encoder.encode(photo, level))[..., : photo.shape[2], : photo.shape[3]]
+    out = out.clamp(0, 1)
+    assert float(psnr(out, photo)[0]) > 24.0
