@@ -43,7 +43,7 @@ class _Exploit:
 def test_pickles_that_run_code_are_refused(tmp_path):
     path = tmp_path / "evil.pth"
     with open(path, "wb") as handle:
-        pickle.dump({"0.weight": _Exploit()}, handle)
+        pickle.dump({"0.weight": _Exploit()}, handle, protocol=2)
     with pytest.raises(pickle.UnpicklingError):
         load_state_dict(path)
 
