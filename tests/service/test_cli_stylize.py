@@ -1,0 +1,92 @@
+"""``atelier stylize`` end to end on generated images with seeded random weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from models.adain.pipeline import DECODER_FILES, ENCODER_FILE
+from models.decoder import Decoder
+from models.vgg import VGGEncoder
+from service.cli import main
+
+
+def _published(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {key.removeprefix("layers."): value for key, value in module.state_dict().items()}
+
+
+@pytest.fixture
+def weights_dir(tmp_path, monkeypatch):
+    """Random weights in the published layout and file names, as ATELIER_WEIGHTS_DIR."""
+    torch.manual_seed(0)
+    folder = tmp_path / "weights"
+    (folder / "vgg19-normalised").mkdir(parents=True)
+    torch.save(_published(VGGEncoder("relu3_1")), folder / ENCODER_FILE)
+    for level, name in DECODER_FILES.items():
+        torch.save(_published(Decoder(level)), folder / name)
+    monkeypatch.setenv("ATELIER_WEIGHTS_DIR", str(folder))
+    monkeypatch.setenv("ATELIER_DEVICES", "cpu")
+    return folder
+
+
+def _image(path, size, seed, mode="RGB"):
+    rng = np.random.default_rng(seed)
+    shape = (size[1], size[0], 3) if mode == "RGB" else (size[1], size[0])
+    Image.fromarray(rng.integers(0, 256, shape, dtype=np.uint8), mode).save(path)
+    return path
+
+
+def test_stylize_writes_an_image_of_the_content_size(weights_dir, tmp_path):
+    content = _image(tmp_path / "c.png", (45, 30), 1)
+    style = _image(tmp_path / "s.png", (20, 20), 2)
+    out = tmp_path / "out" / "o.png"
+    assert main(["stylize", str(content), str(style), "-o", str(out), "--size", "40"]) == 0
+    with Image.open(out) as result:
+        assert result.size == (40, 27)  # 45x30 scaled to a 40 px long side
+        assert result.mode == "RGB"
+
+
+def test_options_reach_the_model(weights_dir, tmp_path):
+    content = _image(tmp_path / "c.png", (24, 24), 1)
+    styles = [_image(tmp_path / f"s{i}.png", (16, 16), 10 + i) for i in range(2)]
+    left = np.zeros((24, 24), np.uint8)
+    left[:, :12] = 255
+    Image.fromarray(left, "L").save(tmp_path / "m0.png")
+    Image.fromarray(255 - left, "L").save(tmp_path / "m1.png")
+    common = ["stylize", str(content), *map(str, styles)]
+    runs = {
+        "weights": ["--style-weights", "2,1", "--alpha", "0.5"],
+        "masks": ["--mask", str(tmp_path / "m0.png"), "--mask", str(tmp_path / "m1.png")],
+        "color": ["--preserve-color", "--levels", "relu2_1,relu1_1"],
+    }
+    outputs = {}
+    for name, extra in runs.items():
+        path = tmp_path / f"{name}.png"
+        assert main([*common, "-o", str(path), *extra]) == 0
+        outputs[name] = np.asarray(Image.open(path))
+    assert not np.array_equal(outputs["weights"], outputs["masks"])
+    assert not np.array_equal(outputs["masks"], outputs["color"])
+
+
+def test_bad_arguments_exit_2_with_a_message(weights_dir, tmp_path, capsys):
+    content = _image(tmp_path / "c.png", (16, 16), 1)
+    style = _image(tmp_path / "s.png", (16, 16), 2)
+    out = tmp_path / "o.png"
+    assert (
+        main(["stylize", str(content), str(style), "-o", str(out), "--style-weights", "1,2"]) == 2
+    )
+    assert "style weights" in capsys.readouterr().err
+    assert main(["stylize", str(content), str(style), "-o", str(out), "--alpha", "1.5"]) == 2
+    assert "alpha" in capsys.readouterr().err
+    assert main(["stylize", str(content), str(style), "-o", str(out), "--levels", "relu4_1"]) == 2
+    assert not out.exists()
+
+
+def test_missing_weights_say_how_to_fetch(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("ATELIER_WEIGHTS_DIR", str(tmp_path / "empty"))
+    content = _image(tmp_path / "c.png", (16, 16), 1)
+    assert main(["stylize", str(content), str(content), "-o", str(tmp_path / "o.png")]) == 1
+    err = capsys.readouterr().err
+    assert "atelier weights fetch" in err and str(tmp_path / "empty") in err
