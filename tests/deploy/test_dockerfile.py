@@ -3,6 +3,7 @@ the install steps against the README's, and hadolint when its binary is installe
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -341,3 +342,16 @@ def test_compose_build_args_are_declared_by_the_dockerfile():
     for name, service in load_yaml(COMPOSE_FILE)["services"].items():
         if "build" in service:
             assert set(service["build"].get("args", {})) <= declared, name
+
+
+def test_fetch_steps_use_the_cli_as_it_parses():
+    # The Dockerfile's fetch loop and the Kubernetes init container both run
+    # `atelier weights fetch NAME` with the destination taken from ATELIER_WEIGHTS_DIR.
+    from service.cli import build_parser
+
+    if importlib.util.find_spec("service.cli.weights") is None:
+        pytest.skip("`atelier weights` is not built yet")
+    fetch_words = re.search(r"atelier (weights fetch) \"\$\{?name\}?\"", _fetch_run().arguments)
+    assert fetch_words
+    args = build_parser().parse_args([*fetch_words[1].split(), "vgg19-normalised"])
+    assert (args.action, args.name, args.dest) == ("fetch", "vgg19-normalised", None)
