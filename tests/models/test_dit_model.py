@@ -1,0 +1,187 @@
+"""The DiT network: patches, timestep features, zero-init policy, conditioning, config."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.dit.config import PRESETS, DiTConfig, get_preset
+from models.dit.model import DiT, patchify, timestep_embedding, unpatchify
+from models.text_encoder import FakeTextEncoder
+
+TINY = get_preset("tiny")
+
+
+def perturbed(model: DiT, std: float = 0.05, seed: int = 0) -> DiT:
+    """Move every weight off its initial value (zero-initialised ones included)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=generator) * std)
+    return model
+
+
+@pytest.fixture
+def encoder():
+    return FakeTextEncoder(TINY.text_dim)
+
+
+@given(
+    batch=st.integers(1, 3),
+    channels=st.integers(1, 4),
+    grid=st.integers(1, 4),
+    patch=st.sampled_from([1, 2, 4]),
+)
+@settings(max_examples=25, deadline=None)
+def test_unpatchify_inverts_patchify(batch, channels, grid, patch):
+    images = torch.randn(batch, channels, grid * patch, grid * patch)
+    tokens = patchify(images, patch)
+    assert tokens.shape == (batch, grid * grid, patch * patch * channels)
+    assert torch.equal(unpatchify(tokens, patch, channels), images)
+
+
+def test_patch_tokens_are_the_pixels_of_each_patch_row_major():
+    images = torch.randn(2, 3, 8, 8)
+    tokens = patchify(images, 4)
+    # token 1 is the top-right patch; its features are (p, p, C) flattened
+    expected = images[:, :, 0:4, 4:8].permute(0, 2, 3, 1).reshape(2, -1)
+    torch.testing.assert_close(tokens[:, 1], expected)
+
+
+def test_patchify_rejects_indivisible_sizes():
+    with pytest.raises(ValueError, match="divisible"):
+        patchify(torch.zeros(1, 3, 10, 10), 4)
+
+
+def test_timestep_embedding_matches_float64_formula():
+    t = torch.tensor([0, 1, 17, 999])
+    dim, half = 16, 8
+    got = timestep_embedding(t, dim)
+    for row, step in enumerate(t.tolist()):
+        for i in range(half):
+            freq = math.exp(-math.log(10_000) * i / half)
+            assert got[row, i].item() == pytest.approx(math.cos(step * freq), abs=1e-5)
+            assert got[row, half + i].item() == pytest.approx(math.sin(step * freq), abs=1e-5)
+
+
+def test_timestep_embedding_pads_odd_widths():
+    got = timestep_embedding(torch.tensor([3]), 7)
+    assert got.shape == (1, 7) and got[0, -1] == 0
+
+
+def test_forward_shape(encoder):
+    model = DiT(TINY)
+    x = torch.randn(3, 3, 32, 32)
+    cond = encoder.encode(["a red circle", "two blue squares on the left", "a"])
+    assert model(x, torch.tensor([0, 10, 999]), cond).shape == x.shape
+
+
+def test_block_is_identity_at_initialisation():
+    """DiT.initialize_weights zeroes every gate and the cross-attention output."""
+    block = DiT(TINY).blocks[0]
+    x = torch.randn(2, TINY.num_tokens, TINY.width)
+    context = torch.randn(2, 5, TINY.width)
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    assert torch.equal(block(x, torch.randn(2, TINY.width), context, mask), x)
+
+
+def test_whole_model_predicts_zero_at_initialisation(encoder):
+    model = DiT(TINY)
+    out = model(torch.randn(2, 3, 32, 32), torch.tensor([5, 500]), encoder.encode(["a", "b"]))
+    assert torch.count_nonzero(out) == 0
+
+
+def test_block_is_not_identity_once_trained():
+    block = perturbed(DiT(TINY)).blocks[0]
+    x = torch.randn(2, TINY.num_tokens, TINY.width)
+    out = block(
+        x,
+        torch.randn(2, TINY.width),
+        torch.randn(2, 3, TINY.width),
+        torch.ones(2, 3, dtype=torch.bool),
+    )
+    assert not torch.allclose(out, x)
+
+
+def test_padding_tokens_do_not_change_the_prediction(encoder):
+    model = perturbed(DiT(TINY))
+    x, t = torch.randn(1, 3, 32, 32), torch.tensor([300])
+    short = encoder.encode(["a red circle"])
+    padded = encoder.encode(["a red circle", "a big green square to the left of a circle"])
+    padded = type(padded)(*(part[:1] for part in padded))  # first row, padded to 10 tokens
+    assert padded.tokens.shape[1] > short.tokens.shape[1]
+    torch.testing.assert_close(model(x, t, short), model(x, t, padded), rtol=1e-5, atol=1e-6)
+
+
+def test_prediction_depends_on_token_order_through_cross_attention(encoder):
+    """Same words, different binding: the pooled mean is identical, the tokens are not."""
+    model = perturbed(DiT(TINY))
+    a = encoder.encode(["red circle blue square"])
+    b = encoder.encode(["blue circle red square"])
+    torch.testing.assert_close(a.pooled, b.pooled)
+    x, t = torch.randn(1, 3, 32, 32), torch.tensor([300])
+    assert not torch.allclose(model(x, t, a), model(x, t, b))
+    no_cross = perturbed(DiT(dataclasses.replace(TINY, cross_attention=False)))
+    torch.testing.assert_close(no_cross(x, t, a), no_cross(x, t, b))
+
+
+def test_with_null_swaps_only_the_dropped_items(encoder):
+    model = perturbed(DiT(TINY))
+    cond = encoder.encode(["a red circle", "two blue squares"])
+    mixed = model.with_null(cond, torch.tensor([True, False]))
+    null = model.null_condition(1)
+    torch.testing.assert_close(mixed.pooled[1], cond.pooled[1])
+    torch.testing.assert_close(mixed.pooled[0], null.pooled[0])
+    assert mixed.mask[0].tolist() == [True] + [False] * (cond.mask.shape[1] - 1)
+    x, t = torch.randn(2, 3, 32, 32), torch.tensor([100, 100])
+    out = model(x, t, mixed)
+    torch.testing.assert_close(out[:1], model(x[:1], t[:1], null), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(
+        out[1:], model(x[1:], t[1:], type(cond)(*(p[1:] for p in cond))), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_null_condition_is_learned():
+    model = DiT(TINY)
+    names = {name for name, _ in model.named_parameters()}
+    assert {"null_pooled", "null_token"} <= names
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("patch_size", 5, "divisible"),
+        ("num_heads", 3, "divisible"),
+        ("depth", 0, "depth"),
+        ("mlp_ratio", 0.0, "mlp_ratio"),
+    ],
+)
+def test_config_rejects_bad_values(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        dataclasses.replace(DiTConfig(), **{field: value})
+
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_config_json_round_trip(name):
+    config = get_preset(name)
+    assert DiTConfig.from_json(config.to_json()) == config
+
+
+def test_config_from_json_rejects_unknown_fields():
+    with pytest.raises(ValueError, match="unknown"):
+        DiTConfig.from_json('{"width": 64, "colour": 1}')
+
+
+def test_unknown_preset_lists_names():
+    with pytest.raises(ValueError, match="shapes32"):
+        get_preset("huge")
+
+
+def test_default_preset_fits_the_checkpoint_budget():
+    params = DiT(get_preset("shapes32")).num_parameters()
+    assert params * 4 < 25e6  # float32 safetensors under 25 MB
