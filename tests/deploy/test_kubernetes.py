@@ -227,3 +227,14 @@ def test_termination_grace_covers_the_drain():
     timeout_s = float(SETTINGS_MAP["data"]["ATELIER_REQUEST_TIMEOUT_S"])
     pre_stop = CONTAINER["lifecycle"]["preStop"]["sleep"]["seconds"]
     assert POD["terminationGracePeriodSeconds"] > pre_stop + timeout_s
+
+
+def test_fetched_weights_cover_what_the_default_style_transfer_loads():
+    pipeline = pytest.importorskip("models.adain.pipeline")
+    from models.hub import Manifest
+
+    manifest = Manifest.load()
+    needed = {pipeline.ENCODER_FILE, *pipeline.DECODER_FILES.values()}
+    owners = {manifest.owner_of(path).name for path in needed}
+    names = set(_one("ConfigMap", "atelier-weights")["data"]["names"].split())
+    assert owners <= names
