@@ -199,6 +199,12 @@ class Trainer:
     def load_state_dict(self, state: dict) -> None:
         if state["model_config"] != self.model_config.to_json():
             raise ValueError("the saved state is for a different model configuration")
+        saved = state["train_config"]
+        for name in ("seed", "batch_size"):  # they define the data stream
+            if saved[name] != getattr(self.config, name):
+                raise ValueError(
+                    f"the saved state used {name}={saved[name]}, not {getattr(self.config, name)}"
+                )
         self.model.load_state_dict(state["model"])
         self.ema.load_state_dict(state["ema"])
         self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,160 @@
+"""The DiT training loop: learning, EMA, warmup, exact resume, checkpoints, the CLI."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from models.diffusion import epsilon_loss
+from models.dit.checkpoint import load_dit, read_metadata
+from models.dit.config import get_preset
+from models.dit.train import TrainConfig, Trainer, autocast_dtype
+from models.text_encoder import FakeTextEncoder
+from service.cli import main as cli_main
+
+
+def make_trainer(**overrides) -> Trainer:
+    options = {
+        "preset": "tiny",
+        "batch_size": 4,
+        "lr": 3e-3,
+        "warmup_steps": 2,
+        "precision": "fp32",
+    }
+    return Trainer(TrainConfig(**{**options, **overrides}), encoder=FakeTextEncoder())
+
+
+def fixed_batch_loss(trainer: Trainer, model) -> float:
+    """Loss of ``model`` on a held-aside batch with fixed noise and timesteps."""
+    x0, captions = trainer.batch(10_000)
+    cond = trainer.encoder.encode(captions)
+    losses = []
+    for seed in range(4):
+        generator = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            losses.append(
+                float(epsilon_loss(model, x0, cond, trainer.alpha_bar, generator=generator))
+            )
+    return sum(losses) / len(losses)
+
+
+def test_loss_falls_over_a_few_steps():
+    trainer = make_trainer(batch_size=8)
+    before = fixed_batch_loss(trainer, trainer.model)
+    for _ in range(30):
+        trainer.train_step()
+    after = fixed_batch_loss(trainer, trainer.model)
+    assert after < 0.8 * before
+
+
+def test_resume_restores_the_state_exactly(tmp_path):
+    straight = make_trainer()
+    for _ in range(4):
+        straight.train_step()
+
+    first = make_trainer()
+    for _ in range(2):
+        first.train_step()
+    first.save(tmp_path / "state.pt")
+    resumed = make_trainer()
+    with torch.no_grad():  # move the fresh weights away, so only resume can restore them
+        for p in resumed.model.parameters():
+            p.add_(1.0)
+    resumed.generator.manual_seed(99)
+    resumed.resume(tmp_path / "state.pt")
+    assert resumed.step == 2
+    for _ in range(2):
+        resumed.train_step()
+
+    for a, b in zip(straight.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(straight.ema.parameters(), resumed.ema.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert torch.equal(straight.generator.get_state(), resumed.generator.get_state())
+
+
+def test_resume_rejects_another_architecture(tmp_path):
+    trainer = make_trainer()
+    trainer.save(tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)
+    state["model_config"] = get_preset("shapes32").to_json()
+    with pytest.raises(ValueError, match="different model"):
+        trainer.load_state_dict(state)
+
+
+def test_resume_rejects_another_data_stream(tmp_path):
+    make_trainer().save(tmp_path / "state.pt")
+    with pytest.raises(ValueError, match="seed"):
+        make_trainer(seed=5).resume(tmp_path / "state.pt")
+
+
+def test_ema_follows_its_update_rule():
+    trainer = make_trainer(ema_decay=0.9)
+    trainer.train_step()  # update n = 0: decay min(0.9, 1 / 10) = 0.1
+    before_ema = copy.deepcopy(trainer.ema)
+    before_step = trainer.step
+    trainer.train_step()
+    decay = min(0.9, (1 + before_step) / (10 + before_step))
+    for ema, old, new in zip(
+        trainer.ema.parameters(), before_ema.parameters(), trainer.model.parameters(), strict=True
+    ):
+        torch.testing.assert_close(ema, decay * old + (1 - decay) * new)
+
+
+def test_learning_rate_warms_up_linearly():
+    trainer = make_trainer(lr=1e-3, warmup_steps=4)
+    assert [trainer.learning_rate(s) for s in range(6)] == pytest.approx(
+        [2.5e-4, 5e-4, 7.5e-4, 1e-3, 1e-3, 1e-3]
+    )
+
+
+@pytest.mark.parametrize("cond_dropout,learned", [(0.0, False), (1.0, True)])
+def test_null_condition_is_learned_only_from_dropped_captions(cond_dropout, learned):
+    trainer = make_trainer(cond_dropout=cond_dropout)
+    initial = trainer.model.null_pooled.detach().clone()
+    for _ in range(3):  # the first step only moves the zero-initialised output layers
+        trainer.train_step()
+    assert torch.equal(trainer.model.null_pooled, initial) is not learned
+
+
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("batch_size", 0),
+        ("lr", 0.0),
+        ("ema_decay", 1.0),
+        ("cond_dropout", 1.5),
+        ("precision", "fp8"),
+    ],
+)
+def test_train_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        TrainConfig(**{field: value})
+
+
+def test_bf16_autocast_where_supported():
+    assert autocast_dtype(torch.device("cpu"), "auto") == torch.bfloat16
+    assert autocast_dtype(torch.device("cpu"), "fp32") is None
+
+
+def test_bf16_training_step_runs_and_keeps_float32_weights():
+    trainer = make_trainer(precision="bf16")
+    loss = trainer.train_step()
+    assert loss == loss  # not NaN
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())
+
+
+def test_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
+    run_dir, export = tmp_path / "run", tmp_path / "dit-tiny.safetensors"
+    args = ["train-dit", "--preset", "tiny", "--batch-size", "2", "--fake-text", "--no-progress"]
+    args += ["--run-dir", str(run_dir), "--export", str(export), "--precision", "fp32"]
+    assert cli_main([*args, "--steps", "2"]) == 0
+    config, info = read_metadata(export)
+    assert config == get_preset("tiny") and info["step"] == 2
+    assert info["text_encoder"] == "FakeTextEncoder"
+    assert isinstance(load_dit(export), torch.nn.Module)
+    assert cli_main([*args, "--steps", "3", "--resume"]) == 0
+    assert "resumed from" in capsys.readouterr().out
+    assert read_metadata(export)[1]["step"] == 3
