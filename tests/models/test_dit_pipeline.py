@@ -1,0 +1,142 @@
+"""TextToImage: loading, seeds, guidance, negative prompts, errors; the generate CLI."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from models.dit.checkpoint import save_dit
+from models.dit.config import get_preset
+from models.dit.model import DiT
+from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
+from models.hub import WeightsNotFoundError
+from models.text_encoder import FakeTextEncoder
+from service.cli import main as cli_main
+
+REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
+PROMPTS = ["a red circle", "two blue squares", "a small white triangle in the top left"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A tiny DiT with non-trivial weights, recorded as trained with the fake encoder."""
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny"))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp("dit") / DEFAULT_CHECKPOINT
+    return save_dit(path, model, step=7, text_encoder="FakeTextEncoder")
+
+
+@pytest.fixture(scope="module")
+def pipe(checkpoint) -> TextToImage:
+    return TextToImage.from_checkpoint(checkpoint, default_steps=4)
+
+
+def test_from_pretrained_searches_the_folders_in_order(checkpoint, tmp_path):
+    pipe = TextToImage.from_pretrained([tmp_path, checkpoint.parent])
+    assert pipe.source == str(checkpoint)
+    assert isinstance(pipe.encoder, FakeTextEncoder)
+    assert pipe.describe()["trained_steps"] == 7
+
+
+def test_from_pretrained_names_the_missing_file(tmp_path):
+    with pytest.raises(WeightsNotFoundError, match=DEFAULT_CHECKPOINT):
+        TextToImage.from_pretrained([tmp_path])
+
+
+def test_generate_shape_and_range(pipe):
+    images = pipe.generate(PROMPTS, seeds=[0, 1, 2])
+    assert images.shape == (3, 3, 32, 32) and images.dtype == torch.float32
+    assert images.min() >= 0 and images.max() <= 1
+
+
+def test_same_seed_same_image_whatever_the_batch(pipe):
+    batch = pipe.generate(PROMPTS, seeds=[5, 6, 7])
+    again = pipe.generate(PROMPTS, seeds=[5, 6, 7])
+    assert torch.equal(batch, again)
+    alone = pipe.generate(PROMPTS[1:2], seeds=[6])
+    torch.testing.assert_close(alone[0], batch[1], rtol=1e-4, atol=1e-4)
+    other = pipe.generate(PROMPTS[1:2], seeds=[8])
+    assert not torch.allclose(other[0], batch[1])
+
+
+@pytest.mark.parametrize("sampler", TextToImage.samplers)
+def test_every_sampler_is_reproducible(pipe, sampler):
+    a = pipe.generate(PROMPTS[:1], seeds=[3], sampler=sampler, steps=3)
+    b = pipe.generate(PROMPTS[:1], seeds=[3], sampler=sampler, steps=3)
+    assert torch.equal(a, b)
+
+
+def test_guidance_one_ignores_the_negative_prompt(pipe):
+    plain = pipe.generate(PROMPTS[:2], seeds=[1, 2], guidance_scale=1.0)
+    negative = pipe.generate(
+        PROMPTS[:2], seeds=[1, 2], guidance_scale=1.0, negative_prompts=["blue", None]
+    )
+    assert torch.equal(plain, negative)
+
+
+def test_negative_prompt_replaces_the_null_condition_per_item(pipe):
+    plain = pipe.generate(PROMPTS[:2], seeds=[1, 2], guidance_scale=4.0)
+    negative = pipe.generate(
+        PROMPTS[:2], seeds=[1, 2], guidance_scale=4.0, negative_prompts=["a blue square", None]
+    )
+    assert not torch.allclose(plain[0], negative[0])
+    torch.testing.assert_close(plain[1], negative[1], rtol=1e-4, atol=1e-4)
+
+
+def test_guidance_changes_the_image(pipe):
+    weak = pipe.generate(PROMPTS[:1], seeds=[4], guidance_scale=1.0)
+    strong = pipe.generate(PROMPTS[:1], seeds=[4], guidance_scale=6.0)
+    assert not torch.allclose(weak, strong)
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"prompts": []}, "prompt"),
+        ({"seeds": [1, 2]}, "seeds"),
+        ({"negative_prompts": [None, None]}, "negative"),
+        ({"steps": 0}, "steps"),
+        ({"steps": 1001}, "steps"),
+        ({"guidance_scale": -1.0}, "guidance"),
+        ({"sampler": "euler"}, "sampler"),
+    ],
+)
+def test_generate_rejects_bad_arguments(pipe, kwargs, match):
+    arguments = {"prompts": ["a red circle"], **kwargs}
+    with pytest.raises(ValueError, match=match):
+        pipe.generate(arguments.pop("prompts"), **arguments)
+
+
+def test_describe_reports_defaults_and_samplers(pipe):
+    info = pipe.describe()
+    assert info["samplers"][0] == info["default_sampler"] == "dpm++2m"
+    assert set(info["samplers"]) == {"ddpm", "ddim", "dpm++2m"}
+    assert info["default_steps"] == 4 and info["config"]["width"] == 32
+
+
+def test_generate_cli_writes_one_png_per_seed(checkpoint, tmp_path, capsys):
+    args = ["generate", "a red circle", "-n", "2", "--seed", "10", "--steps", "2"]
+    args += ["--checkpoint", str(checkpoint), "-o", str(tmp_path), "--negative", "blue"]
+    assert cli_main(args) == 0
+    written = sorted(tmp_path.glob("*.png"))
+    assert [p.name for p in written] == ["seed10.png", "seed11.png"]
+    assert Image.open(written[0]).size == (32, 32)
+    assert str(written[0]) in capsys.readouterr().out
+
+
+@pytest.mark.skipif(
+    not (REPO_WEIGHTS / DEFAULT_CHECKPOINT).is_file(), reason="default checkpoint not trained yet"
+)
+def test_default_checkpoint_loads_and_generates():
+    pipe = TextToImage.from_pretrained([REPO_WEIGHTS])
+    assert pipe.describe()["text_encoder"] == "MiniLMEncoder"
+    assert (REPO_WEIGHTS / DEFAULT_CHECKPOINT).stat().st_size < 25e6
+    images = pipe.generate(["a red circle"], seeds=[0], steps=4)
+    assert images.shape == (1, 3, 32, 32)
+    assert torch.equal(images, pipe.generate(["a red circle"], seeds=[0], steps=4))
