@@ -301,3 +301,21 @@ def test_non_contiguous_inputs_match_reference(gen):
     image = torch.randn(2, 5, 6, 4, generator=gen).transpose(2, 3)  # (2, 5, 4, 6), strided
     torch.testing.assert_close(F.group_norm(image, 5).double(), ref.group_norm(image, 5), **TOL32)
     torch.testing.assert_close(F.instance_norm(image).double(), ref.instance_norm(image), **TOL32)
+
+
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda x: F.group_norm(x, 2),
+        lambda x: F.instance_norm(x),
+        lambda x: F.adain(x, x[:1] * 2),
+        lambda x: F.local_response_norm(x, 3),
+        lambda x: F.global_response_norm(x, torch.ones(8), torch.ones(8)),
+    ],
+    ids=["group", "instance", "adain", "lrn", "grn"],
+)
+def test_image_members_keep_channels_last(gen, fn):
+    x = torch.randn(2, 8, 5, 5, generator=gen).contiguous(memory_format=torch.channels_last)
+    got = fn(x)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got, fn(x.contiguous()), **TOL32)
