@@ -1,0 +1,161 @@
+"""Speed of the text-to-image DiT on the CPU, and its forward pass against diffusers' DiT.
+
+1. Images per second at 32 px for batch 1, 8 and 32 at the pipeline's default steps,
+   sampler and guidance (classifier-free guidance evaluates the model twice per step),
+   text encoding included. Uses the default checkpoint when present, else a randomly
+   initialised model of the same preset (same cost).
+2. Forward time of our ``DiT`` against ``diffusers.DiTTransformer2DModel`` (a ``bench``
+   extra) built at the same depth, width, heads, patch size and MLP ratio, measured
+   interleaved in one run (median of ``--repeats``). Ours is built without text
+   cross-attention for the like-for-like figure (diffusers' DiT has none); the shipped
+   configuration, with cross-attention, is reported beside it. Target: ratio <= 1.
+
+    .venv/bin/python benchmarks/dit_bench.py
+    .venv/bin/python benchmarks/dit_bench.py --threads 1 --repeats 9 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from models.dit.config import get_preset  # noqa: E402
+from models.dit.model import DiT  # noqa: E402
+from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage  # noqa: E402
+from models.text_encoder import FakeTextEncoder  # noqa: E402
+
+PROMPT = "a small red circle to the left of a blue square"
+
+
+def load_pipeline(preset: str) -> tuple[TextToImage, str]:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    path = ROOT / "weights" / DEFAULT_CHECKPOINT
+    if path.is_file():
+        return TextToImage.from_checkpoint(path), str(path.relative_to(ROOT))
+    model = DiT(get_preset(preset))
+    return TextToImage(model, FakeTextEncoder(model.config.text_dim)), f"random {preset}"
+
+
+def images_per_second(pipe: TextToImage, batch: int, repeats: int) -> float:
+    prompts = [PROMPT] * batch
+    pipe.generate(prompts[:1], seeds=[0], steps=2)  # warm-up
+    times = []
+    for r in range(repeats):
+        start = time.perf_counter()
+        pipe.generate(prompts, seeds=list(range(r * batch, (r + 1) * batch)))
+        times.append(time.perf_counter() - start)
+    return batch / statistics.median(times)
+
+
+def build_diffusers(config):
+    from diffusers import DiTTransformer2DModel
+
+    if config.mlp_ratio != 4.0:
+        raise ValueError("diffusers' DiT has a fixed MLP ratio of 4")
+    return DiTTransformer2DModel(
+        num_attention_heads=config.num_heads,
+        attention_head_dim=config.width // config.num_heads,
+        in_channels=config.in_channels,
+        out_channels=config.in_channels,
+        num_layers=config.depth,
+        sample_size=config.image_size,
+        patch_size=config.patch_size,
+        num_embeds_ada_norm=1000,
+    ).eval()
+
+
+@torch.inference_mode()
+def forward_times(config, batch: int, repeats: int) -> dict[str, float]:
+    """Median seconds per forward of each network, measured interleaved."""
+    encoder = FakeTextEncoder(config.text_dim)
+    cond = encoder.encode([PROMPT] * batch)
+    x = torch.randn(batch, config.in_channels, config.image_size, config.image_size)
+    t = torch.randint(0, 1000, (batch,))
+    labels = torch.randint(0, 1000, (batch,))
+    ours_plain = DiT(dataclasses.replace(config, cross_attention=False)).eval()
+    ours_cross = DiT(dataclasses.replace(config, cross_attention=True)).eval()
+    theirs = build_diffusers(config)
+    calls = {
+        "ours": lambda: ours_plain(x, t, cond),
+        "ours_cross_attention": lambda: ours_cross(x, t, cond),
+        "diffusers": lambda: theirs(x, timestep=t, class_labels=labels, return_dict=False),
+    }
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for call in calls.values():  # warm-up
+        call()
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", default="shapes32")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    parser.add_argument("--skip-generate", action="store_true", help="forward comparison only")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    config = get_preset(args.preset)
+    result: dict = {"threads": torch.get_num_threads(), "preset": args.preset}
+
+    if not args.skip_generate:
+        pipe, source = load_pipeline(args.preset)
+        result["generate"] = {
+            "model": source,
+            "steps": pipe.default_steps,
+            "guidance_scale": pipe.default_guidance_scale,
+            "sampler": pipe.default_sampler,
+            "images_per_s": {
+                b: images_per_second(pipe, b, max(1, args.repeats // 2)) for b in args.batches
+            },
+        }
+    result["forward"] = {}
+    for batch in args.batches:
+        times = forward_times(config, batch, args.repeats)
+        times["ratio_ours_over_diffusers"] = times["ours"] / times["diffusers"]
+        result["forward"][batch] = times
+
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(
+        f"threads={result['threads']} preset={args.preset} width={config.width} "
+        f"depth={config.depth} heads={config.num_heads} patch={config.patch_size}"
+    )
+    if "generate" in result:
+        g = result["generate"]
+        print(
+            f"generate: {g['model']}, {g['sampler']} {g['steps']} steps, "
+            f"guidance {g['guidance_scale']:g}"
+        )
+        for batch, speed in g["images_per_s"].items():
+            print(f"  batch {batch:>3}: {speed:8.2f} images/s")
+    print("forward (ms, median):   ours  ours+xattn  diffusers  ours/diffusers")
+    for batch, times in result["forward"].items():
+        print(
+            f"  batch {batch:>3}: {1e3 * times['ours']:9.2f} {1e3 * times['ours_cross_attention']:11.2f}"
+            f" {1e3 * times['diffusers']:10.2f} {times['ratio_ours_over_diffusers']:15.2f}"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
