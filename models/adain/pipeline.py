@@ -28,6 +28,9 @@ from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 #: The default coarse-to-fine pass (established by benchmarks/adain_quality.py).
 DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu1_1")
 
+#: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
+MIN_STYLE_SIDE = 16
+
 #: Files of the shared normalised VGG-19 and WCT decoders, relative to a weights folder.
 ENCODER_FILE = "vgg19-normalised/vgg_normalised_conv3_1.pth"
 DECODER_FILES = {
@@ -38,7 +41,7 @@ DECODER_FILES = {
 
 
 def check_levels(levels: Sequence[str], available: Sequence[str]) -> tuple[str, ...]:
-    """Validate a pass order: known levels, each with a decoder, no repeats."""
+    """Validate a pass order: known levels, each with a decoder (a level may repeat)."""
     levels = tuple(levels)
     if not levels:
         raise ValueError("levels must name at least one feature level")
@@ -46,19 +49,20 @@ def check_levels(levels: Sequence[str], available: Sequence[str]) -> tuple[str, 
         check_level(level)
         if level not in available:
             raise ValueError(f"no decoder for {level}; available: {tuple(available)}")
-    if len(set(levels)) != len(levels):
-        raise ValueError(f"levels repeat: {levels}")
     return levels
 
 
 def pad_to_multiple(image: Tensor, multiple: int) -> tuple[Tensor, tuple[int, int]]:
-    """Pad ``(B, C, H, W)`` on the bottom/right to multiples of ``multiple``.
+    """Pad ``(B, C, H, W)`` on the bottom/right to multiples of ``multiple`` (at least 2x it).
 
-    Reflection padding (replicate when the image is too small to reflect).
-    Returns the padded image and the original ``(H, W)`` to crop back to.
+    The encoder halves the image at each pool and its 3x3 reflection padding needs two
+    pixels at the deepest level, hence the ``2 * multiple`` minimum. Reflection padding
+    (replicate when the image is too small to reflect). Returns the padded image and the
+    original ``(H, W)`` to crop back to.
     """
     height, width = image.shape[-2:]
-    pad_h, pad_w = -height % multiple, -width % multiple
+    pad_h = max(-height % multiple, 2 * multiple - height)
+    pad_w = max(-width % multiple, 2 * multiple - width)
     if pad_h == 0 and pad_w == 0:
         return image, (height, width)
     mode = "reflect" if pad_h < height and pad_w < width else "replicate"
@@ -269,6 +273,11 @@ class StyleTransfer(nn.Module):
             if style.ndim != 4 or style.shape[1] != 3 or style.shape[0] not in (1, batch):
                 raise ValueError(
                     f"style {index} must be (1 or {batch}, 3, h, w), got {tuple(style.shape)}"
+                )
+            if min(style.shape[-2:]) < MIN_STYLE_SIDE:
+                raise ValueError(
+                    f"style {index} is {tuple(style.shape[-2:])}; "
+                    f"style images need at least {MIN_STYLE_SIDE} px on each side"
                 )
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
