@@ -1,6 +1,6 @@
 """Weight normalization (Salimans & Kingma, 2016) as a ``torch.nn.utils.parametrize`` rule.
 
->>> from norms.modules.weight_norm import weight_norm
+>>> from norms import weight_norm
 >>> layer = weight_norm(nn.Linear(16, 8))          # per output row
 >>> layer.parametrizations.weight.original0.shape    # g: (8, 1)
 >>> layer.parametrizations.weight.original1.shape    # v: (8, 16)
@@ -18,10 +18,7 @@ from torch.nn.utils import parametrize
 
 from norms.functional._stats import acc_dtype
 
-# The helper ``weight_norm`` is deliberately not star-exported: the package
-# ``norms.modules`` collects ``module.__all__`` over its submodules *after* its star
-# imports, so a star-exported function named like this submodule would replace it.
-__all__ = ["WeightNorm"]
+__all__ = ["WeightNorm", "weight_norm"]
 
 
 class WeightNorm(nn.Module):
