@@ -174,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         pipe = load_pipeline(args.checkpoint, args.device)
         steps = args.steps or pipe.default_steps
         default_guidance = args.guidance or pipe.default_guidance_scale
-        sampler = args.sampler or getattr(pipe, "default_sampler", None) or pipe.samplers[0]
+        sampler = args.sampler or pipe.default_sampler
         guidances = [1.0, default_guidance]
 
         def generate(prompts: list[str], guidance_scale: float, seeds: list[int]) -> torch.Tensor:
