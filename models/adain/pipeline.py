@@ -4,6 +4,13 @@ Single-level (the paper): ``decode_l(AdaIN(encode_l(content), encode_l(style)))`
 Multi-level (coarse to fine, as in WCT): stylise and decode at the deepest level, then
 re-encode that image at the next shallower level, apply AdaIN again with the style's
 statistics there, decode, and so on; each pass refines the textures at a finer scale.
+A level may come back: the default pass runs relu3_1 -> relu2_1 twice, since each
+decoder only approximately reproduces the statistics it was given and the second round
+closes much of that gap (see benchmarks/adain_quality.py).
+
+``alpha`` blends, at every pass, the restyled features with the *photo's* features at
+that level, so ``alpha = 0`` gives the last level's plain reconstruction of the photo
+(and not a chain of reconstructions whose errors add up).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from models.hub import Manifest, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
 #: The default coarse-to-fine pass (established by benchmarks/adain_quality.py).
-DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu1_1")
+DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu3_1", "relu2_1")
 
 #: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
 MIN_STYLE_SIDE = 16
@@ -117,23 +124,21 @@ class StyleTransfer(nn.Module):
         cache_size: int = 64,
         manifest: Manifest | None = None,
     ) -> StyleTransfer:
-        """Load the shared normalised VGG-19 and its decoders from the first folder that has them.
+        """Load the shared normalised VGG-19 (to relu3_1) and its three decoders.
+
+        Each file is taken from the first folder of ``search_path`` that has it.
+        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``).
 
         Raises:
             WeightsNotFoundError: a file is in none of ``search_path`` (the message names
                 the file, the folders and the ``atelier weights fetch`` command).
         """
         manifest = manifest or Manifest.load()
-        levels = tuple(levels or DEFAULT_LEVELS)
-        for level in levels:
-            if level not in DECODER_FILES:
-                raise ValueError(f"no published decoder for {level}; have {tuple(DECODER_FILES)}")
         encoder_path = resolve(ENCODER_FILE, search_path, manifest)
         decoder_paths = {
-            level: resolve(DECODER_FILES[level], search_path, manifest) for level in levels
+            level: resolve(name, search_path, manifest) for level, name in DECODER_FILES.items()
         }
-        deepest = max(levels, key=LEVELS.index)
-        encoder = VGGEncoder.from_state_dict(load_state_dict(encoder_path), depth=deepest)
+        encoder = VGGEncoder.from_state_dict(load_state_dict(encoder_path))
         decoders = {
             level: Decoder.from_state_dict(load_state_dict(path), level)
             for level, path in decoder_paths.items()
@@ -141,7 +146,7 @@ class StyleTransfer(nn.Module):
         model = cls(
             encoder,
             decoders,
-            levels=levels,
+            levels=levels or DEFAULT_LEVELS,
             weight_files=[encoder_path, *decoder_paths.values()],
             fast=fast,
             cache_size=cache_size,
@@ -218,6 +223,8 @@ class StyleTransfer(nn.Module):
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
         levels = check_levels(levels, list(self.decoders)) if levels is not None else self.levels
+        if alpha == 0.0:
+            levels = levels[-1:]  # every pass is anchored to the photo: only the last one shows
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
         content = content.to(self.device, torch.float32)
         styles = [style.to(self.device, torch.float32) for style in styles]
@@ -236,7 +243,9 @@ class StyleTransfer(nn.Module):
         stats = [self.style_stats(style, levels) for style in styles]
         batch = content.shape[0]
         image = self._prepare(image)
+        photo = image
         with self._autocast():
+            anchors = self.encoder(photo, set(levels)) if alpha < 1.0 else {}
             for level in levels:
                 features = self.encoder.encode(image, level)
                 labels = None
@@ -248,6 +257,7 @@ class StyleTransfer(nn.Module):
                     weights=weights,
                     labels=labels,
                     alpha=alpha,
+                    anchor=anchors.get(level),
                 )
                 image = self.decoders[level](restyled)
         output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()

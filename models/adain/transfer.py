@@ -65,6 +65,7 @@ def transfer(
     weights: Sequence[float] | None = None,
     labels: Tensor | None = None,
     alpha: float = 1.0,
+    anchor: Tensor | None = None,
 ) -> Tensor:
     """Restyle a feature map: AdaIN towards mixed styles, or one style per masked region.
 
@@ -75,10 +76,12 @@ def transfer(
         labels: from :func:`region_labels`; each region is normalised with its own
             content statistics and given its style's statistics. Pixels labelled -1
             keep the content features.
-        alpha: ``alpha * restyled + (1 - alpha) * content``.
+        alpha: ``alpha * restyled + (1 - alpha) * anchor``.
+        anchor: the features ``alpha`` blends back to (default ``content``); the
+            multi-level pass anchors every level to the original photo's features.
 
     Shape:
-        - content: ``(B, C, h, w)``; labels: ``(B, h, w)``; output: ``(B, C, h, w)``.
+        - content, anchor: ``(B, C, h, w)``; labels: ``(B, h, w)``; output: ``(B, C, h, w)``.
     """
     batch = content.shape[0]
     if labels is None:
@@ -97,4 +100,4 @@ def transfer(
                 restyled[b][:, region] = adain_to_stats(pixels, row)[0]
     if alpha == 1.0:
         return restyled
-    return torch.lerp(content, restyled, alpha)
+    return torch.lerp(content if anchor is None else anchor, restyled, alpha)

@@ -281,3 +281,13 @@ def test_preserve_color_is_luminance_transfer_with_content_chroma(model):
     out = model.stylize(content, [style], preserve_color=True)
     grey = model.stylize(luminance(content).contiguous(), [luminance(style).contiguous()])
     torch.testing.assert_close(out, with_chroma_of(grey, content))
+
+
+def test_alpha_zero_multi_level_reconstructs_with_the_last_decoder(model):
+    """alpha blends to the photo's own features at every pass, so alpha = 0 is the last
+    level's reconstruction of the photo (no chain of reconstruction errors)."""
+    content = _images(1, 3, 16, 16, seed=1)
+    out = model.stylize(content, [_images(1, 3, 16, 16, seed=2)], alpha=0.0)
+    with torch.no_grad():
+        expected = model.decoders["relu1_1"](model.encoder.encode(content, "relu1_1")).clamp(0, 1)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
