@@ -15,7 +15,6 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -45,6 +44,17 @@ DECODER_FILES = {
     "relu2_1": "vgg19-normalised/feature_invertor_conv2_1.pth",
     "relu3_1": "vgg19-normalised/feature_invertor_conv3_1.pth",
 }
+
+
+def bf16_supported(device: torch.device) -> bool:
+    """Whether ``device`` runs bfloat16 convolutions natively (CPU: oneDNN with AVX512-BF16/AMX)."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        return bool(
+            torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+        )
+    return False
 
 
 def check_levels(levels: Sequence[str], available: Sequence[str]) -> tuple[str, ...]:
@@ -85,8 +95,10 @@ class StyleTransfer(nn.Module):
         levels: the default pass, deepest first, e.g. ``("relu3_1",)`` (single-level)
             or ``("relu3_1", "relu2_1", "relu1_1")`` (multi-level).
         weight_files: the checkpoint files loaded, for :meth:`describe`.
-        fast: channels_last memory format and bfloat16 autocast (when the device
-            supports it) for the convolutions; statistics stay in float32.
+        fast: channels_last memory format and bfloat16 weights and activations (where
+            the device has native bf16 kernels, else float32); statistics are still
+            accumulated in float32 by ``norms``. Casting the weights once beats autocast,
+            which re-casts every weight at every call.
         cache_size: style statistics kept (entries of one image at one level); 0 disables.
     """
 
@@ -166,15 +178,22 @@ class StyleTransfer(nn.Module):
             "weight_files": [str(path) for path in self.weight_files],
             "device": str(self.device),
             "fast": self.fast,
+            "dtype": str(self._compute_dtype()).removeprefix("torch."),
         }
 
-    def _autocast(self) -> contextlib.AbstractContextManager:
-        if self.fast and torch.amp.autocast_mode.is_autocast_available(self.device.type):
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    def _compute_dtype(self) -> torch.dtype:
+        """bfloat16 on the fast path where the device has native bf16 kernels, else float32."""
+        return torch.bfloat16 if self.fast and bf16_supported(self.device) else torch.float32
+
+    def _ready(self) -> torch.dtype:
+        """Cast the networks to the compute dtype once (after a device move); return it."""
+        dtype = self._compute_dtype()
+        if self.encoder.layers[0].weight.dtype != dtype:
+            self.to(dtype)
+        return dtype
 
     def _prepare(self, image: Tensor) -> Tensor:
-        image = image.to(self.device, torch.float32)
+        image = image.to(self.device, self._compute_dtype())
         return image.contiguous(memory_format=torch.channels_last) if self.fast else image
 
     def style_stats(self, style: Tensor, levels: Sequence[str]) -> dict[str, FeatureStats]:
@@ -240,26 +259,25 @@ class StyleTransfer(nn.Module):
             padded_masks = [
                 F.pad(mask.to(self.device, torch.float32), pad, mode="replicate") for mask in masks
             ]
+        self._ready()
         stats = [self.style_stats(style, levels) for style in styles]
         batch = content.shape[0]
         image = self._prepare(image)
-        photo = image
-        with self._autocast():
-            anchors = self.encoder(photo, set(levels)) if alpha < 1.0 else {}
-            for level in levels:
-                features = self.encoder.encode(image, level)
-                labels = None
-                if padded_masks is not None:
-                    labels = region_labels(padded_masks, features.shape[-2:], batch)
-                restyled = transfer(
-                    features,
-                    [item[level] for item in stats],
-                    weights=weights,
-                    labels=labels,
-                    alpha=alpha,
-                    anchor=anchors.get(level),
-                )
-                image = self.decoders[level](restyled)
+        anchors = self.encoder(image, set(levels)) if alpha < 1.0 else {}
+        for level in levels:
+            features = self.encoder.encode(image, level)
+            labels = None
+            if padded_masks is not None:
+                labels = region_labels(padded_masks, features.shape[-2:], batch)
+            restyled = transfer(
+                features,
+                [item[level] for item in stats],
+                weights=weights,
+                labels=labels,
+                alpha=alpha,
+                anchor=anchors.get(level),
+            )
+            image = self.decoders[level](restyled)
         output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
         if preserve_color:
             output = with_chroma_of(output, content)
