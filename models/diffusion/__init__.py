@@ -4,7 +4,13 @@ Nothing here knows the network: a sampler takes ``model(x, t, cond) -> eps``.
 """
 
 from models.diffusion.guidance import classifier_free_guidance
-from models.diffusion.losses import epsilon_loss
+from models.diffusion.losses import diffusion_loss
+from models.diffusion.parameterization import (
+    PREDICTIONS,
+    epsilon_model,
+    prediction_target,
+    to_epsilon,
+)
 from models.diffusion.random import generators_from_seeds, randn
 from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
 from models.diffusion.schedules import (
@@ -16,6 +22,7 @@ from models.diffusion.schedules import (
 )
 
 __all__ = [
+    "PREDICTIONS",
     "SAMPLERS",
     "add_noise",
     "classifier_free_guidance",
@@ -23,7 +30,10 @@ __all__ = [
     "ddim",
     "ddpm",
     "dpm_solver_pp_2m",
-    "epsilon_loss",
+    "diffusion_loss",
+    "epsilon_model",
+    "prediction_target",
+    "to_epsilon",
     "generators_from_seeds",
     "get_sampler",
     "get_schedule",

@@ -1,4 +1,4 @@
-"""The training objective: epsilon prediction with uniformly drawn timesteps."""
+"""The training objective: regress the noise (or the velocity) at uniformly drawn timesteps."""
 
 from __future__ import annotations
 
@@ -7,24 +7,28 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from models.diffusion.parameterization import prediction_target
 from models.diffusion.samplers import Denoiser
 from models.diffusion.schedules import add_noise
 
 
-def epsilon_loss(
+def diffusion_loss(
     model: Denoiser,
     x0: Tensor,
     cond: Any,
     alpha_bar: Tensor,
     *,
+    prediction: str = "epsilon",
     generator: torch.Generator | None = None,
 ) -> Tensor:
-    """Mean squared error of the predicted noise (Ho et al. 2020, "simple" loss).
+    """Mean squared error of the prediction (Ho et al. 2020 "simple" loss for ``eps``).
 
     .. math::
-        L = \\mathbb E_{t, \\epsilon}\\, \\lVert \\epsilon -
-            \\epsilon_\\theta(\\sqrt{\\bar\\alpha_t} x_0 + \\sqrt{1-\\bar\\alpha_t}\\epsilon, t)
-            \\rVert^2
+        L = \\mathbb E_{t, \\epsilon}\\, \\lVert y - f_\\theta(\\sqrt{\\bar\\alpha_t} x_0
+            + \\sqrt{1-\\bar\\alpha_t}\\epsilon, t) \\rVert^2,\\qquad
+        y = \\epsilon \\text{ or } v = \\sqrt{\\bar\\alpha_t}\\epsilon - \\sqrt{1-\\bar\\alpha_t} x_0
+
+    The ``v`` loss is the ``eps`` loss weighted by ``SNR + 1`` (Salimans & Ho 2022).
 
     Shape:
         x0: ``(B, *)`` on any device; alpha_bar: ``(T,)``. Noise and timesteps are drawn
@@ -35,5 +39,6 @@ def epsilon_loss(
     noise = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
     alpha_bar_t = alpha_bar[t].to(x0.device)
     x_t = add_noise(x0, noise, alpha_bar_t)
-    eps = model(x_t, t.to(x0.device), cond)
-    return torch.nn.functional.mse_loss(eps.float(), noise.float())
+    output = model(x_t, t.to(x0.device), cond)
+    target = prediction_target(x0, noise, alpha_bar_t, prediction)
+    return torch.nn.functional.mse_loss(output.float(), target.float())

@@ -25,6 +25,8 @@ class DiTConfig:
         frequency_dim: width of the sinusoidal timestep features.
         num_timesteps: length of the discrete diffusion schedule the model is trained on.
         schedule: name of the noise schedule (see ``models.diffusion.schedules``).
+        prediction: what the network outputs, ``"epsilon"`` or ``"v"``
+            (see ``models.diffusion.parameterization``).
     """
 
     image_size: int = 32
@@ -39,6 +41,7 @@ class DiTConfig:
     frequency_dim: int = 256
     num_timesteps: int = 1000
     schedule: str = "cosine"
+    prediction: str = "v"
 
     def __post_init__(self) -> None:
         positive = ("image_size", "in_channels", "patch_size", "width", "depth", "num_heads")
@@ -51,6 +54,8 @@ class DiTConfig:
             )
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+        if self.prediction not in ("epsilon", "v"):
+            raise ValueError(f"prediction must be 'epsilon' or 'v', got {self.prediction!r}")
         if self.mlp_ratio <= 0:
             raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio}")
 

@@ -180,14 +180,14 @@ class FinalLayer(nn.Module):
 
 
 class DiT(nn.Module):
-    """Text-conditioned DiT predicting the noise ``eps`` of a noisy image.
+    """Text-conditioned DiT predicting ``eps`` or ``v`` (``config.prediction``) of a noisy image.
 
     Args:
         config: the architecture (stored in checkpoints).
 
     Shape:
         x: ``(B, C, H, W)``; t: ``(B,)`` timesteps; cond: :class:`TextCondition` with
-        pooled ``(B, E)``, tokens ``(B, L, E)``, mask ``(B, L)`` -> eps ``(B, C, H, W)``.
+        pooled ``(B, E)``, tokens ``(B, L, E)``, mask ``(B, L)`` -> ``(B, C, H, W)``.
     """
 
     def __init__(self, config: DiTConfig) -> None:

@@ -13,6 +13,7 @@ from torch import Tensor
 from models.diffusion import (
     SAMPLERS,
     classifier_free_guidance,
+    epsilon_model,
     generators_from_seeds,
     get_sampler,
     get_schedule,
@@ -68,6 +69,7 @@ class TextToImage:
         self.encoder = encoder
         self.config = model.config
         self.alpha_bar = get_schedule(self.config.schedule, self.config.num_timesteps)
+        self.denoiser = epsilon_model(self.model, self.alpha_bar, self.config.prediction)
         self.default_steps = default_steps
         self.default_guidance_scale = default_guidance_scale
         self.source = source
@@ -157,7 +159,7 @@ class TextToImage:
         shape = (n, config.in_channels, config.image_size, config.image_size)
         noise = randn(shape, generators, device=self.device)
         images = get_sampler(sampler)(
-            classifier_free_guidance(self.model, scale),
+            classifier_free_guidance(self.denoiser, scale),
             noise,
             (cond, uncond),
             self.alpha_bar,

@@ -24,7 +24,7 @@ import torch
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from models.diffusion import epsilon_loss, get_schedule
+from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import save_dit
 from models.dit.config import DiTConfig, get_preset
 from models.dit.model import DiT
@@ -169,7 +169,14 @@ class Trainer:
         )
         with context:
             cond = self.model.with_null(cond, drop)
-            loss = epsilon_loss(self.model, x0, cond, self.alpha_bar, generator=self.generator)
+            loss = diffusion_loss(
+                self.model,
+                x0,
+                cond,
+                self.alpha_bar,
+                prediction=self.model_config.prediction,
+                generator=self.generator,
+            )
         loss.backward()
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)

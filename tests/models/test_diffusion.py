@@ -14,13 +14,17 @@ from models.diffusion import (
     cosine_schedule,
     ddim,
     ddpm,
+    diffusion_loss,
     dpm_solver_pp_2m,
+    epsilon_model,
     generators_from_seeds,
     get_sampler,
     get_schedule,
     linear_schedule,
+    prediction_target,
     randn,
     sampling_timesteps,
+    to_epsilon,
 )
 
 T = 1000
@@ -245,3 +249,61 @@ def test_guidance_extrapolates_from_unconditional_to_conditional(scale):
 def test_guidance_rejects_negative_scale():
     with pytest.raises(ValueError, match="guidance"):
         classifier_free_guidance(_conditional_model, -0.5)
+
+
+# ------------------------------------------------------------------ parameterization
+@given(ab=st.floats(1e-6, 1 - 1e-6))
+@settings(max_examples=30, deadline=None)
+def test_v_target_converts_back_to_the_noise(ab):
+    x0 = torch.randn(4, 3, dtype=torch.float64)
+    noise = torch.randn(4, 3, dtype=torch.float64)
+    alpha_bar_t = torch.full((4,), ab, dtype=torch.float64)
+    x_t = math.sqrt(ab) * x0 + math.sqrt(1 - ab) * noise
+    v = prediction_target(x0, noise, alpha_bar_t, "v")
+    torch.testing.assert_close(v, math.sqrt(ab) * noise - math.sqrt(1 - ab) * x0)
+    torch.testing.assert_close(to_epsilon(v, x_t, alpha_bar_t, "v"), noise)
+    torch.testing.assert_close(prediction_target(x0, noise, alpha_bar_t, "epsilon"), noise)
+
+
+def test_v_model_samples_like_the_epsilon_model():
+    """A v-network built from the closed-form eps gives the same DDIM trajectory."""
+    alpha_bar = cosine_schedule(T)
+    eps_model = gaussian_denoiser(alpha_bar)
+
+    def v_model(x, t, cond):  # v = (eps - s x_t) / a, from eps = s x_t + a v
+        ab = alpha_bar[t].view(-1, 1)
+        return (eps_model(x, t, cond) - (1 - ab).sqrt() * x) / ab.sqrt()
+
+    x, _ = start_noise(alpha_bar, 32, 2)
+    expected = ddim(eps_model, x, None, alpha_bar, steps=20)
+    got = ddim(epsilon_model(v_model, alpha_bar, "v"), x, None, alpha_bar, steps=20)
+    torch.testing.assert_close(got, expected)
+    assert epsilon_model(eps_model, alpha_bar, "epsilon") is eps_model
+
+
+def test_unknown_prediction_is_rejected():
+    with pytest.raises(ValueError, match="prediction"):
+        to_epsilon(torch.zeros(1), torch.zeros(1), torch.ones(1), "x0")
+
+
+def test_diffusion_loss_is_the_mse_to_the_target():
+    x0 = torch.randn(6, 3)
+    alpha_bar = cosine_schedule(T)
+
+    def zero_model(x, t, cond):
+        return torch.zeros_like(x)
+
+    for prediction in ("epsilon", "v"):
+        loss = diffusion_loss(
+            zero_model,
+            x0,
+            None,
+            alpha_bar,
+            prediction=prediction,
+            generator=torch.Generator().manual_seed(3),
+        )
+        generator = torch.Generator().manual_seed(3)  # replay the draws
+        t = torch.randint(0, T, (6,), generator=generator)
+        noise = torch.randn(x0.shape, generator=generator)
+        target = prediction_target(x0, noise, alpha_bar[t], prediction)
+        torch.testing.assert_close(loss, target.pow(2).mean())

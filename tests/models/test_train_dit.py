@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from models.diffusion import epsilon_loss
+from models.diffusion import diffusion_loss
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.config import get_preset
 from models.dit.train import TrainConfig, Trainer, autocast_dtype
@@ -35,7 +35,16 @@ def fixed_batch_loss(trainer: Trainer, model) -> float:
         generator = torch.Generator().manual_seed(seed)
         with torch.no_grad():
             losses.append(
-                float(epsilon_loss(model, x0, cond, trainer.alpha_bar, generator=generator))
+                float(
+                    diffusion_loss(
+                        model,
+                        x0,
+                        cond,
+                        trainer.alpha_bar,
+                        prediction=trainer.model_config.prediction,
+                        generator=generator,
+                    )
+                )
             )
     return sum(losses) / len(losses)
 

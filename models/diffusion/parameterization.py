@@ -1,0 +1,61 @@
+"""What the network predicts: the noise ``eps`` or the velocity ``v`` (Salimans & Ho 2022).
+
+With ``a = sqrt(alpha_bar_t)``, ``s = sqrt(1 - alpha_bar_t)`` and ``x_t = a x0 + s eps``:
+
+.. math::
+    v = a\\,\\epsilon - s\\,x_0,\\qquad \\epsilon = s\\,x_t + a\\,v,\\qquad x_0 = a\\,x_t - s\\,v
+
+Samplers always consume ``eps``; :func:`epsilon_model` adapts a ``v`` network. A ``v``
+network keeps ``x0`` well conditioned at high noise, where ``eps``-prediction divides
+its error by ``a`` (close to 0 at the end of the cosine schedule).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from models.diffusion.samplers import Denoiser
+
+PREDICTIONS = ("epsilon", "v")
+
+
+def check_prediction(prediction: str) -> str:
+    if prediction not in PREDICTIONS:
+        raise ValueError(f"unknown prediction {prediction!r}; choose from {list(PREDICTIONS)}")
+    return prediction
+
+
+def _coefficients(alpha_bar_t: Tensor, like: Tensor) -> tuple[Tensor, Tensor]:
+    shape = (-1,) + (1,) * (like.dim() - 1)
+    ab = alpha_bar_t.to(device=like.device, dtype=like.dtype).view(shape)
+    return ab.sqrt(), (1 - ab).sqrt()
+
+
+def prediction_target(x0: Tensor, noise: Tensor, alpha_bar_t: Tensor, prediction: str) -> Tensor:
+    """The regression target for ``prediction`` (``eps``, or ``v = a eps - s x0``)."""
+    if check_prediction(prediction) == "epsilon":
+        return noise
+    a, s = _coefficients(alpha_bar_t, x0)
+    return a * noise - s * x0
+
+
+def to_epsilon(output: Tensor, x_t: Tensor, alpha_bar_t: Tensor, prediction: str) -> Tensor:
+    """Convert a network output to ``eps`` (``eps = s x_t + a v`` for ``v``)."""
+    if check_prediction(prediction) == "epsilon":
+        return output
+    a, s = _coefficients(alpha_bar_t, x_t)
+    return s * x_t + a * output
+
+
+def epsilon_model(model: Denoiser, alpha_bar: Tensor, prediction: str) -> Denoiser:
+    """Wrap ``model(x, t, cond)`` predicting ``prediction`` into an ``eps`` predictor."""
+    if check_prediction(prediction) == "epsilon":
+        return model
+
+    def wrapped(x: Tensor, t: Tensor, cond: Any) -> Tensor:
+        alpha_bar_t = alpha_bar.to(t.device)[t]
+        return to_epsilon(model(x, t, cond), x, alpha_bar_t, prediction)
+
+    return wrapped
