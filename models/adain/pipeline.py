@@ -28,7 +28,7 @@ from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import region_labels, transfer
 from models.checkpoints import load_state_dict
 from models.decoder import Decoder
-from models.hub import Manifest, resolve
+from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
 #: The default coarse-to-fine pass (established by benchmarks/adain_quality.py).
@@ -44,6 +44,9 @@ DECODER_FILES = {
     "relu2_1": "vgg19-normalised/feature_invertor_conv2_1.pth",
     "relu3_1": "vgg19-normalised/feature_invertor_conv3_1.pth",
 }
+#: The AdaIN release's relu4_1 pair: optional, used when both files are found.
+ADAIN_ENCODER_FILE = "adain/vgg_normalised.pth"
+ADAIN_DECODER_FILE = "adain/decoder.pth"
 
 
 def bf16_supported(device: torch.device) -> bool:
@@ -138,7 +141,10 @@ class StyleTransfer(nn.Module):
     ) -> StyleTransfer:
         """Load the shared normalised VGG-19 (to relu3_1) and its three decoders.
 
-        Each file is taken from the first folder of ``search_path`` that has it.
+        Each file is taken from the first folder of ``search_path`` that has it. When
+        the AdaIN release's pair (``adain/vgg_normalised.pth``, ``adain/decoder.pth``,
+        see ``atelier weights fetch adain-relu4_1``) is found too, its deeper encoder
+        replaces the relu3_1 one and ``"relu4_1"`` becomes available as a level.
         ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``).
 
         Raises:
@@ -150,6 +156,13 @@ class StyleTransfer(nn.Module):
         decoder_paths = {
             level: resolve(name, search_path, manifest) for level, name in DECODER_FILES.items()
         }
+        adain_pair = [
+            find_file(name, search_path) for name in (ADAIN_ENCODER_FILE, ADAIN_DECODER_FILE)
+        ]
+        if all(adain_pair):
+            # the release's VGG is the same normalised VGG-19, only deeper: it serves every level
+            encoder_path = adain_pair[0]
+            decoder_paths["relu4_1"] = adain_pair[1]
         encoder = VGGEncoder.from_state_dict(load_state_dict(encoder_path))
         decoders = {
             level: Decoder.from_state_dict(load_state_dict(path), level)

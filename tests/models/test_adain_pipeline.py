@@ -291,3 +291,45 @@ def test_alpha_zero_multi_level_reconstructs_with_the_last_decoder(model):
     with torch.no_grad():
         expected = model.decoders["relu1_1"](model.encoder.encode(content, "relu1_1")).clamp(0, 1)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_from_pretrained_adds_the_adain_relu4_1_pair_when_present(tmp_path):
+    """Synthetic files in the published layouts: the WCT trio, then the AdaIN release pair."""
+    from models.adain.pipeline import (
+        ADAIN_DECODER_FILE,
+        ADAIN_ENCODER_FILE,
+        DECODER_FILES,
+        ENCODER_FILE,
+    )
+    from models.decoder import Decoder
+    from models.vgg import VGGEncoder
+
+    def published(module):
+        return {k.removeprefix("layers."): v for k, v in module.state_dict().items()}
+
+    torch.manual_seed(0)
+    deep = VGGEncoder("relu4_1")
+    (tmp_path / "vgg19-normalised").mkdir()
+    torch.save(
+        {k: v for k, v in published(deep).items() if int(k.split(".")[0]) <= 17},
+        tmp_path / ENCODER_FILE,
+    )
+    for level, name in DECODER_FILES.items():
+        torch.save(published(Decoder(level)), tmp_path / name)
+    without = StyleTransfer.from_pretrained([tmp_path])
+    assert without.encoder.depth == "relu3_1" and "relu4_1" not in without.decoders
+
+    (tmp_path / "adain").mkdir()
+    extra = {"32.weight": torch.zeros(512, 512, 3, 3), "32.bias": torch.zeros(512)}  # relu4_2
+    torch.save({**published(deep), **extra}, tmp_path / ADAIN_ENCODER_FILE)
+    torch.save(published(Decoder("relu4_1")), tmp_path / ADAIN_DECODER_FILE)
+    model = StyleTransfer.from_pretrained([tmp_path])
+    assert model.encoder.depth == "relu4_1"
+    assert str(tmp_path / ADAIN_DECODER_FILE) in model.describe()["weight_files"]
+    content = _images(1, 3, 20, 28, seed=1)
+    out = model.stylize(content, [_images(1, 3, 16, 16, seed=2)], levels=["relu4_1"])
+    assert out.shape == content.shape
+    # the relu3_1 features are unchanged: the deeper file starts with the same tensors
+    torch.testing.assert_close(
+        model.encoder.encode(content, "relu3_1"), without.encoder.encode(content, "relu3_1")
+    )
