@@ -6,6 +6,8 @@ measuring, and the real ``StyleTransfer`` is loaded in this process too. Only on
 them works at a time, and the measurements alternate between them so that a change in
 the machine's background load hits every configuration alike (the machine is shared):
 
+0. the model alone: seconds per image at each batch size, in this process (the most
+   that batching can give the service);
 1. HTTP overhead: pairs of (one direct in-process ``stylize`` call on the decoded 256 px
    tensors, one HTTP request with the same PNGs to the batch-1 server), alternated;
    overhead = median HTTP latency / median direct time - 1 (upload, multipart parse,
@@ -85,15 +87,16 @@ class DirectModel:
         for _ in range(3):
             self.seconds()  # warm-up
 
-    def _call(self) -> float:
+    def _call(self, batch: int) -> float:
+        content = self.content.expand(batch, -1, -1, -1).contiguous()
         with torch.inference_mode():
             started = time.perf_counter()
-            self.model.stylize(self.content, [self.style])
+            self.model.stylize(content, [self.style])
             return time.perf_counter() - started
 
-    def seconds(self) -> float:
-        """Wall time of one batch-1 ``stylize`` call."""
-        return self.worker.submit(self._call).result()
+    def seconds(self, batch: int = 1) -> float:
+        """Wall time of one ``stylize`` call on ``batch`` copies of the content."""
+        return self.worker.submit(self._call, batch).result()
 
 
 class Server:
@@ -228,6 +231,13 @@ def main() -> int:
     }
     runs: dict[int, list[dict]] = {b: [] for b in batch_sizes}
     pairs: list[tuple[float, float]] = []
+    # The ceiling batching can reach: the model's own seconds per image by batch size.
+    per_image: dict[int, list[float]] = {b: [] for b in batch_sizes}
+    for _ in range(3):
+        for b in batch_sizes:
+            per_image[b].append(direct.seconds(b) / b)
+    model_alone = {str(b): round(statistics.median(v), 4) for b, v in per_image.items()}
+    print(f"model alone, seconds per image by batch size: {model_alone}")
     try:
         for server in servers.values():
             server.wait_ready()
@@ -278,7 +288,11 @@ def main() -> int:
         smallest, largest = str(min(batch_sizes)), str(max(batch_sizes))
         ratio = results[largest]["throughput_rps"] / results[smallest]["throughput_rps"]
         summary["throughput_ratio"] = round(ratio, 3)
+        ceiling = model_alone[smallest] / model_alone[largest]
+        summary["model_alone_s_per_image"] = model_alone
+        summary["model_alone_ratio"] = round(ceiling, 3)
         print(f"throughput ratio batch {largest} / batch {smallest}: {ratio:.2f}x (target >= 1.5x)")
+        print(f"the model alone, batch {largest} vs {smallest} images per second: {ceiling:.2f}x")
     overhead = http_s / direct_s - 1.0
     summary.update(direct_s=round(direct_s, 4), http_s=round(http_s, 4))
     summary["http_overhead"] = round(overhead, 4)
