@@ -193,8 +193,10 @@ def train(config: TrainConfig, encoder: VGGEncoder, *, progress: bool = True) ->
         loss.backward()
         optimizer.step()
         schedule.step()
-        history.append(float(loss))
-        bar.set_postfix(content=f"{float(content_loss):.3f}", style=f"{float(style_loss):.3f}")
+        history.append(float(loss.detach()))
+        bar.set_postfix(
+            content=f"{float(content_loss.detach()):.3f}", style=f"{float(style_loss.detach()):.3f}"
+        )
         done = step + 1
         if done % config.checkpoint_every == 0 or done == config.steps:
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,6 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
+from models.adain import StyleTransfer
 from models.adain.pipeline import DECODER_FILES, ENCODER_FILE
 from models.decoder import Decoder
 from models.vgg import VGGEncoder
@@ -48,26 +49,37 @@ def test_stylize_writes_an_image_of_the_content_size(weights_dir, tmp_path):
         assert result.mode == "RGB"
 
 
-def test_options_reach_the_model(weights_dir, tmp_path):
+def test_options_reach_the_model(weights_dir, tmp_path, monkeypatch):
     content = _image(tmp_path / "c.png", (24, 24), 1)
     styles = [_image(tmp_path / f"s{i}.png", (16, 16), 10 + i) for i in range(2)]
     left = np.zeros((24, 24), np.uint8)
     left[:, :12] = 255
     Image.fromarray(left, "L").save(tmp_path / "m0.png")
     Image.fromarray(255 - left, "L").save(tmp_path / "m1.png")
-    common = ["stylize", str(content), *map(str, styles)]
-    runs = {
-        "weights": ["--style-weights", "2,1", "--alpha", "0.5"],
-        "masks": ["--mask", str(tmp_path / "m0.png"), "--mask", str(tmp_path / "m1.png")],
-        "color": ["--preserve-color", "--levels", "relu2_1,relu1_1"],
-    }
-    outputs = {}
-    for name, extra in runs.items():
-        path = tmp_path / f"{name}.png"
-        assert main([*common, "-o", str(path), *extra]) == 0
-        outputs[name] = np.asarray(Image.open(path))
-    assert not np.array_equal(outputs["weights"], outputs["masks"])
-    assert not np.array_equal(outputs["masks"], outputs["color"])
+    calls = []
+    original = StyleTransfer.stylize
+
+    def spy(self, content, styles, **kwargs):
+        calls.append((content.shape, [s.shape for s in styles], kwargs))
+        return original(self, content, styles, **kwargs)
+
+    monkeypatch.setattr(StyleTransfer, "stylize", spy)
+    common = ["stylize", str(content), *map(str, styles), "-o", str(tmp_path / "o.png")]
+    assert main([*common, "--style-weights", "2,1", "--alpha", "0.5"]) == 0
+    assert (
+        main([*common, "--mask", str(tmp_path / "m0.png"), "--mask", str(tmp_path / "m1.png")]) == 0
+    )
+    assert main([*common, "--preserve-color", "--levels", "relu2_1,relu1_1"]) == 0
+
+    (shape, style_shapes, weighted), (_, _, masked), (_, _, colour) = calls
+    assert shape == (1, 3, 24, 24) and style_shapes == [(1, 3, 16, 16)] * 2
+    assert weighted["style_weights"] == [2.0, 1.0] and weighted["alpha"] == 0.5
+    masks = masked["masks"]
+    assert [m.shape for m in masks] == [(1, 1, 24, 24)] * 2
+    assert float(masks[0][..., :, :10].min()) == 1.0 and float(masks[0][..., :, 14:].max()) == 0.0
+    torch.testing.assert_close(masks[0] + masks[1], torch.ones(1, 1, 24, 24))
+    assert colour["preserve_color"] is True and colour["levels"] == ["relu2_1", "relu1_1"]
+    assert weighted["preserve_color"] is False and weighted["masks"] is None
 
 
 def test_bad_arguments_exit_2_with_a_message(weights_dir, tmp_path, capsys):
