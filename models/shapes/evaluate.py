@@ -11,7 +11,15 @@ import torch
 from models.shapes.scorer import ScoreResult, score_image
 
 #: Categories reported per prompt set; a category counts only prompts that constrain it.
-CATEGORIES: tuple[str, ...] = ("colour", "shape", "count", "size", "position", "relation")
+CATEGORIES: tuple[str, ...] = (
+    "colour",
+    "shape",
+    "count",
+    "size",
+    "position",
+    "relation",
+    "exact",
+)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@
    - size: large when ``max(h, w) >= 7`` (renders: small 4-6 px, large 8-9 px).
    - grid cell: the cell holding the centroid.
 
-4. Check each constraint of the caption (see :func:`score_image`).
+4. Check each constraint of the caption, and that nothing else is drawn (see
+   :func:`score_parsed`).
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ class DetectedObject:
 class ScoreResult:
     """Whether an image satisfies its caption, overall and per category.
 
-    A category is ``None`` when the caption states no constraint of that kind. ``ok`` is
-    true when every stated category holds *and* one set of objects satisfies all the
+    A category is ``None`` when the caption states no constraint of that kind. ``exact``
+    (never ``None``) says the image holds exactly the objects the caption names, no more:
+    the generator draws nothing else, so stray blobs are errors. ``ok`` is true when every
+    stated category and ``exact`` hold *and* one set of objects satisfies all the
     attributes of each phrase at once (so "a small red circle in the top left" is not met
     by a large red circle there and a small one elsewhere).
     """
@@ -87,11 +90,12 @@ class ScoreResult:
     size: bool | None
     position: bool | None
     relation: bool | None
+    exact: bool
     objects: tuple[DetectedObject, ...] = ()
 
     @property
     def categories(self) -> dict[str, bool | None]:
-        """``{category: verdict}`` for the five GenEval-like categories plus size."""
+        """``{category: verdict}``: the five GenEval-like categories, size and exact."""
         return {
             f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("ok", "objects")
         }
@@ -205,6 +209,7 @@ def score_parsed(objects: list[DetectedObject], parsed: ParsedCaption) -> ScoreR
     - size / position: a stated size / grid position is met by enough of those objects.
     - relation: some object of the first phrase is left of / right of / above / below some
       object of the second (centroids at least ``RELATION_MARGIN`` px apart on that axis).
+    - exact: the objects are exactly those named (``count`` of each phrase, nothing else).
     """
     needed: dict[str, int] = {}
     for spec in parsed.objects:
@@ -247,7 +252,10 @@ def score_parsed(objects: list[DetectedObject], parsed: ParsedCaption) -> ScoreR
         joint = joint and any(
             relation_holds(parsed.relation, a, b) for a in full[0] for b in full[1]
         )
-    verdicts = (colour, shape, count, size, position, relation)
+    exact = len(objects) == sum(spec.count for spec in parsed.objects) and all(
+        len(m) == spec.count for m, spec in zip(matches, parsed.objects, strict=True)
+    )
+    verdicts = (colour, shape, count, size, position, relation, exact)
     ok = joint and all(v for v in verdicts if v is not None)
     return ScoreResult(ok, *verdicts, objects=tuple(objects))
 

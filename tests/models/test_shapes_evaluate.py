@@ -20,16 +20,16 @@ from models.shapes import (
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _result(ok, **verdicts):
-    values = {name: verdicts.get(name) for name in CATEGORIES}
-    return ScoreResult(ok=ok, **values)
+def _result(ok, exact=True, **verdicts):
+    values = {name: verdicts.get(name) for name in CATEGORIES if name != "exact"}
+    return ScoreResult(ok=ok, exact=exact, **values)
 
 
 def test_summarize_counts_each_category_over_the_prompts_that_constrain_it():
     results = [
         _result(True, colour=True, shape=True),
         _result(False, colour=True, shape=False, relation=False),
-        _result(False, colour=False, shape=False, count=True),
+        _result(False, exact=False, colour=False, shape=False, count=True),
         _result(True, colour=True, shape=True, relation=True),
     ]
     report = summarize(results)
@@ -40,6 +40,7 @@ def test_summarize_counts_each_category_over_the_prompts_that_constrain_it():
     assert report.per_category["relation"] == pytest.approx(1 / 2)
     assert report.per_category["count"] == pytest.approx(1.0)
     assert report.per_category["position"] is None
+    assert report.per_category["exact"] == pytest.approx(3 / 4)
     assert report.support == {
         "colour": 4,
         "shape": 4,
@@ -47,6 +48,7 @@ def test_summarize_counts_each_category_over_the_prompts_that_constrain_it():
         "size": 0,
         "position": 0,
         "relation": 2,
+        "exact": 4,
     }
     with pytest.raises(ValueError):
         summarize([])

@@ -176,6 +176,22 @@ def test_rejects_a_wrong_position_or_size(seed, data):
         assert result.size is False and not result.ok
 
 
+@given(seeds, st.data())
+@settings(max_examples=100, deadline=None)
+def test_rejects_an_object_the_caption_does_not_name(seed, data):
+    scene = sample_scene(np.random.default_rng(seed))
+    named = {(o.colour, o.shape) for o in scene.objects}
+    colour = data.draw(st.sampled_from(COLOURS))
+    shape = data.draw(st.sampled_from([s for s in SHAPES if (colour, s) not in named]))
+    free = data.draw(
+        st.sampled_from([c for c in range(9) if c not in {o.cell for o in scene.objects}])
+    )
+    stray = SceneObject(colour, shape, data.draw(st.sampled_from(SIZES)), free)
+    result = score_image(render(Scene((*scene.objects, stray), scene.caption)), scene.caption)
+    assert result.exact is False and not result.ok
+    assert result.shape and result.count in (None, True) and result.relation in (None, True)
+
+
 def test_joint_check_needs_one_object_with_every_attribute():
     caption = "a small red circle in the top left"
     wrong_place = SceneObject("red", "circle", "small", 4)
