@@ -15,6 +15,15 @@ from models.text_encoder import FakeTextEncoder
 from service.cli import main as cli_main
 
 
+@pytest.fixture(autouse=True, scope="module")
+def single_thread():
+    """Tiny tensors: one intra-op thread is faster and immune to a busy machine."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def make_trainer(**overrides) -> Trainer:
     options = {
         "preset": "tiny",
