@@ -50,14 +50,19 @@ ADAIN_DECODER_FILE = "adain/decoder.pth"
 
 
 def bf16_supported(device: torch.device) -> bool:
-    """Whether ``device`` runs bfloat16 convolutions natively (CPU: oneDNN with AVX512-BF16/AMX)."""
+    """Whether ``device`` runs bfloat16 convolutions natively (CPU: oneDNN with AVX512-BF16/AMX).
+
+    Feature detection with a float32 fallback: the CPU probe is a private torch op, so
+    its absence counts as "no".
+    """
     if device.type == "cuda":
         return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        return bool(
-            torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
-        )
-    return False
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def check_levels(levels: Sequence[str], available: Sequence[str]) -> tuple[str, ...]:
