@@ -79,7 +79,7 @@ class DirectModel:
     def __init__(self, weights_dir: Path, content: bytes, style: bytes):
         from models.adain import StyleTransfer
 
-        self.model = StyleTransfer.from_pretrained([weights_dir], device="cpu")
+        self.model = StyleTransfer.from_pretrained([weights_dir], device="cpu", fast=True)
         limits = ImageLimits(max_pixels=10**8)
         self.content = decode_image(content, limits)[None]
         self.style = decode_image(style, limits)[None]
