@@ -24,3 +24,19 @@ def test_norms_imports_nothing_of_the_project():
 
 def test_models_never_import_service():
     assert "service" not in _imported_top_levels("models")
+
+
+def test_samplers_know_nothing_of_the_dit():
+    for path in (ROOT / "models" / "diffusion").rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = {
+            node.module
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module
+        } | {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Import)
+            for alias in node.names
+        }
+        assert not any(m.startswith("models.dit") for m in modules), path
