@@ -156,3 +156,14 @@ def test_fetch_refuses_unpinned_files_and_unknown_names(tmp_path, http_root):
     assert fetched[0].read_bytes() == b"data"
     with pytest.raises(KeyError, match="toy"):
         manifest.get("nope")
+
+
+def test_checkpoints_shipped_in_the_repository_match_the_manifest():
+    """Files without a download URL live in the repo's weights/: present, same size and sha256."""
+    shipped = [item for checkpoint in Manifest.load() for item in checkpoint.files if not item.url]
+    assert shipped, "the manifest lists no checkpoint trained by this project"
+    for item in shipped:
+        path = DEFAULT_MANIFEST.parent / item.path
+        assert path.is_file(), f"{item.path} is in the manifest but not in weights/"
+        assert path.stat().st_size == item.size
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == item.sha256
