@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
-import threading
-from functools import partial
 from pathlib import Path
 
 import pytest
@@ -86,22 +83,6 @@ def test_resolve_searches_in_order_and_explains_misses(tmp_path):
     assert isinstance(info.value, FileNotFoundError)
     with pytest.raises(WeightsNotFoundError, match="atelier weights fetch toy"):
         resolve("toy/model.pth", [tmp_path / "empty"], manifest)
-
-
-@pytest.fixture
-def http_root(tmp_path):
-    """A folder served over HTTP on 127.0.0.1 by a thread; yields (folder, base_url)."""
-    root = tmp_path / "served"
-    root.mkdir()
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
 
 
 def test_fetch_downloads_and_verifies(tmp_path, http_root):

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import http.server
 import json
-import threading
-from functools import partial
 
 import pytest
 
@@ -14,24 +11,9 @@ from service.cli import main
 
 
 @pytest.fixture
-def served(tmp_path):
-    root = tmp_path / "served"
-    root.mkdir()
-    handler = partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
-    handler.log_message = lambda *args: None
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield root, f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
-    thread.join()
-
-
-@pytest.fixture
-def setup(tmp_path, served, monkeypatch):
+def setup(tmp_path, http_root, monkeypatch):
     """A manifest with one good and one tampered checkpoint; weights dir is tmp/weights."""
-    root, base = served
+    root, base = http_root
     good, bad = b"good weights" * 100, b"tampered"
     (root / "good.pth").write_bytes(good)
     (root / "bad.pth").write_bytes(bad)

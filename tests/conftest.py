@@ -1,0 +1,32 @@
+"""Fixtures shared by every test folder."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+
+import pytest
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 (stdlib name)
+        pass
+
+
+@pytest.fixture
+def http_root(tmp_path):
+    """A folder served over HTTP on 127.0.0.1 by a thread; yields ``(folder, base_url)``."""
+    root = tmp_path / "served"
+    root.mkdir()
+
+    class Handler(_QuietHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(root), **kwargs)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield root, f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    thread.join()
