@@ -90,13 +90,22 @@ def faults_of_one_forward_sized_buffer():
     buffer = torch.ones(64 * 1024 * 1024 // 4)  # 64 MB, above glibc's largest mmap threshold
     del buffer
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-faults_of_one_forward_sized_buffer()
-print(min(faults_of_one_forward_sized_buffer() for _ in range(3)))
+faults = [faults_of_one_forward_sized_buffer() for _ in range(16)]
+print(sum(faults[8:]))  # the steady state: the heap's first rounds grow it (see the test)
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc only")
 def test_malloc_tuning_reuses_large_blocks_instead_of_faulting_them_in():
+    """Steady-state page faults of a repeated 64 MB allocation, default vs tuned malloc.
+
+    With the tuning, the first few rounds still grow the heap: torch allocates with
+    ``posix_memalign``, which asks for a little more than the block it freed, and small
+    allocations land beside freed blocks, so how many rounds it takes to have a hole
+    that fits depends on the address layout (two to four rounds, measured). Hence the
+    count over rounds 8..15 only, where a default malloc faults every page every round.
+    """
+
     def page_faults(mode: str) -> int:
         out = subprocess.run(
             [sys.executable, "-c", _FAULTS_SCRIPT, mode],
@@ -108,5 +117,5 @@ def test_malloc_tuning_reuses_large_blocks_instead_of_faulting_them_in():
         return int(out.stdout.strip())
 
     default, tuned = page_faults("default"), page_faults("tuned")
-    assert default >= 64 * 1024 * 1024 // 4096 // 2  # every 4 kB page faulted in again
+    assert default >= 8 * 64 * 1024 * 1024 // 4096 // 2  # every 4 kB page faulted in again
     assert tuned < default // 10
