@@ -12,7 +12,7 @@ from models.dit.config import DiTConfig
 from models.dit.model import DiT
 
 #: ``metadata["format"]`` of every DiT checkpoint this project writes.
-FORMAT = "atelier-dit/1"
+FORMAT = "atelier-dit/2"  # 2: fixed sin-cos position embeddings (not stored)
 
 
 def save_dit(path: str | Path, model: DiT, **info: object) -> Path:
@@ -41,7 +41,8 @@ def read_metadata(path: str | Path) -> tuple[DiTConfig, dict]:
         metadata = handle.metadata() or {}
     if metadata.get("format") != FORMAT:
         raise ValueError(
-            f"{path} is not an Atelier DiT checkpoint (format {metadata.get('format')!r})"
+            f"{path} is not an Atelier DiT checkpoint of format {FORMAT!r} "
+            f"(its format: {metadata.get('format')!r}); retrain it with `atelier train-dit`"
         )
     return DiTConfig.from_json(metadata["config"]), json.loads(metadata.get("info", "{}"))
 

@@ -15,7 +15,7 @@ class DiTConfig:
         image_size: side of the square input, in pixels.
         in_channels: image channels (3 for RGB).
         patch_size: side of a patch; ``(image_size / patch_size) ** 2`` tokens.
-        width: token width ``D``.
+        width: token width ``D`` (divisible by 4: fixed 2-D sin-cos position embeddings).
         depth: number of DiT blocks.
         num_heads: attention heads; ``width`` must be divisible by it.
         mlp_ratio: hidden width of the MLP is ``mlp_ratio * width``.
@@ -54,6 +54,8 @@ class DiTConfig:
             )
         if self.width % self.num_heads:
             raise ValueError(f"width {self.width} is not divisible by num_heads {self.num_heads}")
+        if self.width % 4:
+            raise ValueError(f"width {self.width} must be divisible by 4 (2-D sin-cos positions)")
         if self.prediction not in ("epsilon", "v"):
             raise ValueError(f"prediction must be 'epsilon' or 'v', got {self.prediction!r}")
         if self.mlp_ratio <= 0:

@@ -76,6 +76,31 @@ def timestep_embedding(t: Tensor, dim: int, max_period: float = 10_000.0) -> Ten
     return embedding
 
 
+def sincos_position_embedding(grid_size: int, dim: int, max_period: float = 10_000.0) -> Tensor:
+    """Fixed 2-D sine-cosine position embeddings of a square token grid (as in DiT / MAE).
+
+    Half the channels encode the row, half the column, each with the 1-D features
+    ``[sin(r w_0), ..., sin(r w_{k-1}), cos(r w_0), ..., cos(r w_{k-1})]``,
+    ``w_i = P^{-i / k}``, ``k = dim / 4``. Tokens are row-major, as :func:`patchify`
+    orders them. Fixed rather than learned: a learned table starts at noise scale and
+    took thousands of steps to order itself spatially, and until it does every patch
+    looks alike to the network (objects came out as scattered patch-sized blobs).
+
+    Shape:
+        ``(1, grid_size ** 2, dim)`` float32; ``dim`` must be divisible by 4.
+    """
+    if dim % 4:
+        raise ValueError(f"dim must be divisible by 4 for 2-D sin-cos embeddings, got {dim}")
+    quarter = dim // 4
+    freqs = max_period ** (-torch.arange(quarter, dtype=torch.float64) / quarter)  # (k,)
+    coords = torch.arange(grid_size, dtype=torch.float64)
+    angles = coords[:, None] * freqs[None]  # (G, k)
+    axis = torch.cat([torch.sin(angles), torch.cos(angles)], dim=1)  # (G, dim / 2)
+    rows = axis[:, None, :].expand(grid_size, grid_size, dim // 2)
+    cols = axis[None, :, :].expand(grid_size, grid_size, dim // 2)
+    return torch.cat([rows, cols], dim=-1).reshape(1, grid_size**2, dim).float()
+
+
 class TimestepEmbedder(nn.Module):
     """Sinusoidal features -> MLP, ``(B,) -> (B, D)``."""
 
@@ -195,7 +220,9 @@ class DiT(nn.Module):
         self.config = config
         width = config.width
         self.patch_embed = nn.Linear(config.patch_size**2 * config.in_channels, width)
-        self.pos_embed = nn.Parameter(torch.zeros(1, config.num_tokens, width))
+        self.register_buffer(
+            "pos_embed", sincos_position_embedding(config.grid_size, width), persistent=False
+        )
         self.t_embedder = TimestepEmbedder(width, config.frequency_dim)
         self.text_pooled = nn.Sequential(
             nn.Linear(config.text_dim, width), nn.SiLU(), nn.Linear(width, width)
@@ -212,7 +239,7 @@ class DiT(nn.Module):
         self.initialize_weights()
 
     def initialize_weights(self) -> None:
-        """DiT's policy: Xavier linears, N(0, 0.02) embeddings, every output gate at zero.
+        """DiT's policy: Xavier linears, N(0, 0.02) timestep MLP, every output gate at zero.
 
         Zeroed: the adaLN(-Zero) projections (so gates, shifts and scales start at 0),
         the cross-attention output projections and the final linear. Each block is then
@@ -222,7 +249,6 @@ class DiT(nn.Module):
             if isinstance(module, nn.Linear):
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
-        nn.init.normal_(self.pos_embed, std=0.02)
         for layer in (self.t_embedder.mlp[0], self.t_embedder.mlp[2]):
             nn.init.normal_(layer.weight, std=0.02)
         nn.init.normal_(self.null_pooled, std=self.config.text_dim**-0.5)

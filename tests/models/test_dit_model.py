@@ -11,7 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.dit.config import PRESETS, DiTConfig, get_preset
-from models.dit.model import DiT, patchify, timestep_embedding, unpatchify
+from models.dit.model import (
+    DiT,
+    patchify,
+    sincos_position_embedding,
+    timestep_embedding,
+    unpatchify,
+)
 from models.text_encoder import FakeTextEncoder
 
 TINY = get_preset("tiny")
@@ -67,6 +73,53 @@ def test_timestep_embedding_matches_float64_formula():
             freq = math.exp(-math.log(10_000) * i / half)
             assert got[row, i].item() == pytest.approx(math.cos(step * freq), abs=1e-5)
             assert got[row, half + i].item() == pytest.approx(math.sin(step * freq), abs=1e-5)
+
+
+def test_position_embedding_matches_float64_formula():
+    grid, dim = 3, 8
+    quarter = dim // 4
+    got = sincos_position_embedding(grid, dim)
+    assert got.shape == (1, grid * grid, dim)
+    for token in range(grid * grid):
+        row, col = divmod(token, grid)  # row-major, as patchify orders tokens
+        expected = []
+        for coordinate in (row, col):
+            freqs = [10_000 ** (-i / quarter) for i in range(quarter)]
+            expected += [math.sin(coordinate * f) for f in freqs]
+            expected += [math.cos(coordinate * f) for f in freqs]
+        assert got[0, token].tolist() == pytest.approx(expected, abs=1e-6)
+
+
+def test_position_embedding_tells_every_token_apart():
+    table = sincos_position_embedding(8, 128)[0]  # the shapes32 grid and width
+    distances = torch.cdist(table, table) + torch.eye(64) * 1e9
+    assert distances.min() > 0.1
+
+
+def test_position_embedding_is_fixed_and_not_stored():
+    model = DiT(TINY)
+    assert "pos_embed" not in dict(model.named_parameters())
+    assert "pos_embed" not in model.state_dict()
+    torch.testing.assert_close(
+        model.pos_embed, sincos_position_embedding(TINY.grid_size, TINY.width)
+    )
+
+
+def test_prediction_depends_on_where_a_patch_is(encoder):
+    """Moving one bright patch moves the prediction's response: positions are seen."""
+    model = perturbed(DiT(TINY)).eval()
+    config = TINY
+    cond = encoder.encode(["a red circle"] * 2)
+    x = torch.zeros(2, 3, config.image_size, config.image_size)
+    p = config.patch_size
+    x[0, :, :p, :p] = 1.0  # top-left patch
+    x[1, :, -p:, -p:] = 1.0  # bottom-right patch
+    shifted = torch.roll(x[0], shifts=(config.image_size - p, config.image_size - p), dims=(1, 2))
+    assert torch.equal(shifted, x[1])
+    with torch.no_grad():
+        out = model(x, torch.full((2,), 500), cond)
+    rolled = torch.roll(out[0], shifts=(config.image_size - p,) * 2, dims=(1, 2))
+    assert not torch.allclose(rolled, out[1], atol=1e-4)  # not translation-equivariant
 
 
 def test_timestep_embedding_pads_odd_widths():
@@ -164,6 +217,11 @@ def test_null_condition_is_learned():
 def test_config_rejects_bad_values(field, value, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(DiTConfig(), **{field: value})
+
+
+def test_config_rejects_a_width_the_position_embedding_cannot_split():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        DiTConfig(width=6, num_heads=1)
 
 
 @pytest.mark.parametrize("name", sorted(PRESETS))
