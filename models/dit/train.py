@@ -1,6 +1,6 @@
 """Training loop for the text-to-image DiT on the captioned-shapes data.
 
-AdamW with linear warmup, an exponential moving average (EMA) of the weights, bfloat16
+AdamW with linear warmup and an optional linear cooldown to zero at the end, an exponential moving average (EMA) of the weights, bfloat16
 autocast where supported, gradient clipping, classifier-free-guidance condition dropout
 (the learned null condition replaces a random share of captions), a tqdm progress bar,
 periodic checkpoints and exact resume (model, EMA, optimizer, step and RNG state).
@@ -42,6 +42,10 @@ class TrainConfig:
         preset: name in :data:`models.dit.config.PRESETS`.
         batch_size: images per step.
         lr: peak AdamW learning rate, reached after ``warmup_steps`` (linear warmup).
+        cooldown_steps: if > 0, the rate then falls linearly to 0 over the last
+            ``cooldown_steps`` steps before the ``max_steps`` given to :meth:`Trainer.fit`
+            (warmup-stable-decay); as it is not part of the data stream, a resumed run may
+            add or change it, e.g. to anneal a run that trained at a constant rate.
         weight_decay: AdamW decoupled weight decay.
         ema_decay: EMA decay ``d``; the effective decay at update ``n`` is
             ``min(d, (1 + n) / (10 + n))`` so early averages are not stuck at init.
@@ -56,6 +60,7 @@ class TrainConfig:
     lr: float = 6e-4
     weight_decay: float = 0.0
     warmup_steps: int = 200
+    cooldown_steps: int = 0
     ema_decay: float = 0.998
     cond_dropout: float = 0.1
     grad_clip: float = 1.0
@@ -68,6 +73,8 @@ class TrainConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.warmup_steps < 0 or self.cooldown_steps < 0:
+            raise ValueError("warmup_steps and cooldown_steps must be >= 0")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not 0 <= self.cond_dropout <= 1:
@@ -142,10 +149,21 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.autocast = autocast_dtype(self.device, config.precision)
         self.step = 0
+        #: The run's last step, set by :meth:`fit` (the cooldown ends there).
+        self.max_steps: int | None = None
 
     def learning_rate(self, step: int) -> float:
-        warmup = self.config.warmup_steps
-        return self.config.lr * min(1.0, (step + 1) / warmup) if warmup else self.config.lr
+        """``lr * min(1, (step + 1) / warmup) * clip((max_steps - step) / cooldown, 0, 1)``.
+
+        The cooldown factor applies only with ``cooldown_steps > 0`` and a known end.
+        """
+        rate = self.config.lr
+        warmup, cooldown = self.config.warmup_steps, self.config.cooldown_steps
+        if warmup:
+            rate *= min(1.0, (step + 1) / warmup)
+        if cooldown and self.max_steps is not None:
+            rate *= min(1.0, max(0.0, (self.max_steps - step) / cooldown))
+        return rate
 
     def batch(self, step: int) -> tuple[torch.Tensor, list[str]]:
         """Images in ``[-1, 1]`` ``(B, C, H, W)`` on the device, and their captions."""
@@ -255,6 +273,7 @@ class Trainer:
         ``on_checkpoint(trainer, smoothed_loss)`` runs every ``checkpoint_every_s`` seconds
         and once at the end. Returns the smoothed loss.
         """
+        self.max_steps = max_steps
         start = last_checkpoint = time.monotonic()
         smoothed = math.nan
         bar = tqdm(total=max_steps, initial=self.step, disable=not progress, unit="step")

@@ -23,6 +23,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--warmup-steps", type=int, default=200)
+    parser.add_argument(
+        "--cooldown-steps",
+        type=int,
+        default=0,
+        help="decay the rate linearly to 0 over the last N steps before --steps",
+    )
     parser.add_argument("--ema-decay", type=float, default=0.998)
     parser.add_argument("--cond-dropout", type=float, default=0.1)
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
@@ -56,6 +62,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         warmup_steps=args.warmup_steps,
+        cooldown_steps=args.cooldown_steps,
         ema_decay=args.ema_decay,
         cond_dropout=args.cond_dropout,
         precision=args.precision,

@@ -128,6 +128,16 @@ def test_learning_rate_warms_up_linearly():
     )
 
 
+def test_learning_rate_cools_down_linearly_to_the_last_step():
+    trainer = make_trainer(lr=1e-3, warmup_steps=0, cooldown_steps=4)
+    assert trainer.learning_rate(9) == 1e-3  # no end known yet: constant
+    trainer.fit(10, progress=False)
+    assert [trainer.learning_rate(s) for s in range(5, 11)] == pytest.approx(
+        [1e-3, 1e-3, 7.5e-4, 5e-4, 2.5e-4, 0.0]
+    )
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(2.5e-4)  # step 9's rate
+
+
 @pytest.mark.parametrize("cond_dropout,learned", [(0.0, False), (1.0, True)])
 def test_null_condition_is_learned_only_from_dropped_captions(cond_dropout, learned):
     trainer = make_trainer(cond_dropout=cond_dropout)
@@ -142,6 +152,7 @@ def test_null_condition_is_learned_only_from_dropped_captions(cond_dropout, lear
     [
         ("batch_size", 0),
         ("lr", 0.0),
+        ("cooldown_steps", -1),
         ("ema_decay", 1.0),
         ("cond_dropout", 1.5),
         ("precision", "fp8"),
