@@ -19,6 +19,16 @@ SHARED_FILES = (
 )
 
 
+@pytest.fixture(scope="module")
+def single_thread():
+    """One intra-op thread for a module of tiny-tensor tests: faster, and immune to a busy
+    machine. Use with ``pytestmark = pytest.mark.usefixtures("single_thread")``."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 @pytest.fixture(scope="session")
 def shared_weights_dir() -> Path:
     """``$ATELIER_WEIGHTS_DIR`` when it holds the shared VGG files; skips the test otherwise."""

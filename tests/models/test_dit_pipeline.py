@@ -20,13 +20,7 @@ REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
 PROMPTS = ["a red circle", "two blue squares", "a small white triangle in the top left"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors: one intra-op thread is faster and immune to a busy machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")

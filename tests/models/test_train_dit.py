@@ -14,14 +14,7 @@ from models.dit.train import TrainConfig, Trainer, autocast_dtype
 from models.text_encoder import FakeTextEncoder
 from service.cli import main as cli_main
 
-
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors: one intra-op thread is faster and immune to a busy machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def make_trainer(**overrides) -> Trainer:
