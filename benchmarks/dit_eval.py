@@ -1,7 +1,8 @@
 """Held-out compositional accuracy of the text-to-image DiT (GenEval-style).
 
 Generates one image per held-out prompt (colour-shape combinations never seen in
-training, ``models.shapes.heldout_prompts``) at guidance 1 and at the pipeline's default
+training, ``models.shapes.eval_prompts``; ``--split train`` takes captions of the
+training distribution instead, to separate composition from image quality) at guidance 1 and at the pipeline's default
 guidance, with the same seeds, scores each with ``models.shapes.score_image`` and prints
 the share of images satisfying every constraint of their caption, and per category
 (colour, shape, count, size, position, relation; a category counts only the prompts that
@@ -10,6 +11,7 @@ constrain it), plus the gain of the default guidance over guidance 1.
     .venv/bin/python benchmarks/dit_eval.py                       # default checkpoint
     .venv/bin/python benchmarks/dit_eval.py --checkpoint weights/dit-shapes32.safetensors
     .venv/bin/python benchmarks/dit_eval.py --n 200 --steps 25 --json
+    .venv/bin/python benchmarks/dit_eval.py --split train --n 200 # in-distribution captions
     .venv/bin/python benchmarks/dit_eval.py --ground-truth        # scorer on renders: 1.00
 
 Target (issue 5): overall >= 0.80 at <= 50 steps with the default guidance, and a clear
@@ -35,8 +37,8 @@ sys.path.insert(0, str(ROOT))
 from models.shapes import (  # noqa: E402
     CATEGORIES,
     EvalReport,
+    eval_prompts,
     evaluate_images,
-    heldout_prompts,
     layout,
     parse_caption,
     render,
@@ -150,7 +152,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--sampler", default=None, help="sampler name (default: the pipeline's)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the first image")
-    parser.add_argument("--prompt-seed", type=int, default=0, help="seed of heldout_prompts")
+    parser.add_argument("--prompt-seed", type=int, default=0, help="seed of eval_prompts")
+    parser.add_argument(
+        "--split",
+        choices=("heldout", "train"),
+        default="heldout",
+        help="held-out combinations (the issue's measure) or training-distribution captions",
+    )
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ground-truth", action="store_true", help="score renders, not the model")
@@ -164,8 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.n < 1 or args.batch < 1:
         parser.error("--n and --batch must be >= 1")
 
-    prompts = heldout_prompts(args.n, seed=args.prompt_seed)
-    header: dict = {"prompts": len(prompts), "split": "heldout"}
+    prompts = eval_prompts(args.n, seed=args.prompt_seed, split=args.split)
+    header: dict = {"prompts": len(prompts), "split": args.split}
     if args.ground_truth:
         generate, guidances = ground_truth_generator(args.seed), [1.0]
         header["model"] = "ground-truth renders"

@@ -5,7 +5,7 @@ Public API::
     ShapesDataset(split="train", *, seed=0, length=100_000)   # (image (3,32,32), caption)
     sample_scene(rng, split) -> Scene                          # .objects, .caption
     render(scene) -> uint8 (32, 32, 3)
-    heldout_prompts(n=200, seed=0) -> list[str]
+    eval_prompts(n=200, seed=0, split="heldout") -> list[str]
     parse_caption(caption) -> ParsedCaption
     score_image(image, caption) -> ScoreResult                 # .ok and per category
     evaluate_images(images, captions) -> EvalReport            # shares, overall and per category
@@ -27,7 +27,7 @@ from models.shapes.splits import (
     FAMILIES,
     HELDOUT_PAIRS,
     TRAIN_PAIRS,
-    heldout_prompts,
+    eval_prompts,
     sample_caption,
 )
 from models.shapes.vocab import COLOURS, PALETTE, POSITIONS, SHAPES, SIZES, Scene, SceneObject
@@ -54,7 +54,7 @@ __all__ = [
     "compose_caption",
     "detect_objects",
     "evaluate_images",
-    "heldout_prompts",
+    "eval_prompts",
     "layout",
     "parse_caption",
     "render",

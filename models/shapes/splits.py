@@ -92,15 +92,23 @@ def sample_caption(
     return ParsedCaption(specs, relation)
 
 
-def heldout_prompts(n: int = 200, seed: int = 0) -> list[str]:
-    """``n`` distinct held-out captions, the same for the same ``(n, seed)``.
+#: Seed stream of :func:`eval_prompts` per split (the held-out list predates the option).
+_PROMPT_STREAMS: dict[str, int] = {"heldout": 0x5EED, "train": 0x7EA1}
 
-    The list for a smaller ``n`` is a prefix of the list for a larger one.
+
+def eval_prompts(n: int = 200, seed: int = 0, split: str = "heldout") -> list[str]:
+    """``n`` distinct captions of ``split``, the same for the same ``(n, seed, split)``.
+
+    ``"heldout"`` (the default) is what ``benchmarks/dit_eval.py`` judges: every caption
+    names a colour-shape pair never seen in training. ``"train"`` draws captions the
+    model may have seen, to measure how much of the gap is composition. The list for a
+    smaller ``n`` is a prefix of the list for a larger one.
     """
+    check_split(split)
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
-    rng = np.random.default_rng([seed, 0x5EED])
+    rng = np.random.default_rng([seed, _PROMPT_STREAMS[split]])
     prompts: dict[str, None] = {}
     while len(prompts) < n:
-        prompts[compose_caption(sample_caption(rng, "heldout"))] = None
+        prompts[compose_caption(sample_caption(rng, split))] = None
     return list(prompts)

@@ -15,7 +15,7 @@ from models.shapes import (
     SHAPES,
     TRAIN_PAIRS,
     ShapesDataset,
-    heldout_prompts,
+    eval_prompts,
     parse_caption,
     render,
     sample_scene,
@@ -123,13 +123,24 @@ def test_render_keeps_objects_apart_inside_their_cells(seed):
     assert np.all(image[~covered] == 0)
 
 
-def test_heldout_prompts_are_fixed_distinct_and_held_out():
-    prompts = heldout_prompts(200)
-    assert prompts == heldout_prompts(200, seed=0)
+def test_eval_prompts_are_fixed_distinct_and_held_out():
+    prompts = eval_prompts(200)
+    assert prompts == eval_prompts(200, seed=0)
     assert len(prompts) == len(set(prompts)) == 200
-    assert heldout_prompts(50) == prompts[:50]
-    assert heldout_prompts(50, seed=1) != prompts[:50]
+    assert eval_prompts(50) == prompts[:50]
+    assert eval_prompts(50, seed=1) != prompts[:50]
     for prompt in prompts:
         assert {spec.pair for spec in parse_caption(prompt).objects} & HELDOUT_PAIRS
     with pytest.raises(ValueError):
-        heldout_prompts(0)
+        eval_prompts(0)
+
+
+def test_train_eval_prompts_never_name_a_heldout_pair_and_differ_from_heldout():
+    train = eval_prompts(200, split="train")
+    assert len(set(train)) == 200
+    assert eval_prompts(30, split="train") == train[:30]
+    assert not set(train) & set(eval_prompts(200))
+    for prompt in train:
+        assert not {spec.pair for spec in parse_caption(prompt).objects} & HELDOUT_PAIRS
+    with pytest.raises(ValueError, match="unknown split"):
+        eval_prompts(5, split="test")

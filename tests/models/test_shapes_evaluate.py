@@ -12,8 +12,8 @@ from models.shapes import (
     CATEGORIES,
     ScoreResult,
     ShapesDataset,
+    eval_prompts,
     evaluate_images,
-    heldout_prompts,
     summarize,
 )
 
@@ -86,10 +86,19 @@ def test_dit_eval_on_ground_truth_renders_scores_one(capsys, tmp_path):
     assert (tmp_path / "eval-g1.png").stat().st_size > 0
 
 
+def test_dit_eval_split_train_scores_training_captions(capsys):
+    assert (
+        _load_benchmark().main(["--ground-truth", "--split", "train", "--n", "12", "--json"]) == 0
+    )
+    result = json.loads(capsys.readouterr().out)
+    assert result["split"] == "train"
+    assert result["rows"][0]["report"]["overall"] == 1.0
+
+
 def test_dit_eval_run_pairs_seeds_with_prompts():
     """``run`` gives prompt ``i`` the seed ``seed + i`` whatever the batch size."""
     module = _load_benchmark()
-    prompts = heldout_prompts(7)
+    prompts = eval_prompts(7)
     calls = []
 
     def generate(chunk, guidance, seeds):
