@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, help="sampling steps (default: the model's)")
     parser.add_argument("--guidance", type=float, help="guidance scale (default: the model's)")
     parser.add_argument("--seed", type=int, help="seed of the first image; image i uses seed + i")
-    parser.add_argument("--sampler", default="dpm++2m", help="dpm++2m, ddim or ddpm")
+    parser.add_argument("--sampler", help="ddpm, ddim or dpm++2m (default: the model's, ddpm)")
     parser.add_argument("--negative", help="negative prompt (replaces the null condition)")
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
     parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")

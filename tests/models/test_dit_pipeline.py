@@ -75,6 +75,14 @@ def test_every_sampler_is_reproducible(pipe, sampler):
     assert torch.equal(a, b)
 
 
+def test_no_sampler_means_the_default_one(pipe):
+    default = pipe.generate(PROMPTS[:1], seeds=[4], steps=3)
+    named = pipe.generate(PROMPTS[:1], seeds=[4], steps=3, sampler=pipe.default_sampler)
+    assert torch.equal(default, named)
+    other = next(name for name in pipe.samplers if name != pipe.default_sampler)
+    assert not torch.equal(default, pipe.generate(PROMPTS[:1], seeds=[4], steps=3, sampler=other))
+
+
 def test_guidance_one_ignores_the_negative_prompt(pipe):
     plain = pipe.generate(PROMPTS[:2], seeds=[1, 2], guidance_scale=1.0)
     negative = pipe.generate(
@@ -118,7 +126,7 @@ def test_generate_rejects_bad_arguments(pipe, kwargs, match):
 
 def test_describe_reports_defaults_and_samplers(pipe):
     info = pipe.describe()
-    assert info["samplers"][0] == info["default_sampler"] == "dpm++2m"
+    assert info["samplers"][0] == info["default_sampler"] == "ddpm"
     assert set(info["samplers"]) == {"ddpm", "ddim", "dpm++2m"}
     assert info["default_steps"] == 4 and info["config"]["width"] == 32
 
@@ -131,6 +139,10 @@ def test_generate_cli_writes_one_png_per_seed(checkpoint, tmp_path, capsys):
     assert [p.name for p in written] == ["seed10.png", "seed11.png"]
     assert Image.open(written[0]).size == (32, 32)
     assert str(written[0]) in capsys.readouterr().out
+    named = tmp_path / "named"
+    args[args.index("-o") + 1] = str(named)
+    assert cli_main([*args, "--sampler", TextToImage.default_sampler]) == 0
+    assert (named / "seed10.png").read_bytes() == written[0].read_bytes()
 
 
 @pytest.mark.skipif(
