@@ -22,6 +22,10 @@ class DiTConfig:
         text_dim: width of the text encoder's pooled embedding and token states.
         cross_attention: add token-level cross-attention to the text tokens in every block
             (PixArt-alpha style), beside the pooled embedding that feeds adaLN.
+        text_positions: with cross-attention, the number of learned, zero-initialised
+            embeddings of the token index added to the projected text tokens (0: none).
+            They tell the first-named object from the second ("a red circle to the left of
+            a white square"); indices past the table share its last row.
         frequency_dim: width of the sinusoidal timestep features.
         num_timesteps: length of the discrete diffusion schedule the model is trained on.
         schedule: name of the noise schedule (see ``models.diffusion.schedules``).
@@ -38,6 +42,7 @@ class DiTConfig:
     mlp_ratio: float = 4.0
     text_dim: int = 384
     cross_attention: bool = True
+    text_positions: int = 0
     frequency_dim: int = 256
     num_timesteps: int = 1000
     schedule: str = "cosine"
@@ -60,6 +65,10 @@ class DiTConfig:
             raise ValueError(f"prediction must be 'epsilon' or 'v', got {self.prediction!r}")
         if self.mlp_ratio <= 0:
             raise ValueError(f"mlp_ratio must be > 0, got {self.mlp_ratio}")
+        if self.text_positions < 0:
+            raise ValueError(f"text_positions must be >= 0, got {self.text_positions}")
+        if self.text_positions and not self.cross_attention:
+            raise ValueError("text_positions needs cross_attention=True")
 
     @property
     def grid_size(self) -> int:

@@ -232,6 +232,11 @@ class DiT(nn.Module):
             if config.cross_attention
             else None
         )
+        self.text_position = (
+            nn.Parameter(torch.zeros(config.text_positions, width))
+            if config.text_positions
+            else None
+        )
         self.null_pooled = nn.Parameter(torch.zeros(config.text_dim))
         self.null_token = nn.Parameter(torch.zeros(config.text_dim))
         self.blocks = nn.ModuleList(DiTBlock(config) for _ in range(config.depth))
@@ -292,11 +297,26 @@ class DiT(nn.Module):
         config = self.config
         tokens = self.patch_embed(patchify(x, config.patch_size)) + self.pos_embed  # (B, T, D)
         c = self.t_embedder(t) + self.text_pooled(cond.pooled)  # (B, D)
-        context = self.text_tokens(cond.tokens) if self.text_tokens is not None else None
+        context = self.text_context(cond.tokens)
         for block in self.blocks:
             tokens = block(tokens, c, context, cond.mask)
         out = self.final(tokens, c)  # (B, T, p * p * C)
         return unpatchify(out, config.patch_size, config.in_channels)
+
+    def text_context(self, tokens: Tensor) -> Tensor | None:
+        """Project text token states ``(B, L, E)`` to ``(B, L, D)`` for cross-attention.
+
+        With ``config.text_positions = P``: ``context[:, i] += position[min(i, P - 1)]``.
+        Returns ``None`` without cross-attention.
+        """
+        if self.text_tokens is None:
+            return None
+        context = self.text_tokens(tokens)
+        if self.text_position is not None:
+            index = torch.arange(tokens.shape[1], device=tokens.device)
+            index = index.clamp_max(self.config.text_positions - 1)
+            context = context + self.text_position[index].to(context.dtype)
+        return context
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -245,6 +245,37 @@ class Trainer:
         tmp.replace(path)
         return path
 
+    def initialize_from(self, path: str | Path) -> None:
+        """Start from an inference checkpoint's weights (fine-tuning): model and EMA both.
+
+        The checkpoint's architecture must be this run's, except that this run may add
+        text position embeddings (``text_positions``), which start at zero, so the model
+        starts as exactly the checkpoint's. Optimizer, step and data stream start afresh.
+
+        Raises:
+            ValueError: when the architectures differ in anything else.
+        """
+        from safetensors.torch import load_file
+
+        from models.dit.checkpoint import read_metadata
+
+        source, _ = read_metadata(path)
+        mine = dataclasses.replace(self.model_config, text_positions=0)
+        if dataclasses.replace(source, text_positions=0) != mine:
+            raise ValueError(
+                f"{path} holds a different architecture: {source} (this run: {self.model_config})"
+            )
+        if source.text_positions not in (0, self.model_config.text_positions):
+            raise ValueError(
+                f"{path} has text_positions={source.text_positions}, "
+                f"this run {self.model_config.text_positions}"
+            )
+        weights = load_file(str(path), device="cpu")
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        if unexpected or set(missing) - {"text_position"}:
+            raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
+        self.ema.load_state_dict(self.model.state_dict())
+
     def resume(self, path: str | Path) -> None:
         self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
 

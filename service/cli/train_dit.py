@@ -47,6 +47,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--resume", action="store_true", help="continue from RUN_DIR's state")
     parser.add_argument(
+        "--init-from",
+        type=Path,
+        metavar="CHECKPOINT",
+        help="fine-tune: start from this exported checkpoint's weights (ignored with a "
+        "state to --resume)",
+    )
+    parser.add_argument(
         "--fake-text", action="store_true", help="weight-free text encoder (smoke runs, tests)"
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -78,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
     if args.resume and state_path.exists():
         trainer.resume(state_path)
         print(f"resumed from {state_path} at step {trainer.step}")
+    elif args.init_from is not None:
+        trainer.initialize_from(args.init_from)
+        print(f"initialised from {args.init_from}")
     print(
         f"training {args.preset} ({trainer.model.num_parameters():,} parameters) on {device}, "
         f"autocast={trainer.autocast}"

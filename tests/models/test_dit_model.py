@@ -183,6 +183,40 @@ def test_prediction_depends_on_token_order_through_cross_attention(encoder):
     torch.testing.assert_close(no_cross(x, t, a), no_cross(x, t, b))
 
 
+def test_only_text_positions_let_cross_attention_see_word_order(encoder):
+    """Attention is blind to the order of its keys: with per-word token states (no
+    context, like the fake encoder) "A left of B" and "B left of A" are the same set of
+    tokens. Learned text positions tell them apart."""
+    a = encoder.encode(["red circle left of blue square"])
+    b = encoder.encode(["blue square left of red circle"])
+    torch.testing.assert_close(a.pooled, b.pooled)
+    x, t = torch.randn(1, 3, 32, 32), torch.tensor([300])
+    blind = perturbed(DiT(TINY))
+    torch.testing.assert_close(blind(x, t, a), blind(x, t, b), rtol=1e-5, atol=1e-6)
+    seeing = perturbed(DiT(dataclasses.replace(TINY, text_positions=8)))
+    assert not torch.allclose(seeing(x, t, a), seeing(x, t, b), rtol=1e-4, atol=1e-5)
+
+
+def test_text_positions_start_at_zero_so_a_model_keeps_its_predictions(encoder):
+    plain = perturbed(DiT(TINY))
+    extended = DiT(dataclasses.replace(TINY, text_positions=8))
+    missing, unexpected = extended.load_state_dict(plain.state_dict(), strict=False)
+    assert missing == ["text_position"] and unexpected == []
+    assert torch.count_nonzero(extended.text_position) == 0
+    cond = encoder.encode(["a red circle to the left of a blue square"])
+    x, t = torch.randn(1, 3, 32, 32), torch.tensor([500])
+    torch.testing.assert_close(extended(x, t, cond), plain(x, t, cond))
+
+
+def test_tokens_past_the_position_table_share_its_last_row(encoder):
+    model = perturbed(DiT(dataclasses.replace(TINY, text_positions=3)))
+    tokens = encoder.encode(["one two three four five"]).tokens  # 5 tokens
+    context = model.text_context(tokens)
+    projected = model.text_tokens(tokens)
+    expected = projected + model.text_position[torch.tensor([0, 1, 2, 2, 2])]
+    torch.testing.assert_close(context, expected)
+
+
 def test_with_null_swaps_only_the_dropped_items(encoder):
     model = perturbed(DiT(TINY))
     cond = encoder.encode(["a red circle", "two blue squares"])
@@ -212,11 +246,17 @@ def test_null_condition_is_learned():
         ("num_heads", 3, "divisible"),
         ("depth", 0, "depth"),
         ("mlp_ratio", 0.0, "mlp_ratio"),
+        ("text_positions", -1, "text_positions"),
     ],
 )
 def test_config_rejects_bad_values(field, value, match):
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(DiTConfig(), **{field: value})
+
+
+def test_text_positions_need_cross_attention():
+    with pytest.raises(ValueError, match="cross_attention"):
+        DiTConfig(cross_attention=False, text_positions=4)
 
 
 def test_config_rejects_a_width_the_position_embedding_cannot_split():

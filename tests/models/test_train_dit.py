@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -101,6 +102,53 @@ def test_resume_rejects_another_data_stream(tmp_path):
         make_trainer(seed=5).resume(tmp_path / "state.pt")
 
 
+def test_initialize_from_a_checkpoint_starts_from_its_weights(tmp_path):
+    source = make_trainer()
+    for _ in range(2):
+        source.train_step()
+    path = source.export(tmp_path / "tiny.safetensors")
+    tuned = make_trainer(seed=3)
+    tuned.initialize_from(path)
+    assert tuned.step == 0
+    for mine, theirs in zip(tuned.model.parameters(), source.ema.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    for mine, theirs in zip(tuned.ema.parameters(), source.ema.parameters(), strict=True):
+        assert torch.equal(mine, theirs)
+    tuned.train_step()  # and it trains on from there
+    assert tuned.step == 1
+
+
+def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_path):
+    source = make_trainer()
+    source.train_step()
+    path = source.export(tmp_path / "tiny.safetensors")
+    config = dataclasses.replace(get_preset("tiny"), text_positions=6)
+    tuned = Trainer(
+        TrainConfig(preset="tiny", batch_size=4, precision="fp32"),
+        encoder=FakeTextEncoder(),
+        model_config=config,
+    )
+    tuned.initialize_from(path)
+    x0, captions = tuned.batch(0)
+    cond = tuned.encoder.encode(captions)
+    t = torch.full((x0.shape[0],), 400)
+    with torch.no_grad():
+        torch.testing.assert_close(tuned.model(x0, t, cond), source.ema(x0, t, cond))
+
+
+def test_initialize_from_rejects_another_architecture(tmp_path):
+    source = make_trainer()
+    path = source.export(tmp_path / "tiny.safetensors")
+    deeper = dataclasses.replace(get_preset("tiny"), depth=3)
+    trainer = Trainer(
+        TrainConfig(preset="tiny", batch_size=4, precision="fp32"),
+        encoder=FakeTextEncoder(),
+        model_config=deeper,
+    )
+    with pytest.raises(ValueError, match="different architecture"):
+        trainer.initialize_from(path)
+
+
 def test_ema_follows_its_update_rule():
     trainer = make_trainer(ema_decay=0.9)
     trainer.train_step()  # update n = 0: decay min(0.9, 1 / 10) = 0.1
@@ -180,3 +228,15 @@ def test_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
     assert cli_main([*args, "--steps", "3", "--resume"]) == 0
     assert "resumed from" in capsys.readouterr().out
     assert read_metadata(export)[1]["step"] == 3
+
+
+def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
+    source = make_trainer()
+    source.train_step()
+    start = source.export(tmp_path / "start.safetensors")
+    run_dir, export = tmp_path / "run", tmp_path / "tuned.safetensors"
+    args = ["train-dit", "--preset", "tiny", "--batch-size", "2", "--fake-text", "--no-progress"]
+    args += ["--run-dir", str(run_dir), "--export", str(export), "--precision", "fp32"]
+    assert cli_main([*args, "--steps", "1", "--init-from", str(start)]) == 0
+    assert f"initialised from {start}" in capsys.readouterr().out
+    assert read_metadata(export)[1]["step"] == 1
