@@ -194,7 +194,9 @@ def test_only_text_positions_let_cross_attention_see_word_order(encoder):
     blind = perturbed(DiT(TINY))
     torch.testing.assert_close(blind(x, t, a), blind(x, t, b), rtol=1e-5, atol=1e-6)
     seeing = perturbed(DiT(dataclasses.replace(TINY, text_positions=8)))
-    assert not torch.allclose(seeing(x, t, a), seeing(x, t, b), rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # positions on the scale of the projected tokens
+        seeing.text_position.normal_(generator=torch.Generator().manual_seed(1))
+    assert not torch.allclose(seeing(x, t, a), seeing(x, t, b), rtol=1e-3, atol=1e-4)
 
 
 def test_text_positions_start_at_zero_so_a_model_keeps_its_predictions(encoder):
