@@ -88,6 +88,14 @@ def run(args: argparse.Namespace) -> int:
     elif args.init_from is not None:
         trainer.initialize_from(args.init_from)
         print(f"initialised from {args.init_from}")
+    lineage = {}
+    if args.init_from is not None:  # kept on resume, so every export names its start
+        from models.dit.checkpoint import read_metadata
+
+        start = read_metadata(args.init_from)[1]
+        lineage = {
+            "init_from": {k: start.get(k) for k in ("step", "samples", "init_from")},
+        }
     print(
         f"training {args.preset} ({trainer.model.num_parameters():,} parameters) on {device}, "
         f"autocast={trainer.autocast}"
@@ -95,7 +103,13 @@ def run(args: argparse.Namespace) -> int:
 
     def checkpoint(trainer: Trainer, loss: float) -> None:
         trainer.save(state_path)
-        trainer.export(export, preset=args.preset, loss=loss, text_encoder=type(encoder).__name__)
+        trainer.export(
+            export,
+            preset=args.preset,
+            loss=loss,
+            text_encoder=type(encoder).__name__,
+            **lineage,
+        )
         record = {"step": trainer.step, "loss": loss, "export": str(export)}
         print(json.dumps(record), flush=True)
 

@@ -239,4 +239,6 @@ def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
     args += ["--run-dir", str(run_dir), "--export", str(export), "--precision", "fp32"]
     assert cli_main([*args, "--steps", "1", "--init-from", str(start)]) == 0
     assert f"initialised from {start}" in capsys.readouterr().out
-    assert read_metadata(export)[1]["step"] == 1
+    info = read_metadata(export)[1]
+    assert info["step"] == 1
+    assert info["init_from"] == {"step": 1, "samples": 4, "init_from": None}
