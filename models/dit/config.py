@@ -95,7 +95,7 @@ class DiTConfig:
 #: Named configurations. "tiny" is for tests; "shapes32" is the default checkpoint's.
 PRESETS: dict[str, DiTConfig] = {
     "tiny": DiTConfig(width=32, depth=2, num_heads=2, mlp_ratio=2.0, frequency_dim=32),
-    "shapes32": DiTConfig(width=128, depth=6, num_heads=4),
+    "shapes32": DiTConfig(width=128, depth=6, num_heads=4, text_positions=32),
     "shapes32-wide": DiTConfig(width=256, depth=6, num_heads=8),
 }
 

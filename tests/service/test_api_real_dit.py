@@ -43,8 +43,14 @@ def test_generate_is_reproducible_by_seed(dit_client):
     assert first.status_code == 200, first.text
     body = first.json()
     assert body["seeds"] == [11, 12]
+    repeat = dit_client.post("/v1/generate", json=request).json()
+    assert repeat["images"] == body["images"]  # the same request: the same bytes
+    # Seed 12 alone runs in a batch of another size, whose float kernels may round
+    # differently (about 1e-7 here), so a pixel on an 8-bit boundary may move by one level.
     again = dit_client.post("/v1/generate", json={**request, "num_images": 1, "seed": 12})
-    np.testing.assert_array_equal(_pixels(body["images"][1]), _pixels(again.json()["images"][0]))
+    in_pair, alone = _pixels(body["images"][1]), _pixels(again.json()["images"][0])
+    difference = np.abs(in_pair.astype(int) - alone.astype(int))
+    assert difference.max() <= 1 and np.count_nonzero(difference) <= in_pair.size // 1000
     assert not np.array_equal(_pixels(body["images"][0]), _pixels(body["images"][1]))
 
 
