@@ -10,7 +10,7 @@ import torch
 
 from models.diffusion import diffusion_loss
 from models.dit.checkpoint import load_dit, read_metadata
-from models.dit.config import get_preset
+from models.dit.config import DiTConfig, get_preset
 from models.dit.train import TrainConfig, Trainer, autocast_dtype
 from models.text_encoder import FakeTextEncoder
 from service.cli import main as cli_main
@@ -18,7 +18,8 @@ from service.cli import main as cli_main
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def make_trainer(**overrides) -> Trainer:
+def make_trainer(model_config: DiTConfig | None = None, **overrides) -> Trainer:
+    """A tiny-preset trainer; ``model_config`` overrides the architecture."""
     options = {
         "preset": "tiny",
         "batch_size": 4,
@@ -26,7 +27,8 @@ def make_trainer(**overrides) -> Trainer:
         "warmup_steps": 2,
         "precision": "fp32",
     }
-    return Trainer(TrainConfig(**{**options, **overrides}), encoder=FakeTextEncoder())
+    config = TrainConfig(**{**options, **overrides})
+    return Trainer(config, encoder=FakeTextEncoder(), model_config=model_config)
 
 
 def fixed_batch_loss(trainer: Trainer, model) -> float:
@@ -122,12 +124,7 @@ def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_pa
     source = make_trainer()
     source.train_step()
     path = source.export(tmp_path / "tiny.safetensors")
-    config = dataclasses.replace(get_preset("tiny"), text_positions=6)
-    tuned = Trainer(
-        TrainConfig(preset="tiny", batch_size=4, precision="fp32"),
-        encoder=FakeTextEncoder(),
-        model_config=config,
-    )
+    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), text_positions=6))
     tuned.initialize_from(path)
     x0, captions = tuned.batch(0)
     cond = tuned.encoder.encode(captions)
@@ -139,12 +136,7 @@ def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_pa
 def test_initialize_from_rejects_another_architecture(tmp_path):
     source = make_trainer()
     path = source.export(tmp_path / "tiny.safetensors")
-    deeper = dataclasses.replace(get_preset("tiny"), depth=3)
-    trainer = Trainer(
-        TrainConfig(preset="tiny", batch_size=4, precision="fp32"),
-        encoder=FakeTextEncoder(),
-        model_config=deeper,
-    )
+    trainer = make_trainer(dataclasses.replace(get_preset("tiny"), depth=3))
     with pytest.raises(ValueError, match="different architecture"):
         trainer.initialize_from(path)
 
