@@ -11,6 +11,8 @@ noise for all three), then prints the x0 errors and the *used share*
 
 A share near 0 means the model ignores that part of the caption; the layout of a scene is
 decided at the highest noise levels, so those rows matter most.
+Noise is drawn per timestep in the order given, so runs compare for the same
+``--timesteps`` and ``--seed``.
 
     .venv/bin/python benchmarks/dit_binding.py
     .venv/bin/python benchmarks/dit_binding.py --checkpoint runs/dit-pos/dit-shapes32.safetensors

@@ -10,6 +10,7 @@ from models.diffusion.parameterization import (
     epsilon_model,
     prediction_target,
     to_epsilon,
+    to_x0,
 )
 from models.diffusion.random import generators_from_seeds, randn
 from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
@@ -34,6 +35,7 @@ __all__ = [
     "epsilon_model",
     "prediction_target",
     "to_epsilon",
+    "to_x0",
     "generators_from_seeds",
     "get_sampler",
     "get_schedule",

@@ -49,6 +49,15 @@ def to_epsilon(output: Tensor, x_t: Tensor, alpha_bar_t: Tensor, prediction: str
     return s * x_t + a * output
 
 
+def to_x0(output: Tensor, x_t: Tensor, alpha_bar_t: Tensor, prediction: str) -> Tensor:
+    """The network's estimate of the clean image: ``x0 = a x_t - s v`` for ``v``,
+    ``x0 = (x_t - s eps) / a`` for ``eps`` (ill-conditioned where ``a`` is near 0)."""
+    a, s = _coefficients(alpha_bar_t, x_t)
+    if check_prediction(prediction) == "epsilon":
+        return (x_t - s * output) / a
+    return a * x_t - s * output
+
+
 def epsilon_model(model: Denoiser, alpha_bar: Tensor, prediction: str) -> Denoiser:
     """Wrap ``model(x, t, cond)`` predicting ``prediction`` into an ``eps`` predictor."""
     if check_prediction(prediction) == "epsilon":

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
+from models.diffusion.parameterization import to_x0
 from models.diffusion.schedules import add_noise
 from models.dit.model import DiT
 from models.shapes.captions import ParsedCaption
@@ -53,11 +54,6 @@ def swap_shapes(parsed: ParsedCaption) -> ParsedCaption:
         ),
         parsed.relation,
     )
-
-
-def estimate_x0(output: Tensor, x_t: Tensor, a: float, s: float, prediction: str) -> Tensor:
-    """``x0_hat = a x_t - s v`` for a ``v`` network, ``(x_t - s eps) / a`` for ``eps``."""
-    return a * x_t - s * output if prediction == "v" else (x_t - s * output) / a
 
 
 @torch.no_grad()
@@ -90,10 +86,9 @@ def denoising_errors(
         alpha_bar_t = alpha_bar[t]
         noise = torch.randn(x0.shape, generator=generator, dtype=x0.dtype)
         x_t = add_noise(x0, noise, alpha_bar_t)
-        a, s = float(alpha_bar[step].sqrt()), float((1 - alpha_bar[step]).sqrt())
         errors[int(step)] = {}
         for name, cond in conditions.items():
-            x0_hat = estimate_x0(model(x_t, t, cond), x_t, a, s, model.config.prediction)
+            x0_hat = to_x0(model(x_t, t, cond), x_t, alpha_bar_t, model.config.prediction)
             errors[int(step)][name] = float(((x0_hat - x0) ** 2).mean())
     return errors
 

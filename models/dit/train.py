@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from models.diffusion import diffusion_loss, get_schedule
-from models.dit.checkpoint import save_dit
+from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
 from models.dit.model import DiT
 from models.text_encoder import TextEncoder
@@ -255,10 +256,6 @@ class Trainer:
         Raises:
             ValueError: when the architectures differ in anything else.
         """
-        from safetensors.torch import load_file
-
-        from models.dit.checkpoint import read_metadata
-
         source, _ = read_metadata(path)
         mine = dataclasses.replace(self.model_config, text_positions=0)
         if dataclasses.replace(source, text_positions=0) != mine:

@@ -9,11 +9,11 @@ import pytest
 import torch
 
 from models.diffusion import get_schedule
-from models.diffusion.parameterization import prediction_target
+from models.diffusion.parameterization import prediction_target, to_x0
 from models.diffusion.schedules import add_noise
 from models.dit.config import get_preset
 from models.dit.model import DiT
-from models.dit.probe import denoising_errors, estimate_x0, swap_order, swap_shapes, used_share
+from models.dit.probe import denoising_errors, swap_order, swap_shapes, used_share
 from models.shapes import compose_caption, parse_caption
 from models.text_encoder import FakeTextEncoder
 
@@ -67,8 +67,7 @@ def test_x0_estimate_inverts_the_exact_prediction(prediction):
         ab = alpha_bar[torch.tensor([step, step])]
         x_t = add_noise(x0, noise, ab)
         target = prediction_target(x0, noise, ab, prediction)
-        a, s = math.sqrt(alpha_bar[step]), math.sqrt(1 - alpha_bar[step])
-        torch.testing.assert_close(estimate_x0(target, x_t, a, s, prediction), x0)
+        torch.testing.assert_close(to_x0(target, x_t, ab, prediction), x0)
 
 
 def probe(model: DiT, captions: list[str], contrasts: list[str]) -> dict[int, dict[str, float]]:
