@@ -18,17 +18,21 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
+from torch import Tensor
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
+from models.dit.grounding import grounding_loss, phrase_masks, phrase_word_spans, token_targets
 from models.dit.model import DiT
+from models.shapes.captions import parse_caption
 from models.text_encoder import TextEncoder
 
 #: Index range of the endless training stream.
@@ -54,6 +58,9 @@ class TrainConfig:
         grad_clip: max global gradient norm (0 disables clipping).
         precision: ``"auto"`` (bfloat16 autocast where supported), ``"bf16"`` or ``"fp32"``.
         seed: seeds the initial weights, the data stream and the noise.
+        grounding_weight: ``lambda`` of the token grounding loss added to the denoising
+            loss (:mod:`models.dit.grounding`; 0 disables it). It needs a dataset with
+            ``scene(index)`` and a model with cross-attention.
     """
 
     preset: str = "shapes32"
@@ -67,6 +74,7 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "auto"
     seed: int = 0
+    grounding_weight: float = 0.0
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -80,6 +88,8 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not 0 <= self.cond_dropout <= 1:
             raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
+        if self.grounding_weight < 0:
+            raise ValueError(f"grounding_weight must be >= 0, got {self.grounding_weight}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
 
@@ -140,6 +150,11 @@ class Trainer:
 
             dataset = ShapesDataset("train", seed=config.seed, length=_STREAM_LENGTH)
         self.dataset = dataset
+        if config.grounding_weight > 0:
+            if not hasattr(dataset, "scene"):
+                raise ValueError("grounding needs a dataset with scene(index) (ShapesDataset)")
+            if not self.model_config.cross_attention:
+                raise ValueError("grounding needs a model with cross_attention=True")
         torch.manual_seed(config.seed)
         self.model = DiT(self.model_config).to(self.device)
         self.ema = copy.deepcopy(self.model).requires_grad_(False).eval()
@@ -173,11 +188,36 @@ class Trainer:
         images = torch.stack([image for image, _ in items]).to(self.device)
         return images * 2 - 1, [caption for _, caption in items]
 
+    def grounding_targets(
+        self, step: int, length: int, drop: torch.Tensor
+    ) -> tuple[Tensor, Tensor]:
+        """Patch masks ``(B, L, T)`` of the batch's grounded tokens and ``grounded (B, L)``.
+
+        Captions replaced by the null condition (``drop``) have no grounded token.
+        """
+        size = self.config.batch_size
+        scenes = [self.dataset.scene(i) for i in range(step * size, (step + 1) * size)]
+        spans = self.encoder.token_spans([scene.caption for scene in scenes])
+        targets, grounded = [], []
+        for scene, token_spans, dropped in zip(scenes, spans, drop.tolist(), strict=True):
+            parsed = parse_caption(scene.caption)
+            target, mask = token_targets(
+                token_spans,
+                phrase_word_spans(parsed),
+                phrase_masks(scene, parsed, self.model_config.patch_size),
+                length,
+            )
+            targets.append(target)
+            grounded.append(mask & (not dropped))
+        return torch.stack(targets).to(self.device), torch.stack(grounded).to(self.device)
+
     def train_step(self) -> float:
-        """One optimisation step; returns the loss."""
+        """One optimisation step; returns the loss (denoising plus weighted grounding)."""
         x0, captions = self.batch(self.step)
         cond = self.encoder.encode(captions).to(self.device)
         drop = torch.rand(len(captions), generator=self.generator) < self.config.cond_dropout
+        weight = self.config.grounding_weight
+        attention: list[Tensor] | None = [] if weight > 0 else None
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(self.step)
         self.model.train()
@@ -189,13 +229,16 @@ class Trainer:
         with context:
             cond = self.model.with_null(cond, drop)
             loss = diffusion_loss(
-                self.model,
+                partial(self.model, attention=attention),
                 x0,
                 cond,
                 self.alpha_bar,
                 prediction=self.model_config.prediction,
                 generator=self.generator,
             )
+            if attention is not None:
+                targets, grounded = self.grounding_targets(self.step, cond.tokens.shape[1], drop)
+                loss = loss + weight * grounding_loss(attention, targets, grounded)
         loss.backward()
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
