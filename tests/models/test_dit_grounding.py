@@ -227,3 +227,42 @@ def test_grounding_needs_scenes_and_cross_attention():
         TrainConfig(grounding_weight=-1.0)
     with pytest.raises(ValueError, match="cross_attention"):
         DiT(no_cross)(torch.zeros(1, 3, 32, 32), torch.zeros(1), None, attention=[])
+
+
+def _load_text_order_probe():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "text_order_probe.py"
+    spec = importlib.util.spec_from_file_location("text_order_probe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_text_order_probe_labels_the_left_or_upper_object():
+    probe = _load_text_order_probe()
+    encoder = FakeTextEncoder(dim=8)
+    captions = [
+        "a red circle to the left of a blue square",
+        "a small red circle to the right of a blue square",
+        "a green triangle below a large white circle",
+    ]
+    features, labels = probe.colour_token_features(encoder, captions)
+    assert labels.tolist() == [1, 0, 0, 1, 0, 1]
+    # the fake encoder's states are per-word vectors: each feature is its colour's vector
+    expected = ["red", "blue", "red", "blue", "green", "white"]
+    for row, colour in zip(features, expected, strict=True):
+        torch.testing.assert_close(row, encoder.encode([colour]).tokens[0, 0])
+
+
+def test_text_order_probe_separates_what_a_linear_map_can():
+    probe = _load_text_order_probe()
+    generator = torch.Generator().manual_seed(0)
+    x = torch.randn(400, 2, generator=generator)
+    xor = ((x[:, 0] > 0) ^ (x[:, 1] > 0)).float()
+    torch.manual_seed(0)
+    _, linear = probe.fit_and_score(torch.nn.Linear(2, 1), x, xor, 300, 300)
+    mlp = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
+    _, nonlinear = probe.fit_and_score(mlp, x, xor, 300, 1500)
+    assert linear < 0.7 and nonlinear > 0.9

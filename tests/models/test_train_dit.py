@@ -120,11 +120,12 @@ def test_initialize_from_a_checkpoint_starts_from_its_weights(tmp_path):
     assert tuned.step == 1
 
 
-def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_path):
+@pytest.mark.parametrize("added", [{"text_positions": 6}, {"text_mlp": 8}])
+def test_initialize_from_may_add_zero_text_components_and_keeps_the_predictions(tmp_path, added):
     source = make_trainer()
     source.train_step()
     path = source.export(tmp_path / "tiny.safetensors")
-    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), text_positions=6))
+    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), **added))
     tuned.initialize_from(path)
     x0, captions = tuned.batch(0)
     cond = tuned.encoder.encode(captions)
