@@ -1,9 +1,11 @@
 """Training loop for the text-to-image DiT on the captioned-shapes data.
 
-AdamW with linear warmup and an optional linear cooldown to zero at the end, an exponential moving average (EMA) of the weights, bfloat16
-autocast where supported, gradient clipping, classifier-free-guidance condition dropout
-(the learned null condition replaces a random share of captions), a tqdm progress bar,
-periodic checkpoints and exact resume (model, EMA, optimizer, step and RNG state).
+AdamW with linear warmup and an optional linear cooldown to zero at the end, an
+exponential moving average (EMA) of the weights, bfloat16 autocast where supported,
+gradient clipping, classifier-free-guidance condition dropout (the learned null condition
+replaces a random share of captions), an optional token grounding loss on the
+cross-attention (:mod:`models.dit.grounding`), a tqdm progress bar, periodic checkpoints
+and exact resume (model, EMA, optimizer, step and RNG state).
 
 The batch of step ``k`` is items ``[k * B, (k + 1) * B)`` of a deterministic
 :class:`~models.shapes.ShapesDataset`, so resuming continues the same data stream.
