@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models.diffusion import get_schedule  # noqa: E402
-from models.dit.grounding import phrase_masks, phrase_word_spans, token_targets  # noqa: E402
+from models.dit.grounding import batch_targets  # noqa: E402
 from models.dit.probe import (  # noqa: E402
     attention_grounding,
     denoising_errors,
@@ -125,24 +125,18 @@ def print_attention(model, encoder, scenes, x0, alpha_bar, args) -> None:
     """The attention rows: grounding loss against the true and the exchanged object masks."""
     captions = [scene.caption for scene in scenes]
     cond = encoder.encode(captions)
-    length = cond.tokens.shape[1]
-    true, swapped, grounded = [], [], []
-    for scene, spans in zip(scenes, encoder.token_spans(captions), strict=True):
-        parsed = parse_caption(scene.caption)
-        words = phrase_word_spans(parsed)
-        masks = phrase_masks(scene, parsed, model.config.patch_size)
-        target, mask = token_targets(spans, words, masks, length)
-        true.append(target)
-        swapped.append(token_targets(spans, words, masks.flip(0), length)[0])
-        grounded.append(mask)
-    targets = {"true": torch.stack(true), "swapped": torch.stack(swapped)}
+    length, patch = cond.tokens.shape[1], model.config.patch_size
+    spans = encoder.token_spans(captions)
+    true, grounded = batch_targets(scenes, spans, patch, length)
+    swapped, _ = batch_targets(scenes, spans, patch, length, exchange=True)
+    targets = {"true": true, "swapped": swapped}
     generator = torch.Generator().manual_seed(args.seed)
     losses = attention_grounding(
         model,
         x0,
         cond,
         targets,
-        torch.stack(grounded),
+        grounded,
         alpha_bar,
         args.timesteps,
         generator=generator,

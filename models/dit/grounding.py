@@ -12,7 +12,9 @@ patch) and the head-averaged cross-attention ``A[p, j]`` of patch ``p`` to token
 
     L_token = mean over grounded tokens j and blocks of (1 - sum_p A[p, j] M_o[p] / sum_p A[p, j]) ** 2
 
-Only the training step uses it; sampling is unchanged.
+Only the training step uses it; sampling is unchanged. Measured (README, "Why relations
+fail"): at weight 0.02 it put the attention on the objects but did not teach word order,
+and it lowered image quality; it is off by default.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models.shapes.captions import ParsedCaption, compose_caption, object_phrase
+from models.shapes.captions import ParsedCaption, compose_caption, object_phrase, parse_caption
 from models.shapes.render import object_mask
 from models.shapes.vocab import Scene
 
@@ -111,6 +113,39 @@ def token_targets(
             if any(start <= span[0] and span[1] <= end for start, end in spans):
                 targets[j], grounded[j] = masks[phrase], True
     return targets, grounded
+
+
+def batch_targets(
+    scenes: Sequence[Scene],
+    token_spans: Sequence[Sequence[Span | None]],
+    patch_size: int,
+    length: int,
+    *,
+    exchange: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """:func:`token_targets` of a batch of scenes, each read from its own caption.
+
+    Args:
+        scenes: the batch's scenes.
+        token_spans: per scene, the encoder's token spans of its caption.
+        patch_size: the model's patch side.
+        length: the padded token length ``L``.
+        exchange: give each phrase the masks in reverse order (for two-object captions,
+            each object's words get the other object's patches: a contrast for probes).
+
+    Returns:
+        ``targets (B, L, T)`` and ``grounded (B, L)``.
+    """
+    targets, grounded = [], []
+    for scene, spans in zip(scenes, token_spans, strict=True):
+        parsed = parse_caption(scene.caption)
+        masks = phrase_masks(scene, parsed, patch_size)
+        target, mask = token_targets(
+            spans, phrase_word_spans(parsed), masks.flip(0) if exchange else masks, length
+        )
+        targets.append(target)
+        grounded.append(mask)
+    return torch.stack(targets), torch.stack(grounded)
 
 
 def grounding_loss(attention: Sequence[Tensor], targets: Tensor, grounded: Tensor) -> Tensor:

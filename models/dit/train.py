@@ -32,9 +32,8 @@ from tqdm import tqdm
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
-from models.dit.grounding import grounding_loss, phrase_masks, phrase_word_spans, token_targets
+from models.dit.grounding import batch_targets, grounding_loss
 from models.dit.model import DiT
-from models.shapes.captions import parse_caption
 from models.text_encoder import TextEncoder
 
 #: Index range of the endless training stream.
@@ -200,18 +199,9 @@ class Trainer:
         size = self.config.batch_size
         scenes = [self.dataset.scene(i) for i in range(step * size, (step + 1) * size)]
         spans = self.encoder.token_spans([scene.caption for scene in scenes])
-        targets, grounded = [], []
-        for scene, token_spans, dropped in zip(scenes, spans, drop.tolist(), strict=True):
-            parsed = parse_caption(scene.caption)
-            target, mask = token_targets(
-                token_spans,
-                phrase_word_spans(parsed),
-                phrase_masks(scene, parsed, self.model_config.patch_size),
-                length,
-            )
-            targets.append(target)
-            grounded.append(mask & (not dropped))
-        return torch.stack(targets).to(self.device), torch.stack(grounded).to(self.device)
+        targets, grounded = batch_targets(scenes, spans, self.model_config.patch_size, length)
+        grounded &= ~drop.to(torch.bool)[:, None]
+        return targets.to(self.device), grounded.to(self.device)
 
     def train_step(self) -> float:
         """One optimisation step; returns the loss (denoising plus weighted grounding)."""

@@ -266,3 +266,19 @@ def test_text_order_probe_separates_what_a_linear_map_can():
     mlp = torch.nn.Sequential(torch.nn.Linear(2, 64), torch.nn.GELU(), torch.nn.Linear(64, 1))
     _, nonlinear = probe.fit_and_score(mlp, x, xor, 300, 1500)
     assert linear < 0.7 and nonlinear > 0.9
+
+
+def test_batch_targets_read_each_scene_and_exchange_reverses_the_masks():
+    from models.dit.grounding import batch_targets
+
+    rng = np.random.default_rng(2)
+    captions = ["a red circle to the left of a blue square", "two green triangles"]
+    scenes = [layout(parse_caption(c), rng) for c in captions]
+    spans = FakeTextEncoder(dim=8).token_spans(captions)
+    targets, grounded = batch_targets(scenes, spans, 4, 10)
+    exchanged, same = batch_targets(scenes, spans, 4, 10, exchange=True)
+    assert torch.equal(grounded, same) and targets.shape == (2, 10, 64)
+    first = phrase_masks(scenes[0], parse_caption(captions[0]), 4)
+    torch.testing.assert_close(targets[0, 1], first[0])  # "red"
+    torch.testing.assert_close(exchanged[0, 1], first[1])
+    torch.testing.assert_close(exchanged[1], targets[1])  # one phrase: nothing to exchange
