@@ -3,7 +3,9 @@
 1. Images per second at 32 px for batch 1, 8 and 32 at the pipeline's default steps,
    sampler and guidance (classifier-free guidance evaluates the model twice per step),
    text encoding included. Uses the default checkpoint when present, else a randomly
-   initialised model of the same preset (same cost).
+   initialised model of the same preset (same cost). The prompt names two objects, so it
+   is measured as served (layout planning: one region per object, each guided, about
+   twice the model work) and unplanned (``plan_layout=False``), interleaved.
 2. Forward time of our ``DiT`` against ``diffusers.DiTTransformer2DModel`` (a ``bench``
    extra) built at the same depth, width, heads, patch size and MLP ratio, measured
    interleaved in one run (median of ``--repeats``). Ours is built without text
@@ -47,15 +49,20 @@ def load_pipeline(preset: str) -> tuple[TextToImage, str]:
     return TextToImage(model, FakeTextEncoder(model.config.text_dim)), f"random {preset}"
 
 
-def images_per_second(pipe: TextToImage, batch: int, repeats: int) -> float:
+def images_per_second(pipe: TextToImage, batch: int, repeats: int) -> dict[str, float]:
+    """Images per second with and without layout planning, measured interleaved."""
     prompts = [PROMPT] * batch
-    pipe.generate(prompts[:1], seeds=[0], steps=2)  # warm-up
-    times = []
+    modes = {"planned": True, "unplanned": False}
+    for plan_layout in modes.values():  # warm-up
+        pipe.generate(prompts[:1], seeds=[0], steps=2, plan_layout=plan_layout)
+    times: dict[str, list[float]] = {name: [] for name in modes}
     for r in range(repeats):
-        start = time.perf_counter()
-        pipe.generate(prompts, seeds=list(range(r * batch, (r + 1) * batch)))
-        times.append(time.perf_counter() - start)
-    return batch / statistics.median(times)
+        for name, plan_layout in modes.items():
+            start = time.perf_counter()
+            seeds = list(range(r * batch, (r + 1) * batch))
+            pipe.generate(prompts, seeds=seeds, plan_layout=plan_layout)
+            times[name].append(time.perf_counter() - start)
+    return {name: batch / statistics.median(values) for name, values in times.items()}
 
 
 def build_diffusers(config):
@@ -147,8 +154,9 @@ def main(argv: list[str] | None = None) -> int:
             f"generate: {g['model']}, {g['sampler']} {g['steps']} steps, "
             f"guidance {g['guidance_scale']:g}"
         )
+        print(f"  {PROMPT!r}, images/s:  planned  unplanned")
         for batch, speed in g["images_per_s"].items():
-            print(f"  batch {batch:>3}: {speed:8.2f} images/s")
+            print(f"  batch {batch:>3}: {speed['planned']:17.2f} {speed['unplanned']:10.2f}")
     print("forward (ms, median):   ours  ours+xattn  diffusers  ours/diffusers")
     for batch, times in result["forward"].items():
         print(

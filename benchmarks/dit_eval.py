@@ -6,13 +6,16 @@ training distribution instead, to separate composition from image quality) at gu
 guidance, with the same seeds, scores each with ``models.shapes.score_image`` and prints
 the share of images satisfying every constraint of their caption, and per category
 (colour, shape, count, size, position, relation; a category counts only the prompts that
-constrain it), plus the gain of the default guidance over guidance 1.
+constrain it), plus the gain of the default guidance over guidance 1. A third row draws the
+default guidance without layout planning (``plan_layout=False``: the caption in one piece),
+which is the model alone; ``--no-plan`` draws every row that way.
 
     .venv/bin/python benchmarks/dit_eval.py                       # default checkpoint
     .venv/bin/python benchmarks/dit_eval.py --checkpoint weights/dit-shapes32.safetensors
     .venv/bin/python benchmarks/dit_eval.py --n 200 --steps 25 --json
     .venv/bin/python benchmarks/dit_eval.py --split train --n 200 # in-distribution captions
     .venv/bin/python benchmarks/dit_eval.py --ground-truth        # scorer on renders: 1.00
+    .venv/bin/python benchmarks/dit_eval.py --no-plan             # the model alone
 
 Target (issue 5): overall >= 0.80 at <= 50 steps with the default guidance, and a clear
 gain over guidance 1.
@@ -45,8 +48,8 @@ from models.shapes import (  # noqa: E402
     to_tensor,
 )
 
-#: ``generate(prompts, guidance_scale, seeds) -> (N, 3, 32, 32)`` in ``[0, 1]``.
-Generate = Callable[[list[str], float, list[int]], torch.Tensor]
+#: ``generate(prompts, guidance_scale, seeds, plan_layout) -> (N, 3, 32, 32)`` in ``[0, 1]``.
+Generate = Callable[[list[str], float, list[int], bool | None], torch.Tensor]
 
 
 def load_pipeline(checkpoint: Path | None, device: str):
@@ -65,8 +68,10 @@ def load_pipeline(checkpoint: Path | None, device: str):
 def ground_truth_generator(seed: int) -> Generate:
     """A stand-in generator that renders a scene satisfying each prompt (checks the scorer)."""
 
-    def generate(prompts: list[str], guidance_scale: float, seeds: list[int]) -> torch.Tensor:
-        del guidance_scale
+    def generate(
+        prompts: list[str], guidance_scale: float, seeds: list[int], plan_layout: bool | None
+    ) -> torch.Tensor:
+        del guidance_scale, plan_layout
         scenes = [
             layout(parse_caption(p), np.random.default_rng([seed, s]))
             for p, s in zip(prompts, seeds, strict=True)
@@ -77,9 +82,15 @@ def ground_truth_generator(seed: int) -> Generate:
 
 
 def run(
-    generate: Generate, prompts: list[str], guidance: float, seed: int, batch: int
+    generate: Generate,
+    prompts: list[str],
+    guidance: float,
+    plan_layout: bool | None,
+    seed: int,
+    batch: int,
 ) -> tuple[EvalReport, float, torch.Tensor]:
-    """Generate every prompt (``seed + i`` for prompt ``i``) and score.
+    """Generate every prompt (``seed + i`` for prompt ``i``) and score; ``plan_layout``
+    is handed to ``generate`` (``None`` where it means nothing: ground-truth renders).
 
     Returns:
         the report, images per second, and the images ``(N, 3, 32, 32)``.
@@ -89,7 +100,7 @@ def run(
     for lo in range(0, len(prompts), batch):
         chunk = prompts[lo : lo + batch]
         seeds = [seed + lo + i for i in range(len(chunk))]
-        images.append(generate(chunk, guidance, seeds).float().cpu())
+        images.append(generate(chunk, guidance, seeds, plan_layout).float().cpu())
     elapsed = time.perf_counter() - start
     stacked = torch.cat(images)
     return evaluate_images(stacked, prompts), len(prompts) / elapsed, stacked
@@ -127,15 +138,18 @@ def _fmt(value: float | None) -> str:
 def print_table(rows: list[dict], header: dict) -> None:
     print(" ".join(f"{k}={v}" for k, v in header.items()))
     names = ["overall", *CATEGORIES]
-    print(f"{'guidance':>8}  " + "  ".join(f"{n:>8}" for n in names) + f"  {'img/s':>7}")
+    print(
+        f"{'guidance':>8}  {'plan':>4}  " + "  ".join(f"{n:>8}" for n in names) + f"  {'img/s':>7}"
+    )
     for row in rows:
         report = row["report"]
         values = [report["overall"], *(report["per_category"][c] for c in CATEGORIES)]
         cells = "  ".join(f"{_fmt(v):>8}" for v in values)
-        print(f"{row['guidance']:>8g}  {cells}  {row['images_per_s']:>7.2f}")
+        plan = {True: "yes", False: "no", None: "-"}[row["plan_layout"]]
+        print(f"{row['guidance']:>8g}  {plan:>4}  {cells}  {row['images_per_s']:>7.2f}")
     support = rows[0]["report"]["support"]
     print(
-        f"{'prompts':>8}  {rows[0]['report']['n']:>8}  "
+        f"{'prompts':>8}  {'':>4}  {rows[0]['report']['n']:>8}  "
         + "  ".join(f"{support[c]:>8}" for c in CATEGORIES)
     )
 
@@ -162,6 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=50)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--ground-truth", action="store_true", help="score renders, not the model")
+    parser.add_argument(
+        "--no-plan",
+        action="store_true",
+        help="every row without layout planning (the model alone); default: planned rows "
+        "at guidance 1 and the default guidance, then the default guidance unplanned",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument(
         "--grid",
@@ -175,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = eval_prompts(args.n, seed=args.prompt_seed, split=args.split)
     header: dict = {"prompts": len(prompts), "split": args.split}
     if args.ground_truth:
-        generate, guidances = ground_truth_generator(args.seed), [1.0]
+        generate, settings = ground_truth_generator(args.seed), [(1.0, None)]
         header["model"] = "ground-truth renders"
     else:
         torch.manual_seed(args.seed)
@@ -183,23 +203,41 @@ def main(argv: list[str] | None = None) -> int:
         steps = args.steps or pipe.default_steps
         default_guidance = args.guidance or pipe.default_guidance_scale
         sampler = args.sampler or pipe.default_sampler
-        guidances = [1.0, default_guidance]
+        if args.no_plan:
+            settings = [(1.0, False), (default_guidance, False)]
+        else:
+            settings = [(1.0, True), (default_guidance, True), (default_guidance, False)]
 
-        def generate(prompts: list[str], guidance_scale: float, seeds: list[int]) -> torch.Tensor:
+        def generate(
+            prompts: list[str], guidance_scale: float, seeds: list[int], plan_layout: bool
+        ) -> torch.Tensor:
             return pipe.generate(
-                prompts, steps=steps, guidance_scale=guidance_scale, seeds=seeds, sampler=sampler
+                prompts,
+                steps=steps,
+                guidance_scale=guidance_scale,
+                seeds=seeds,
+                sampler=sampler,
+                plan_layout=plan_layout,
             )
 
         header.update(checkpoint=str(args.checkpoint or "default"), steps=steps, sampler=sampler)
 
     rows = []
-    for guidance in guidances:
-        report, speed, images = run(generate, prompts, guidance, args.seed, args.batch)
+    for guidance, plan_layout in settings:
+        report, speed, images = run(generate, prompts, guidance, plan_layout, args.seed, args.batch)
         if args.grid is not None:
-            save_grid(args.grid.with_stem(f"{args.grid.stem}-g{guidance:g}"), images, prompts)
-        rows.append({"guidance": guidance, "images_per_s": speed, "report": report.as_dict()})
+            stem = f"{args.grid.stem}-g{guidance:g}" + ("-noplan" if plan_layout is False else "")
+            save_grid(args.grid.with_stem(stem), images, prompts)
+        rows.append(
+            {
+                "guidance": guidance,
+                "plan_layout": plan_layout,
+                "images_per_s": speed,
+                "report": report.as_dict(),
+            }
+        )
     result = {**header, "rows": rows}
-    if len(rows) == 2:
+    if len(rows) >= 2:
         result["gain_overall"] = rows[1]["report"]["overall"] - rows[0]["report"]["overall"]
     if args.json:
         print(json.dumps(result, indent=2))
@@ -207,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(rows, header)
         if "gain_overall" in result:
             print(
-                f"gain of guidance {guidances[1]:g} over 1: {result['gain_overall']:+.2f} (overall)"
+                f"gain of guidance {settings[1][0]:g} over 1: {result['gain_overall']:+.2f} (overall)"
             )
     return 0
 

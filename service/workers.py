@@ -95,9 +95,10 @@ class GenerateJob:
     guidance_scale: float
     seed: int
     sampler: str
+    plan_layout: bool = True
 
     def batch_key(self) -> Hashable:
-        return (self.steps, self.guidance_scale, self.sampler)
+        return (self.steps, self.guidance_scale, self.sampler, self.plan_layout)
 
 
 def load_text_to_image(search_path: Sequence[Path], device: str) -> Any:
@@ -116,6 +117,7 @@ def run_generate(model: Any, jobs: list[GenerateJob]) -> list[torch.Tensor]:
         guidance_scale=first.guidance_scale,
         seeds=[job.seed for job in jobs],
         sampler=first.sampler,
+        plan_layout=first.plan_layout,
     )
     return list(images.float().cpu().unbind(0))
 

@@ -13,6 +13,7 @@ from models.diffusion.parameterization import (
     to_x0,
 )
 from models.diffusion.random import generators_from_seeds, randn
+from models.diffusion.regions import Regions, regional_denoiser
 from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
 from models.diffusion.schedules import (
     add_noise,
@@ -24,6 +25,7 @@ from models.diffusion.schedules import (
 
 __all__ = [
     "PREDICTIONS",
+    "Regions",
     "SAMPLERS",
     "add_noise",
     "classifier_free_guidance",
@@ -41,5 +43,6 @@ __all__ = [
     "get_schedule",
     "linear_schedule",
     "randn",
+    "regional_denoiser",
     "sampling_timesteps",
 ]

@@ -7,21 +7,26 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from models.diffusion import (
     SAMPLERS,
+    Regions,
     classifier_free_guidance,
     epsilon_model,
     generators_from_seeds,
     get_sampler,
     get_schedule,
     randn,
+    regional_denoiser,
 )
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
 from models.hub import WeightsNotFoundError
+from models.shapes.planner import plan_regions
+from models.shapes.vocab import IMAGE_SIZE
 from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextEncoder
 
 #: The checkpoint ``from_pretrained`` looks for, trained by ``atelier train-dit``.
@@ -31,6 +36,10 @@ DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
 #: some of an imperfect denoiser's errors; DPM-Solver++(2M) stays the fast ODE option.
 DEFAULT_SAMPLER = "ddpm"
 MAX_SEED = 2**63 - 1
+#: Stream of the layout planner's generator, beside each image's seed.
+PLAN_STREAM = 0x1A70
+#: The clean value of the shapes world's empty (black) canvas in the model's ``[-1, 1]``.
+EMPTY_CANVAS = -1.0
 
 
 def encoder_for(info: dict, dim: int, device: str) -> TextEncoder:
@@ -50,6 +59,7 @@ class TextToImage:
         default_steps: model evaluations when ``steps`` is not given.
         default_guidance_scale: CFG scale when ``guidance_scale`` is not given.
         source: where the weights came from (for :meth:`describe`).
+        plan_layout: the default of :meth:`generate`'s ``plan_layout``.
     """
 
     #: Sampler names; the first is the default.
@@ -66,6 +76,7 @@ class TextToImage:
         default_guidance_scale: float = 4.0,
         source: str | None = None,
         info: dict | None = None,
+        plan_layout: bool = True,
     ) -> None:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval()
@@ -75,6 +86,7 @@ class TextToImage:
         self.denoiser = epsilon_model(self.model, self.alpha_bar, self.config.prediction)
         self.default_steps = default_steps
         self.default_guidance_scale = default_guidance_scale
+        self.default_plan_layout = plan_layout
         self.source = source
         self.info = info or {}
 
@@ -118,6 +130,7 @@ class TextToImage:
         guidance_scale: float | None = None,
         seeds: list[int] | None = None,
         sampler: str | None = None,
+        plan_layout: bool | None = None,
     ) -> Tensor:
         """Sample one image per prompt.
 
@@ -130,6 +143,11 @@ class TextToImage:
             seeds: per prompt; the same seed gives the same image whatever the batch.
                 Random when ``None``.
             sampler: one of :attr:`samplers` (``default_sampler`` if ``None``).
+            plan_layout: split a caption naming several objects into one-object prompts
+                at planned grid cells and denoise each cell under its own prompt
+                (:func:`~models.shapes.planner.plan_regions`,
+                :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
+                drawn as they are. ``default_plan_layout`` if ``None``.
 
         Returns:
             ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU.
@@ -153,25 +171,83 @@ class TextToImage:
         if sampler not in self.samplers:
             raise ValueError(f"unknown sampler {sampler!r}; choose from {list(self.samplers)}")
 
-        cond = self.encoder.encode(prompts).to(self.device)
-        uncond = self.encoder.encode([neg or "" for neg in negative_prompts]).to(self.device)
-        uncond = self.model.with_null(
-            uncond, torch.tensor([neg is None for neg in negative_prompts])
-        )
+        plan_layout = self.default_plan_layout if plan_layout is None else plan_layout
+
+        regions = self.regions(prompts, negative_prompts, seeds, plan_layout=plan_layout)
         generators = generators_from_seeds(seeds)
         config = self.config
         shape = (n, config.in_channels, config.image_size, config.image_size)
         noise = randn(shape, generators, device=self.device)
         images = get_sampler(sampler)(
-            classifier_free_guidance(self.denoiser, scale),
+            regional_denoiser(classifier_free_guidance(self.denoiser, scale), self.alpha_bar),
             noise,
-            (cond, uncond),
+            regions,
             self.alpha_bar,
             steps=steps,
             generator=generators,
             clip_denoised=True,
         )
         return ((images + 1) / 2).clamp(0, 1).float().cpu()
+
+    def regions(
+        self,
+        prompts: list[str],
+        negative_prompts: list[str | None],
+        seeds: list[int],
+        *,
+        plan_layout: bool,
+    ) -> Regions:
+        """The regions to denoise: one whole-image region per prompt, or with
+        ``plan_layout`` one region per planned object of a caption naming several.
+
+        A planned image's regions are its objects' cells. A region's weight is 1 on its cell
+        plus an equal share of the cells no object holds (where every one-object prompt
+        asks for empty canvas); it hides the other objects' cells. The plan, and the noise
+        of hidden pixels, are drawn from the image's seed, so a seed still fixes the image.
+        Each region is guided with its image's negative prompt (or the null condition).
+        """
+        config = self.config
+        size, channels = config.image_size, config.in_channels
+        can_plan = plan_layout and size == IMAGE_SIZE
+        texts: list[str] = []
+        negatives: list[str | None] = []
+        owner: list[int] = []
+        weights: list[np.ndarray] = []
+        hides: list[np.ndarray] = []
+        noises: list[np.ndarray] = []
+        for index, (prompt, negative, seed) in enumerate(
+            zip(prompts, negative_prompts, seeds, strict=True)
+        ):
+            rng = np.random.default_rng([int(seed), PLAN_STREAM])
+            plan = plan_regions(prompt, rng) if can_plan else None
+            if plan is None:
+                texts.append(prompt)
+                masks = np.ones((1, size, size), dtype=np.float32)
+                hidden = np.zeros_like(masks)
+            else:
+                texts.extend(region.prompt for region in plan)
+                masks = np.stack([region.mask for region in plan]).astype(np.float32)
+                taken = masks.sum(axis=0)
+                hidden = taken[None] - masks
+                masks = masks + (1.0 - taken)[None] / len(plan)
+            count = len(masks)
+            negatives.extend([negative] * count)
+            owner.extend([index] * count)
+            weights.append(masks)
+            hides.append(hidden)
+            noises.append(rng.standard_normal((count, channels, size, size), dtype=np.float32))
+
+        cond = self.encoder.encode(texts).to(self.device)
+        uncond = self.encoder.encode([neg or "" for neg in negatives]).to(self.device)
+        uncond = self.model.with_null(uncond, torch.tensor([neg is None for neg in negatives]))
+        return Regions(
+            cond=(cond, uncond),
+            owner=torch.tensor(owner, dtype=torch.long),
+            weight=torch.from_numpy(np.concatenate(weights))[:, None],
+            hide=torch.from_numpy(np.concatenate(hides))[:, None],
+            noise=torch.from_numpy(np.concatenate(noises)),
+            background=EMPTY_CANVAS,
+        ).to(self.device)
 
     def describe(self) -> dict:
         """What is loaded: checkpoint, architecture, training info and defaults."""
@@ -186,5 +262,6 @@ class TextToImage:
             "default_sampler": self.default_sampler,
             "default_steps": self.default_steps,
             "default_guidance_scale": self.default_guidance_scale,
+            "plan_layout": self.default_plan_layout,
             "device": str(self.device),
         }

@@ -20,6 +20,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--seed", type=int, help="seed of the first image; image i uses seed + i")
     parser.add_argument("--sampler", help="ddpm, ddim or dpm++2m (default: the model's, ddpm)")
     parser.add_argument("--negative", help="negative prompt (replaces the null condition)")
+    parser.add_argument(
+        "--no-plan-layout",
+        dest="plan_layout",
+        action="store_false",
+        help="draw a caption naming several objects in one piece, without planning one "
+        "prompt per object and grid cell",
+    )
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
     parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")
     parser.add_argument("--device", default="cpu")
@@ -47,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         guidance_scale=args.guidance,
         seeds=seeds,
         sampler=args.sampler,
+        plan_layout=args.plan_layout,
     )
     args.output.mkdir(parents=True, exist_ok=True)
     for seed, image in zip(seeds, images, strict=True):

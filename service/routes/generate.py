@@ -35,6 +35,11 @@ class GenerateRequest(BaseModel):
         default=None, ge=0, le=MAX_SEED, description="Image i uses seed + i; random if unset."
     )
     sampler: str | None = Field(default=None, description="One of the model's samplers.")
+    plan_layout: bool | None = Field(
+        default=None,
+        description="Plan a caption naming several objects into one-object prompts at grid "
+        "cells and denoise each cell under its own prompt; model default (on) if unset.",
+    )
 
 
 class GenerateResponse(BaseModel):
@@ -43,6 +48,7 @@ class GenerateResponse(BaseModel):
     steps: int
     guidance_scale: float
     sampler: str
+    plan_layout: bool
 
 
 @router.post(
@@ -72,11 +78,14 @@ async def generate(
     guidance = (
         body.guidance_scale if body.guidance_scale is not None else model.default_guidance_scale
     )
+    plan_layout = body.plan_layout if body.plan_layout is not None else model.default_plan_layout
     first_seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED - 8)
     seeds = [(first_seed + i) % (MAX_SEED + 1) for i in range(body.num_images)]
     timeout = remaining_seconds(request, settings)
     jobs = [
-        GenerateJob(body.prompt, body.negative_prompt, steps, float(guidance), seed, sampler)
+        GenerateJob(
+            body.prompt, body.negative_prompt, steps, float(guidance), seed, sampler, plan_layout
+        )
         for seed in seeds
     ]
     images = await asyncio.gather(*(pool.submit(job, timeout_s=timeout) for job in jobs))
@@ -89,6 +98,7 @@ async def generate(
         steps=steps,
         guidance_scale=float(guidance),
         sampler=sampler,
+        plan_layout=plan_layout,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -155,3 +156,51 @@ def test_default_checkpoint_loads_and_generates():
     images = pipe.generate(["a red circle"], seeds=[0], steps=4)
     assert images.shape == (1, 3, 32, 32)
     assert torch.equal(images, pipe.generate(["a red circle"], seeds=[0], steps=4))
+
+
+def test_one_object_prompts_are_drawn_the_same_with_or_without_planning(pipe):
+    prompts = ["a red circle", "a small white triangle in the top left", "not in the grammar"]
+    planned = pipe.generate(prompts, seeds=[1, 2, 3], plan_layout=True)
+    plain = pipe.generate(prompts, seeds=[1, 2, 3], plan_layout=False)
+    torch.testing.assert_close(planned, plain, rtol=1e-5, atol=1e-5)
+
+
+def test_planned_regions_split_each_image_into_its_objects(pipe):
+    prompts = ["a red circle", "a blue square to the left of a white circle", "three red squares"]
+    regions = pipe.regions(prompts, [None, "green", None], [0, 1, 2], plan_layout=True)
+    assert regions.owner.tolist() == [0, 1, 1, 2, 2, 2]
+    # weights are a partition of unity per image; a region hides exactly the other objects
+    totals = torch.zeros(3, 1, 32, 32).index_add_(0, regions.owner, regions.weight)
+    torch.testing.assert_close(totals, torch.ones_like(totals))
+    cells = (regions.weight == 1) & (regions.hide == 0)
+    for m in range(1, 6):
+        others = [k for k in range(6) if regions.owner[k] == regions.owner[m] and k != m]
+        assert torch.equal(regions.hide[m].bool(), cells[others].any(dim=0))
+    assert not regions.hide[0].any() and regions.weight[0].eq(1).all()
+    # the negative prompt guides every region of its image; the null condition the rest
+    cond, uncond = regions.cond
+    assert len(cond) == len(uncond) == 6
+    null = pipe.model.null_condition(1)
+    assert torch.equal(uncond.pooled[0], null.pooled[0])
+    assert not torch.equal(uncond.pooled[1], null.pooled[0])
+    assert torch.equal(uncond.pooled[1], uncond.pooled[2])
+
+
+def test_planning_changes_multi_object_images_and_keeps_seeds_reproducible(pipe):
+    prompt = ["a blue square to the left of a white circle"]
+    planned = pipe.generate(prompt, seeds=[3], plan_layout=True)
+    assert not torch.allclose(planned, pipe.generate(prompt, seeds=[3], plan_layout=False))
+    assert torch.equal(planned, pipe.generate(prompt, seeds=[3]))
+    assert pipe.describe()["plan_layout"] is True
+
+
+def test_generate_cli_can_turn_planning_off(checkpoint, pipe, tmp_path):
+    prompt = "a blue square to the left of a white circle"
+    args = ["generate", prompt, "--seed", "3", "--steps", "4", "--checkpoint", str(checkpoint)]
+    for flag, plan_layout in (([], True), (["--no-plan-layout"], False)):
+        folder = tmp_path / str(plan_layout)
+        assert cli_main([*args, *flag, "-o", str(folder)]) == 0
+        written = np.asarray(Image.open(folder / "seed3.png"))
+        image = pipe.generate([prompt], seeds=[3], plan_layout=plan_layout)[0]
+        expected = (image.permute(1, 2, 0) * 255).round().byte().numpy()
+        np.testing.assert_array_equal(written, expected)

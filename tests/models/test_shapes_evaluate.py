@@ -101,14 +101,14 @@ def test_dit_eval_run_pairs_seeds_with_prompts():
     prompts = eval_prompts(7)
     calls = []
 
-    def generate(chunk, guidance, seeds):
-        calls.append((list(chunk), guidance, list(seeds)))
+    def generate(chunk, guidance, seeds, plan_layout):
+        calls.append((list(chunk), guidance, list(seeds), plan_layout))
         return torch.zeros(len(chunk), 3, 32, 32)
 
-    report, _, images = module.run(generate, prompts, 2.5, seed=10, batch=3)
+    report, _, images = module.run(generate, prompts, 2.5, False, seed=10, batch=3)
     assert images.shape == (7, 3, 32, 32)
     assert [c[2] for c in calls] == [[10, 11, 12], [13, 14, 15], [16]]
     assert sum((c[0] for c in calls), []) == prompts
-    assert {c[1] for c in calls} == {2.5}
+    assert {c[1] for c in calls} == {2.5} and {c[3] for c in calls} == {False}
     assert report.overall == 0.0 and report.n == 7
     assert np.isclose(report.per_category["colour"], 0.0)

@@ -49,6 +49,7 @@ class FakeTextToImage:
     samplers = ("ddim", "ddpm")
     default_steps = 4
     default_guidance_scale = 3.0
+    default_plan_layout = True
 
     def __init__(self):
         self.calls: list[dict] = []
@@ -56,7 +57,9 @@ class FakeTextToImage:
     def describe(self) -> dict:
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
 
-    def generate(self, prompts, *, negative_prompts, steps, guidance_scale, seeds, sampler):
+    def generate(
+        self, prompts, *, negative_prompts, steps, guidance_scale, seeds, sampler, plan_layout
+    ):
         self.calls.append(
             {
                 "prompts": list(prompts),
@@ -65,6 +68,7 @@ class FakeTextToImage:
                 "guidance_scale": guidance_scale,
                 "seeds": list(seeds),
                 "sampler": sampler,
+                "plan_layout": plan_layout,
             }
         )
         images = [torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(s)) for s in seeds]

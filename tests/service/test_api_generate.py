@@ -38,6 +38,7 @@ def test_defaults_come_from_the_model(client, fakes):
     call = fakes.dit["cpu"].calls[-1]
     assert (call["steps"], call["guidance_scale"], call["sampler"]) == (4, 3.0, "ddim")
     assert call["negative_prompts"] == [None]
+    assert body["plan_layout"] is call["plan_layout"] is True
     assert 0 <= body["seeds"][0] < 2**31
 
 
@@ -49,6 +50,7 @@ def test_explicit_options_reach_the_model(client, fakes):
         "guidance_scale": 0.0,
         "sampler": "ddpm",
         "seed": 5,
+        "plan_layout": False,
     }
     assert client.post("/v1/generate", json=request).status_code == 200
     call = fakes.dit["cpu"].calls[-1]
@@ -59,6 +61,7 @@ def test_explicit_options_reach_the_model(client, fakes):
         "guidance_scale": 0.0,
         "seeds": [5],
         "sampler": "ddpm",
+        "plan_layout": False,
     }
 
 

@@ -12,6 +12,7 @@ from service_fakes import Fakes, FakeStyleTransfer, make_settings
 from service.errors import BadRequest, Overloaded
 from service.metrics import Metrics
 from service.workers import (
+    GenerateJob,
     ModelEntry,
     StylizeJob,
     WorkerPool,
@@ -54,6 +55,14 @@ def test_batch_key_separates_sizes_and_options():
     assert _job(8, 8).batch_key() != _job(8, 9).batch_key()
     assert _job(alpha=0.5).batch_key() != _job(alpha=1.0).batch_key()
     assert _job(preserve_color=True).batch_key() != _job().batch_key()
+
+
+def test_generate_batch_key_separates_planned_from_plain_jobs():
+    def job(seed: int, plan_layout: bool) -> GenerateJob:
+        return GenerateJob("two red squares", None, 25, 4.0, seed, "ddpm", plan_layout)
+
+    assert job(1, True).batch_key() == job(2, True).batch_key()
+    assert job(1, True).batch_key() != job(1, False).batch_key()
 
 
 def test_run_stylize_stacks_jobs_and_splits_results():
