@@ -63,7 +63,11 @@ $("stylize-form").addEventListener("submit", async (event) => {
 $("generate-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const status = $("generate-status");
-  const body = { prompt: $("prompt").value, num_images: Number($("num-images").value) };
+  const body = {
+    prompt: $("prompt").value,
+    num_images: Number($("num-images").value),
+    plan_layout: $("plan-layout").checked,
+  };
   if ($("seed").value !== "") body.seed = Number($("seed").value);
   $("generate-button").disabled = true;
   setStatus(status, "Working…");
