@@ -198,7 +198,8 @@ class TextToImage:
         plan_layout: bool,
     ) -> Regions:
         """The regions to denoise: one whole-image region per prompt, or with
-        ``plan_layout`` one region per planned object of a caption naming several.
+        ``plan_layout`` one region per planned object of a caption naming several (for
+        32 px models: the planner knows the shapes world's 3x3 grid on a 32 px canvas).
 
         A planned image's regions are its objects' cells. A region's weight is 1 on its cell
         plus an equal share of the cells no object holds (where every one-object prompt
