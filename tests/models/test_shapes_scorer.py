@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
 
@@ -79,6 +79,8 @@ def test_accepts_tensor_and_array_layouts():
 
 
 @given(seeds, st.floats(0.85, 1.0))
+@example(seed=10194, brightness=0.875)  # noise took a small triangle's apex
+@example(seed=3132, brightness=0.85)  # noise gave a small circle a pointed top
 @settings(max_examples=100, deadline=None)
 def test_tolerates_soft_edges_dimming_and_noise(seed, brightness):
     """Generated images are never crisp: blur (sigma 0.5 px), dim to 85% and add noise."""
