@@ -5,8 +5,9 @@ object at one place) and a pixel mask. At every step each region's model call se
 image with the *other* regions hidden behind an empty canvas at the current noise level,
 and the image's prediction blends the regions' predictions by per-pixel weights. This is
 layout-grounded generation in the spirit of MultiDiffusion (Bar-Tal et al. 2023) and
-LLM-grounded diffusion (Lian et al. 2023); hiding the other regions is what keeps a
-region's call from taking another region's object for its own and drawing nothing.
+LLM-grounded diffusion (Lian et al. 2023). Hiding the other regions is what keeps objects
+from going missing (``benchmarks/dit_layout_ablation.py``): a call that sees another
+region's object seems to take it for its own and leave its cell empty.
 
 For image ``n`` and its regions ``m`` (``owner[m] = n``), at timestep ``t``:
 
