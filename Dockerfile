@@ -10,7 +10,7 @@
 #   docker build -t atelier --build-arg FETCH_WEIGHTS="NAME ..." .   # bake third-party weights in
 #   docker run --gpus all -p 8000:8000 -v atelier-weights:/weights atelier
 #
-# The install steps are the README's bare-metal install (tests/deploy checks it).
+# The install steps are docs/deployment.md's bare-metal install (tests/deploy checks it).
 
 ARG PYTHON_IMAGE=python:3.11-slim
 

@@ -6,7 +6,7 @@ The Docker image installs its dependencies in a layer of their own, built from
     python deploy/requirements.py | pip install -r /dev/stdin
     pip install --no-deps -e .
 
-The README's bare-metal install runs the same two commands (a test checks it).
+The bare-metal install in docs/deployment.md runs the same two commands (a test checks it).
 Extras are added by name: ``python deploy/requirements.py dev``.
 """
 

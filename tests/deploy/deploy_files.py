@@ -25,7 +25,7 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 COMPOSE_CPU_OVERRIDE = ROOT / "deploy" / "compose.cpu.yml"
 TRAEFIK_DIR = ROOT / "deploy" / "traefik"
 KUBERNETES_DIR = ROOT / "deploy" / "kubernetes"
-README = ROOT / "README.md"
+DEPLOYMENT_DOC = ROOT / "docs" / "deployment.md"
 
 
 # ---------------------------------------------------------------- YAML (compose tags)

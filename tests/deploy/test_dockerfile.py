@@ -1,5 +1,5 @@
 """The Dockerfile, read offline: stages, layer order, user, healthcheck, CMD, weights,
-the install steps against the README's, and hadolint when its binary is installed."""
+the install steps against docs/deployment.md's, and hadolint when its binary is installed."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from deploy_files import (
     COMPOSE_FILE,
     DOCKERFILE,
-    README,
+    DEPLOYMENT_DOC,
     ROOT,
     Instruction,
     dockerfile_instructions,
@@ -239,7 +239,7 @@ def test_the_fetch_target_is_the_folder_the_service_searches():
 
 
 # ---------------------------------------------------------------- install steps
-# The rule: the image is installed exactly as the README's bare-metal install says.
+# The rule: the image is installed exactly as docs/deployment.md's bare-metal install says.
 # Both sides are reduced to their install commands (those running pip or
 # deploy/requirements.py), without options that only change caching or verbosity;
 # the two lists must be equal, in order.
@@ -258,9 +258,7 @@ def _install_commands(lines: list[str]) -> list[str]:
 
 
 def _readme_install_block() -> list[str]:
-    text = README.read_text()
-    section = text.split("\n## Deployment\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    blocks = re.findall(r"```sh\n(.*?)```", DEPLOYMENT_DOC.read_text(), flags=re.S)
     (block,) = [b for b in blocks if "pip install" in b]
     return block.splitlines()
 
