@@ -146,8 +146,7 @@ def _check_batch_norm_args(
         raise ValueError("running_mean and running_var must be given together")
     if training:
         _check_values_per_channel(x.numel() // max(channels, 1), x.shape)
-        if running_mean is not None:
-            _check_momentum(momentum)
+        _check_momentum(momentum)
     elif running_mean is None:
         raise ValueError("evaluation (training=False) needs running_mean and running_var")
 
