@@ -30,6 +30,8 @@ class RunningStatsNorm(nn.Module):
         track_running_stats: keep running buffers and use them in eval; when ``False``
             batch statistics are used in both modes and the buffers are ``None``.
         stats_shape: the buffers' shape, ``(C,)`` unless a subclass keeps more.
+        device, dtype: of the parameters and floating buffers, as torch's factory kwargs
+            (``num_batches_tracked`` stays ``torch.long``).
     """
 
     def __init__(
@@ -132,7 +134,8 @@ class BatchNorm(RunningStatsNorm):
 
     Args:
         num_features: channels ``C``.
-        eps, momentum, affine, track_running_stats: see :class:`RunningStatsNorm`.
+        eps, momentum, affine, track_running_stats, device, dtype: see
+            :class:`RunningStatsNorm`.
         eval_mix: ``a`` in [0, 1]; used only in eval with running statistics.
 
     Shape:
@@ -210,7 +213,8 @@ class GhostBatchNorm(RunningStatsNorm):
     Args:
         num_features: channels ``C``.
         virtual_batch_size: samples per virtual batch (must divide the batch).
-        eps, momentum, affine, track_running_stats: see :class:`RunningStatsNorm`.
+        eps, momentum, affine, track_running_stats, device, dtype: see
+            :class:`RunningStatsNorm`.
 
     Shape:
         - input: ``(B, C, *)``; output: same shape and dtype.
@@ -281,7 +285,7 @@ class BatchRenorm(RunningStatsNorm):
         num_features: channels ``C``.
         r_max: ``>= 1``.
         d_max: ``>= 0``.
-        eps, momentum, affine: see :class:`RunningStatsNorm`.
+        eps, momentum, affine, device, dtype: see :class:`RunningStatsNorm`.
 
     Shape:
         - input: ``(B, C, *)``; output: same shape and dtype.

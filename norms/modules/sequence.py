@@ -27,7 +27,7 @@ class SequenceBatchNorm(RunningStatsNorm):
         stats: ``"sequence"`` or ``"frame"``.
         max_len: number of per-step running statistics; required for
             ``stats="frame"`` with ``track_running_stats=True``.
-        eps, momentum, affine, track_running_stats: see
+        eps, momentum, affine, track_running_stats, device, dtype: see
             :class:`norms.modules.batch.RunningStatsNorm`.
 
     Shape:
