@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+from norms.functional import _args
 from norms.functional._stats import acc_dtype, moments
 
 __all__ = ["batch_norm", "batch_norm_eval_mix", "batch_renorm", "ghost_batch_norm"]
@@ -39,18 +40,11 @@ def _check_rank(x: Tensor, min_dim: int = 2) -> None:
 
 
 def _check_momentum(momentum: float | None) -> None:
-    if momentum is None:
-        raise ValueError(
-            "momentum=None (cumulative average) needs the batch count: the modules pass "
-            "1 / num_batches_tracked; functions take a float in [0, 1]"
-        )
-    if not 0.0 <= momentum <= 1.0:
-        raise ValueError(f"momentum must be in [0, 1], got {momentum}")
+    _args.momentum(momentum, allow_none=False)
 
 
 def _check_eps(eps: float) -> None:
-    if eps <= 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    _args.eps(eps, positive=True)
 
 
 def _check_values_per_channel(count: int, shape: Sequence[int]) -> None:
@@ -152,8 +146,7 @@ def _check_batch_norm_args(
         raise ValueError("running_mean and running_var must be given together")
     if training:
         _check_values_per_channel(x.numel() // max(channels, 1), x.shape)
-        if running_mean is not None:
-            _check_momentum(momentum)
+        _check_momentum(momentum)
     elif running_mean is None:
         raise ValueError("evaluation (training=False) needs running_mean and running_var")
 

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+from norms.functional import _args
 from norms.functional._stats import acc_dtype, moments
 
 __all__ = ["group_norm", "instance_norm", "layer_norm", "lp_norm", "rms_norm"]
@@ -73,8 +74,7 @@ def _check_affine(shape: Sequence[int], **params: Tensor | None) -> None:
 
 
 def _check_eps(eps: float) -> None:
-    if not eps >= 0:
-        raise ValueError(f"eps must be non-negative, got {eps}")
+    _args.eps(eps)
 
 
 def layer_norm(
@@ -119,7 +119,10 @@ def _elementwise_affine(y: Tensor, weight: Tensor | None, bias: Tensor | None) -
 
 
 def rms_norm(
-    x: Tensor, normalized_shape: ShapeLike, weight: Tensor | None = None, eps: float = 1e-6
+    x: Tensor,
+    normalized_shape: ShapeLike,
+    weight: Tensor | None = None,
+    eps: float | None = 1e-6,
 ) -> Tensor:
     """Root-mean-square normalization (Zhang & Sennrich, 2019).
 
@@ -127,13 +130,16 @@ def rms_norm(
 
     No mean is subtracted, so there is no cancellation to guard against; the mean of
     squares is accumulated in float32 for half/bfloat16 inputs (torch's kernel upcasts).
+    ``eps=None`` means what it means in torch: the machine epsilon of the computation
+    dtype, ``torch.finfo(float32).eps`` for half / bfloat16 / float32 inputs and
+    ``torch.finfo(float64).eps`` for float64.
 
     Shape:
         - x: ``(*, *normalized_shape)``; weight: ``normalized_shape``; output: as x.
     """
     shape = _as_shape(x, normalized_shape)
     _check_affine(shape, weight=weight)
-    _check_eps(eps)
+    _args.eps(eps, allow_none=True)
     return F.rms_norm(x, shape, weight, eps)
 
 

@@ -6,24 +6,27 @@ The cross-channel window sum of LRN is accumulated in place from shifted channel
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+from norms.functional import _args
 from norms.functional._stats import acc_dtype
 
 __all__ = ["global_response_norm", "local_contrast_norm", "local_response_norm"]
 
 
 def _check_lrn_args(size: int, alpha: float, beta: float, k: float) -> None:
-    if not (isinstance(size, int) and size > 0):
-        raise ValueError(f"size must be a positive int, got {size}")
-    if not all(math.isfinite(v) for v in (alpha, beta, k)):
-        raise ValueError(f"alpha, beta and k must be finite, got {alpha}, {beta}, {k}")
-    if k < 0 or alpha < 0:
-        raise ValueError(f"alpha and k must be non-negative, got alpha={alpha}, k={k}")
+    _args.positive_int("size", size)
+    _args.real("alpha", alpha, low=0.0)
+    _args.real("beta", beta)
+    _args.real("k", k, low=0.0)
+
+
+def _check_kernel_size(kernel_size: int) -> None:
+    odd = isinstance(kernel_size, int) and kernel_size > 0 and kernel_size % 2 == 1
+    if not odd:
+        raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size!r}")
 
 
 def _lrn_denominator(squares: Tensor, half: int, alpha: float, k: float) -> Tensor:
@@ -104,8 +107,7 @@ def local_contrast_norm(
     """
     if x.dim() != 4:
         raise ValueError(f"x must be (B, C, H, W), got {tuple(x.shape)}")
-    if not (isinstance(kernel_size, int) and kernel_size > 0 and kernel_size % 2 == 1):
-        raise ValueError(f"kernel_size must be a positive odd int, got {kernel_size}")
+    _check_kernel_size(kernel_size)
     _check_lrn_args(size, alpha, beta, k)
     work = x.to(acc_dtype(x.dtype))
     local_mean = F.avg_pool2d(
@@ -114,7 +116,9 @@ def local_contrast_norm(
     return local_response_norm(work - local_mean, size, alpha, beta, k).to(x.dtype)
 
 
-def global_response_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-6) -> Tensor:
+def global_response_norm(
+    x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-6, *, channels_last: bool = False
+) -> Tensor:
     """Global response normalization (ConvNeXt V2, Woo et al., 2023).
 
     .. math:: G_{bc} = \\lVert x_{bc} \\rVert_2, \\quad
@@ -125,22 +129,29 @@ def global_response_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1
     With ``weight = bias = 0`` it is the identity.
 
     Args:
-        x: features, channels at dim 1; the norm runs over all spatial dims.
+        x: features; the norm runs over all spatial dims.
         weight, bias: per-channel ``(C,)``.
         eps: guards the division.
+        channels_last: channels are the last dim, ``(B, *spatial, C)`` (the layout of
+            ConvNeXt-V2's MLP on tokens), instead of dim 1.
 
     Shape:
-        - x: ``(B, C, *spatial)``; output: same, in ``x.dtype``.
+        - x: ``(B, C, *spatial)``, or ``(B, *spatial, C)`` with ``channels_last``;
+          output: same, in ``x.dtype``.
     """
     if x.dim() < 3:
-        raise ValueError(f"x must be (B, C, *spatial), got {tuple(x.shape)}")
-    channels = x.shape[1]
+        layout = "(B, *spatial, C)" if channels_last else "(B, C, *spatial)"
+        raise ValueError(f"x must be {layout}, got {tuple(x.shape)}")
+    _args.eps(eps)
+    channel_dim = x.dim() - 1 if channels_last else 1
+    channels = x.shape[channel_dim]
     for name, param in (("weight", weight), ("bias", bias)):
         if tuple(param.shape) != (channels,):
             raise ValueError(f"{name} must have shape ({channels},), got {tuple(param.shape)}")
-    view = (1, channels) + (1,) * (x.dim() - 2)
-    spatial = tuple(range(2, x.dim()))
+    view = [1] * x.dim()
+    view[channel_dim] = channels
+    spatial = tuple(d for d in range(1, x.dim()) if d != channel_dim)
     gx = torch.linalg.vector_norm(x, 2, dim=spatial, keepdim=True, dtype=acc_dtype(x.dtype))
-    nx = gx / (gx.mean(dim=1, keepdim=True) + eps)  # (B, C, 1, ...)
+    nx = gx / (gx.mean(dim=channel_dim, keepdim=True) + eps)  # (B, C, 1, ...) or (B, 1, ..., C)
     scale = torch.addcmul(torch.ones_like(nx), weight.view(view).to(nx.dtype), nx)
     return torch.addcmul(bias.view(view).to(x.dtype), x, scale.to(x.dtype))

@@ -7,16 +7,14 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from norms.functional import _args
 from norms.functional import adaptive as fa
 from norms.registry import register
 
 __all__ = ["AdaIN", "AdaLN", "AdaLNZero", "ConditionalInstanceNorm", "Modulation"]
 
 
-def _check_positive(**values: float) -> None:
-    for name, value in values.items():
-        if value <= 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+Device = torch.device | str | None
 
 
 def _check_channels(x: Tensor, num_features: int, dim: int) -> None:
@@ -37,16 +35,24 @@ class AdaIN(nn.Module):
     Args:
         num_features: channels ``C``.
         eps: added to both variances.
+        device, dtype: accepted for the common factory signature (no tensors held).
 
     Shape:
         - content: ``(B, C, *spatial)``; style: ``(B or 1, C, *spatial')``
         - output: same as content.
     """
 
-    def __init__(self, num_features: int, *, eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        eps: float = 1e-5,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
-        _check_positive(num_features=num_features, eps=eps)
-        self.num_features, self.eps = num_features, eps
+        self.num_features = _args.positive_int("num_features", num_features)
+        self.eps = _args.eps(eps, positive=True)
 
     def reset_parameters(self) -> None:
         """Nothing to reset: AdaIN has no parameters."""
@@ -72,18 +78,29 @@ class ConditionalInstanceNorm(nn.Module):
         num_features: channels ``C``.
         num_styles: rows ``S`` of the ``weight`` / ``bias`` tables, each ``(S, C)``.
         eps: added to the variance.
+        device, dtype: of the tables, as torch's factory kwargs.
 
     Shape:
         - x: ``(B, C, *spatial)``; style: ``(B,)`` integer or ``(B, S)`` floating
         - output: same as x.
     """
 
-    def __init__(self, num_features: int, *, num_styles: int, eps: float = 1e-5) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        *,
+        num_styles: int,
+        eps: float = 1e-5,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
         super().__init__()
-        _check_positive(num_features=num_features, num_styles=num_styles, eps=eps)
-        self.num_features, self.num_styles, self.eps = num_features, num_styles, eps
-        self.weight = nn.Parameter(torch.empty(num_styles, num_features))
-        self.bias = nn.Parameter(torch.empty(num_styles, num_features))
+        self.num_features = _args.positive_int("num_features", num_features)
+        self.num_styles = _args.positive_int("num_styles", num_styles)
+        self.eps = _args.eps(eps, positive=True)
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(num_styles, num_features, **factory))
+        self.bias = nn.Parameter(torch.empty(num_styles, num_features, **factory))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -109,11 +126,23 @@ class Modulation(NamedTuple):
 class _ConditionProjection(nn.Module):
     """Shared body of adaLN / adaLN-Zero: ``SiLU -> Linear`` with a zero-initialised Linear."""
 
-    def __init__(self, num_features: int, cond_features: int, chunks: int, eps: float) -> None:
+    def __init__(
+        self,
+        num_features: int,
+        cond_features: int,
+        chunks: int,
+        eps: float,
+        device: Device,
+        dtype: torch.dtype | None,
+    ) -> None:
         super().__init__()
-        _check_positive(num_features=num_features, cond_features=cond_features, eps=eps)
-        self.num_features, self.cond_features, self.eps = num_features, cond_features, eps
-        self.proj = nn.Sequential(nn.SiLU(), nn.Linear(cond_features, chunks * num_features))
+        self.num_features = _args.positive_int("num_features", num_features)
+        self.cond_features = _args.positive_int("cond_features", cond_features)
+        self.eps = _args.eps(eps, positive=True)
+        self.proj = nn.Sequential(
+            nn.SiLU(),
+            nn.Linear(cond_features, chunks * num_features, device=device, dtype=dtype),
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -144,14 +173,23 @@ class AdaLN(_ConditionProjection):
         num_features: token width ``D``.
         cond_features: conditioning width.
         eps: layer-norm epsilon.
+        device, dtype: of the projection, as torch's factory kwargs.
 
     Shape:
         - x: ``(B, T, D)``; c: ``(B, cond_features)``
         - output: ``(B, T, D)``.
     """
 
-    def __init__(self, num_features: int, cond_features: int, *, eps: float = 1e-6) -> None:
-        super().__init__(num_features, cond_features, 2, eps)
+    def __init__(
+        self,
+        num_features: int,
+        cond_features: int,
+        *,
+        eps: float = 1e-6,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(num_features, cond_features, 2, eps, device, dtype)
 
     def forward(self, x: Tensor, c: Tensor) -> Tensor:
         _check_channels(x, self.num_features, 2)
@@ -180,6 +218,7 @@ class AdaLNZero(_ConditionProjection):
         cond_features: conditioning width.
         num_branches: residual branches ``K`` modulated (2 for attention + MLP).
         eps: layer-norm epsilon used by :meth:`normalize`.
+        device, dtype: of the projection, as torch's factory kwargs.
 
     Shape:
         - c: ``(B, cond_features)`` -> ``K`` :class:`Modulation` of ``(B, D)`` tensors
@@ -187,10 +226,17 @@ class AdaLNZero(_ConditionProjection):
     """
 
     def __init__(
-        self, num_features: int, cond_features: int, *, num_branches: int = 2, eps: float = 1e-6
+        self,
+        num_features: int,
+        cond_features: int,
+        *,
+        num_branches: int = 2,
+        eps: float = 1e-6,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        _check_positive(num_branches=num_branches)
-        super().__init__(num_features, cond_features, 3 * num_branches, eps)
+        _args.positive_int("num_branches", num_branches)
+        super().__init__(num_features, cond_features, 3 * num_branches, eps, device, dtype)
         self.num_branches = num_branches
 
     def forward(self, c: Tensor) -> tuple[Modulation, ...]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from norms.functional import _args
 from norms.functional import batch as fb
 from norms.registry import register
 
@@ -29,6 +30,8 @@ class RunningStatsNorm(nn.Module):
         track_running_stats: keep running buffers and use them in eval; when ``False``
             batch statistics are used in both modes and the buffers are ``None``.
         stats_shape: the buffers' shape, ``(C,)`` unless a subclass keeps more.
+        device, dtype: of the parameters and floating buffers, as torch's factory kwargs
+            (``num_batches_tracked`` stays ``torch.long``).
     """
 
     def __init__(
@@ -44,12 +47,9 @@ class RunningStatsNorm(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"num_features must be a positive int, got {num_features!r}")
-        if eps <= 0:
-            raise ValueError(f"eps must be positive, got {eps}")
-        if momentum is not None and not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"momentum must be None or in [0, 1], got {momentum}")
+        _args.positive_int("num_features", num_features)
+        _args.eps(eps, positive=True)
+        _args.momentum(momentum)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
         factory = {"device": device, "dtype": dtype}
@@ -134,7 +134,8 @@ class BatchNorm(RunningStatsNorm):
 
     Args:
         num_features: channels ``C``.
-        eps, momentum, affine, track_running_stats: see :class:`RunningStatsNorm`.
+        eps, momentum, affine, track_running_stats, device, dtype: see
+            :class:`RunningStatsNorm`.
         eval_mix: ``a`` in [0, 1]; used only in eval with running statistics.
 
     Shape:
@@ -153,8 +154,7 @@ class BatchNorm(RunningStatsNorm):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if not 0.0 <= eval_mix <= 1.0:
-            raise ValueError(f"eval_mix must be in [0, 1], got {eval_mix}")
+        _args.real("eval_mix", eval_mix, low=0.0, high=1.0)
         if eval_mix and not track_running_stats:
             raise ValueError("eval_mix needs running statistics (track_running_stats=True)")
         super().__init__(
@@ -213,7 +213,8 @@ class GhostBatchNorm(RunningStatsNorm):
     Args:
         num_features: channels ``C``.
         virtual_batch_size: samples per virtual batch (must divide the batch).
-        eps, momentum, affine, track_running_stats: see :class:`RunningStatsNorm`.
+        eps, momentum, affine, track_running_stats, device, dtype: see
+            :class:`RunningStatsNorm`.
 
     Shape:
         - input: ``(B, C, *)``; output: same shape and dtype.
@@ -231,7 +232,7 @@ class GhostBatchNorm(RunningStatsNorm):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if not isinstance(virtual_batch_size, int) or virtual_batch_size < 2:
+        if _args.positive_int("virtual_batch_size", virtual_batch_size) < 2:
             raise ValueError(f"virtual_batch_size must be an int >= 2, got {virtual_batch_size}")
         super().__init__(
             num_features,
@@ -284,7 +285,7 @@ class BatchRenorm(RunningStatsNorm):
         num_features: channels ``C``.
         r_max: ``>= 1``.
         d_max: ``>= 0``.
-        eps, momentum, affine: see :class:`RunningStatsNorm`.
+        eps, momentum, affine, device, dtype: see :class:`RunningStatsNorm`.
 
     Shape:
         - input: ``(B, C, *)``; output: same shape and dtype.
@@ -302,10 +303,8 @@ class BatchRenorm(RunningStatsNorm):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        if r_max < 1.0:
-            raise ValueError(f"r_max must be >= 1, got {r_max}")
-        if d_max < 0.0:
-            raise ValueError(f"d_max must be >= 0, got {d_max}")
+        _args.real("r_max", r_max, low=1.0)
+        _args.real("d_max", d_max, low=0.0)
         super().__init__(
             num_features, eps=eps, momentum=momentum, affine=affine, device=device, dtype=dtype
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from norms.functional import _args
 from norms.functional.dyt import dynamic_tanh
 from norms.registry import register
 
@@ -23,6 +24,7 @@ class DynamicTanh(nn.Module):
         channels_first: features at dim 1 (images ``(B, C, *)``) instead of the last dim
             (tokens ``(B, T, D)``).
         elementwise_affine: learn ``w`` (ones) and ``b`` (zeros).
+        device, dtype: of the parameters, as torch's factory kwargs.
 
     Shape:
         - x: ``(*, D)``, or ``(B, C, *)`` with ``channels_first``; output: same.
@@ -35,17 +37,18 @@ class DynamicTanh(nn.Module):
         alpha_init: float = 0.5,
         channels_first: bool = False,
         elementwise_affine: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        if not (isinstance(num_features, int) and num_features > 0):
-            raise ValueError(f"num_features must be a positive int, got {num_features}")
-        if not alpha_init > 0:
-            raise ValueError(f"alpha_init must be positive, got {alpha_init}")
-        self.num_features, self.alpha_init = num_features, alpha_init
+        self.num_features = _args.positive_int("num_features", num_features)
+        self.alpha_init = _args.real("alpha_init", alpha_init, low=0.0, open_low=True)
         self.channels_first, self.elementwise_affine = channels_first, elementwise_affine
-        self.alpha = nn.Parameter(torch.empty(1))
-        self.weight = nn.Parameter(torch.empty(num_features)) if elementwise_affine else None
-        self.bias = nn.Parameter(torch.empty(num_features)) if elementwise_affine else None
+        factory = {"device": device, "dtype": dtype}
+        self.alpha = nn.Parameter(torch.empty(1, **factory))
+        affine = elementwise_affine
+        self.weight = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
+        self.bias = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

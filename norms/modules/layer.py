@@ -2,44 +2,59 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
 
+from norms.functional import _args
 from norms.functional import layer as fl
+from norms.modules.batch import RunningStatsNorm
 from norms.registry import register
 
 __all__ = ["GroupNorm", "InstanceNorm", "LayerNorm", "LpNorm", "RMSNorm"]
 
+Device = torch.device | str | None
+
 
 def _shape(num_features: int | Sequence[int]) -> tuple[int, ...]:
-    shape = (num_features,) if isinstance(num_features, int) else tuple(num_features)
-    if not shape or any(s <= 0 for s in shape):
-        raise ValueError(f"num_features must be positive, got {num_features}")
-    return shape
-
-
-def _check(eps: float, **positive: float) -> None:
-    if not eps >= 0:
-        raise ValueError(f"eps must be non-negative, got {eps}")
-    for name, value in positive.items():
-        if not value > 0:
-            raise ValueError(f"{name} must be positive, got {value}")
+    if isinstance(num_features, int) and not isinstance(num_features, bool):
+        return (_args.positive_int("num_features", num_features),)
+    if not isinstance(num_features, Sequence) or not num_features:
+        raise ValueError(f"num_features must be a positive int or shape, got {num_features!r}")
+    return tuple(_args.positive_int("num_features", size) for size in num_features)
 
 
 class _TrailingNorm(nn.Module):
-    """Common state of the norms over trailing dims: shape, eps, optional affine."""
+    """Common state of the norms over trailing dims: shape, eps, optional affine.
+
+    With ``channels_first`` the single normalised dim is dim 1 of a ``(B, C, *)`` input
+    (the layout of timm's ``LayerNorm2d`` / torchvision's ``LayerNorm2d``): the input is
+    viewed channels-last, normalised over its last dim and viewed back.
+    """
 
     def __init__(
-        self, num_features: int | Sequence[int], eps: float, weight: bool, bias: bool
+        self,
+        num_features: int | Sequence[int],
+        eps: float | None,
+        weight: bool,
+        bias: bool,
+        channels_first: bool,
+        device: Device,
+        dtype: torch.dtype | None,
     ) -> None:
         super().__init__()
-        _check(eps)
-        self.normalized_shape, self.eps = _shape(num_features), eps
-        self.weight = nn.Parameter(torch.empty(self.normalized_shape)) if weight else None
-        self.bias = nn.Parameter(torch.empty(self.normalized_shape)) if bias else None
+        self.normalized_shape = _shape(num_features)
+        if channels_first and len(self.normalized_shape) != 1:
+            raise ValueError(
+                f"channels_first normalises one dim (C,), got num_features={num_features!r}"
+            )
+        self.eps, self.channels_first = eps, channels_first
+        factory = {"device": device, "dtype": dtype}
+        self.weight = (
+            nn.Parameter(torch.empty(self.normalized_shape, **factory)) if weight else None
+        )
+        self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -48,10 +63,22 @@ class _TrailingNorm(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.channels_first:
+            return self._normalize(x)
+        if x.dim() < 2 or x.shape[1] != self.normalized_shape[0]:
+            raise ValueError(f"expected (B, {self.normalized_shape[0]}, *), got {tuple(x.shape)}")
+        return self._normalize(x.movedim(1, -1)).movedim(-1, 1)
+
+    def _normalize(self, x: Tensor) -> Tensor:
+        """The norm over the trailing ``normalized_shape`` dims of ``x``."""
+        raise NotImplementedError
+
     def extra_repr(self) -> str:
+        layout = ", channels_first=True" if self.channels_first else ""
         return (
             f"{self.normalized_shape}, eps={self.eps}, "
-            f"weight={self.weight is not None}, bias={self.bias is not None}"
+            f"weight={self.weight is not None}, bias={self.bias is not None}{layout}"
         )
 
 
@@ -66,9 +93,11 @@ class LayerNorm(_TrailingNorm):
         eps: added to the biased variance.
         elementwise_affine: learn ``w`` (ones) and, with ``bias``, ``b`` (zeros).
         bias: learn ``b`` when ``elementwise_affine``.
+        channels_first: normalise dim 1 of ``(B, C, *)`` instead (an int ``num_features``).
+        device, dtype: of the parameters, as torch's factory kwargs.
 
     Shape:
-        - x: ``(*, *num_features)``; output: same.
+        - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
     """
 
     def __init__(
@@ -78,10 +107,17 @@ class LayerNorm(_TrailingNorm):
         eps: float = 1e-5,
         elementwise_affine: bool = True,
         bias: bool = True,
+        channels_first: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_features, eps, elementwise_affine, elementwise_affine and bias)
+        _args.eps(eps)
+        has_bias = elementwise_affine and bias
+        super().__init__(
+            num_features, eps, elementwise_affine, has_bias, channels_first, device, dtype
+        )
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _normalize(self, x: Tensor) -> Tensor:
         return fl.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
 
 
@@ -93,23 +129,33 @@ class RMSNorm(_TrailingNorm):
 
     Args:
         num_features: the normalised trailing shape.
-        eps: added to the mean of squares.
+        eps: added to the mean of squares; ``None`` means what it means in
+            ``torch.nn.RMSNorm``: ``torch.finfo`` eps of the computation dtype (float32 for
+            half / bfloat16 / float32 inputs, float64 for float64).
         elementwise_affine: learn ``w`` (ones).
+        channels_first: normalise dim 1 of ``(B, C, *)`` instead (an int ``num_features``).
+        device, dtype: of the parameter, as torch's factory kwargs.
 
     Shape:
-        - x: ``(*, *num_features)``; output: same.
+        - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
     """
 
     def __init__(
         self,
         num_features: int | Sequence[int],
         *,
-        eps: float = 1e-6,
+        eps: float | None = 1e-6,
         elementwise_affine: bool = True,
+        channels_first: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_features, eps, elementwise_affine, False)
+        _args.eps(eps, allow_none=True)
+        super().__init__(
+            num_features, eps, elementwise_affine, False, channels_first, device, dtype
+        )
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _normalize(self, x: Tensor) -> Tensor:
         return fl.rms_norm(x, self.normalized_shape, self.weight, self.eps)
 
 
@@ -127,9 +173,11 @@ class LpNorm(_TrailingNorm):
         eps: added to the power mean.
         elementwise_affine: learn ``w`` and, with ``bias``, ``b``.
         bias: learn ``b`` when ``elementwise_affine``.
+        channels_first: normalise dim 1 of ``(B, C, *)`` instead (an int ``num_features``).
+        device, dtype: of the parameters, as torch's factory kwargs.
 
     Shape:
-        - x: ``(*, *num_features)``; output: same.
+        - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
     """
 
     def __init__(
@@ -140,73 +188,80 @@ class LpNorm(_TrailingNorm):
         eps: float = 1e-6,
         elementwise_affine: bool = True,
         bias: bool = True,
+        channels_first: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        if not (math.isfinite(p) and p > 0):
-            raise ValueError(f"p must be a finite positive number, got {p}")
-        super().__init__(num_features, eps, elementwise_affine, elementwise_affine and bias)
+        _args.real("p", p, low=0.0, open_low=True)
+        _args.eps(eps)
+        has_bias = elementwise_affine and bias
+        super().__init__(
+            num_features, eps, elementwise_affine, has_bias, channels_first, device, dtype
+        )
         self.p = p
 
-    def forward(self, x: Tensor) -> Tensor:
+    def _normalize(self, x: Tensor) -> Tensor:
         return fl.lp_norm(x, self.p, self.normalized_shape, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, p={self.p}"
 
 
-class _ChannelNorm(nn.Module):
-    """Common state of the per-channel-affine norms on ``(B, C, *)`` inputs."""
-
-    def __init__(self, num_features: int, eps: float, affine: bool) -> None:
-        super().__init__()
-        _check(eps, num_features=num_features)
-        self.num_features, self.eps, self.affine = num_features, eps, affine
-        self.weight = nn.Parameter(torch.empty(num_features)) if affine else None
-        self.bias = nn.Parameter(torch.empty(num_features)) if affine else None
-
-    def reset_parameters(self) -> None:
-        if self.affine:
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
-
-    def _check_input(self, x: Tensor) -> None:
-        if x.dim() < 2 or x.shape[1] != self.num_features:
-            raise ValueError(f"expected (B, {self.num_features}, *), got {tuple(x.shape)}")
-
-
 @register("group")
-class GroupNorm(_ChannelNorm):
+class GroupNorm(nn.Module):
     """Group normalization: per-sample statistics over each group of channels.
 
     .. math:: y = \\frac{x - \\mathrm{E}_g[x]}{\\sqrt{\\mathrm{Var}_g[x] + \\epsilon}}
               \\odot w_c + b_c
 
     ``GroupNorm(C, num_groups=C)`` is :class:`InstanceNorm` (affine);
-    ``GroupNorm(C, num_groups=1)`` is layer norm over ``(C, *spatial)``.
+    ``GroupNorm(C, num_groups=1)`` is layer norm over ``(C, *spatial)``. Unlike
+    ``torch.nn.GroupNorm(num_groups, num_channels)`` the channel count comes first (the
+    contract of every norm here, and the call timm and torchvision make:
+    ``partial(GroupNorm, num_groups=32)(C, device=..., dtype=...)``).
 
     Args:
         num_features: channels ``C``.
         num_groups: divides ``C`` (default 32, as in Wu & He).
         eps: added to the biased variance.
         affine: learn per-channel ``w`` (ones) and ``b`` (zeros).
+        device, dtype: of the parameters, as torch's factory kwargs.
 
     Shape:
         - x: ``(B, C, *)``; output: same.
     """
 
     def __init__(
-        self, num_features: int, *, num_groups: int = 32, eps: float = 1e-5, affine: bool = True
+        self,
+        num_features: int,
+        *,
+        num_groups: int = 32,
+        eps: float = 1e-5,
+        affine: bool = True,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_features, eps, affine)
-        if num_groups <= 0 or num_features % num_groups:
+        super().__init__()
+        self.num_features = _args.positive_int("num_features", num_features)
+        self.num_groups = _args.positive_int("num_groups", num_groups)
+        if num_features % num_groups:
             raise ValueError(
-                f"num_groups must be positive and divide num_features={num_features}, "
-                f"got {num_groups}"
+                f"num_groups must divide num_features={num_features}, got {num_groups}"
             )
-        self.num_groups = num_groups
+        self.eps, self.affine = _args.eps(eps), affine
+        factory = {"device": device, "dtype": dtype}
+        self.weight = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
+        self.bias = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
         self.reset_parameters()
 
+    def reset_parameters(self) -> None:
+        if self.affine:
+            nn.init.ones_(self.weight)
+            nn.init.zeros_(self.bias)
+
     def forward(self, x: Tensor) -> Tensor:
-        self._check_input(x)
+        if x.dim() < 2 or x.shape[1] != self.num_features:
+            raise ValueError(f"expected (B, {self.num_features}, *), got {tuple(x.shape)}")
         return fl.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:
@@ -214,7 +269,7 @@ class GroupNorm(_ChannelNorm):
 
 
 @register("instance")
-class InstanceNorm(_ChannelNorm):
+class InstanceNorm(RunningStatsNorm):
     """Instance normalization, for any number of spatial dims, with optional running stats.
 
     .. math:: y = \\frac{x - \\mathrm{E}_{s}[x]}{\\sqrt{\\mathrm{Var}_{s}[x] + \\epsilon}}
@@ -222,15 +277,21 @@ class InstanceNorm(_ChannelNorm):
 
     With ``track_running_stats`` the module keeps ``running_mean`` / ``running_var``
     (batch-averaged per-instance mean and unbiased variance, exponential average with
-    ``momentum``) and, in eval mode, normalises with them instead of the input's
-    statistics, like ``torch.nn.InstanceNorm2d(track_running_stats=True)``.
+    ``momentum``) and ``num_batches_tracked``, the buffers of
+    ``torch.nn.InstanceNorm2d(track_running_stats=True)`` (state dicts load both ways),
+    and in eval mode normalises with them instead of the input's statistics.
+    ``momentum=None`` is the cumulative average ``1 / num_batches_tracked``, as for
+    :class:`BatchNorm`; torch's instance norm accepts ``None`` too but then never
+    updates its running statistics (it passes momentum 0), nor does it advance
+    ``num_batches_tracked``, which here counts the training batches.
 
     Args:
         num_features: channels ``C``.
-        eps: added to the variance.
-        momentum: running-average factor in ``[0, 1]``.
+        eps: added to the variance (positive).
+        momentum: running-average factor in ``[0, 1]``, or ``None``.
         affine: learn per-channel ``w`` and ``b`` (off by default, as in torch).
         track_running_stats: keep running statistics and use them in eval mode.
+        device, dtype: of the parameters and buffers, as torch's factory kwargs.
 
     Shape:
         - x: ``(B, C, *spatial)``; output: same.
@@ -241,47 +302,36 @@ class InstanceNorm(_ChannelNorm):
         num_features: int,
         *,
         eps: float = 1e-5,
-        momentum: float = 0.1,
+        momentum: float | None = 0.1,
         affine: bool = False,
         track_running_stats: bool = False,
+        device: Device = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(num_features, eps, affine)
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"momentum must lie in [0, 1], got {momentum}")
-        self.momentum, self.track_running_stats = momentum, track_running_stats
-        if track_running_stats:
-            self.register_buffer("running_mean", torch.zeros(num_features))
-            self.register_buffer("running_var", torch.ones(num_features))
-        else:
-            self.running_mean = self.running_var = None
-        self.reset_parameters()
-
-    def reset_running_stats(self) -> None:
-        if self.track_running_stats:
-            self.running_mean.zero_()
-            self.running_var.fill_(1.0)
-
-    def reset_parameters(self) -> None:
-        self.reset_running_stats()
-        super().reset_parameters()
+        super().__init__(
+            num_features,
+            eps=eps,
+            momentum=momentum,
+            affine=affine,
+            track_running_stats=track_running_stats,
+            device=device,
+            dtype=dtype,
+        )
 
     def forward(self, x: Tensor) -> Tensor:
-        self._check_input(x)
-        use_input_stats = self.training or not self.track_running_stats
-        track = self.training and self.track_running_stats
+        self._check_input(x, min_dim=3)
+        use_input_stats = self._uses_batch_stats()
+        momentum = self._step_momentum()
+        running_mean, running_var = (
+            self._buffers_to_update() if use_input_stats else (self.running_mean, self.running_var)
+        )
         return fl.instance_norm(
             x,
             self.weight,
             self.bias,
             self.eps,
-            running_mean=self.running_mean if track or not use_input_stats else None,
-            running_var=self.running_var if track or not use_input_stats else None,
+            running_mean=running_mean,
+            running_var=running_var,
             use_input_stats=use_input_stats,
-            momentum=self.momentum,
-        )
-
-    def extra_repr(self) -> str:
-        return (
-            f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, "
-            f"affine={self.affine}, track_running_stats={self.track_running_stats}"
+            momentum=momentum,
         )

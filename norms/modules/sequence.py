@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from norms.functional import _args
 from norms.functional.sequence import Stats, sequence_batch_norm, sequence_mask
 from norms.modules.batch import RunningStatsNorm
 from norms.registry import register
@@ -26,7 +27,7 @@ class SequenceBatchNorm(RunningStatsNorm):
         stats: ``"sequence"`` or ``"frame"``.
         max_len: number of per-step running statistics; required for
             ``stats="frame"`` with ``track_running_stats=True``.
-        eps, momentum, affine, track_running_stats: see
+        eps, momentum, affine, track_running_stats, device, dtype: see
             :class:`norms.modules.batch.RunningStatsNorm`.
 
     Shape:
@@ -119,6 +120,7 @@ class BatchNormRNN(nn.Module):
         nonlinearity: ``"tanh"`` or ``"relu"``.
         norm_weight_init: initial BN ``gamma``; Cooijmans et al. (2017) recommend a small
             value (0.1) so ``tanh`` does not saturate at the start.
+        device, dtype: of the parameters and buffers, as torch's factory kwargs.
 
     Shape:
         - x: ``(B, T, input_size)``; mask ``(B, T)`` bool or lengths ``(B,)``;
@@ -137,21 +139,23 @@ class BatchNormRNN(nn.Module):
         norm_weight_init: float = 0.1,
         eps: float = 1e-5,
         momentum: float | None = 0.1,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
-        for name, size in (("input_size", input_size), ("hidden_size", hidden_size)):
-            if not isinstance(size, int) or size < 1:
-                raise ValueError(f"{name} must be a positive int, got {size!r}")
+        _args.positive_int("input_size", input_size)
+        _args.positive_int("hidden_size", hidden_size)
         if nonlinearity not in _NONLINEARITIES:
             raise ValueError(
                 f"nonlinearity must be one of {sorted(_NONLINEARITIES)}, got {nonlinearity!r}"
             )
         self.input_size, self.hidden_size = input_size, hidden_size
         self.nonlinearity, self.norm_weight_init = nonlinearity, norm_weight_init
-        self.input_proj = nn.Linear(input_size, hidden_size, bias=False)  # W
-        self.hidden_proj = nn.Linear(hidden_size, hidden_size, bias=False)  # U
+        factory = {"device": device, "dtype": dtype}
+        self.input_proj = nn.Linear(input_size, hidden_size, bias=False, **factory)  # W
+        self.hidden_proj = nn.Linear(hidden_size, hidden_size, bias=False, **factory)  # U
         self.norm = SequenceBatchNorm(
-            hidden_size, stats=stats, max_len=max_len, eps=eps, momentum=momentum
+            hidden_size, stats=stats, max_len=max_len, eps=eps, momentum=momentum, **factory
         )
         self.reset_parameters()
 

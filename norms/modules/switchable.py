@@ -30,7 +30,7 @@ class SwitchableNorm(RunningStatsNorm):
 
     Args:
         num_features: channels ``C``.
-        eps, momentum, affine, track_running_stats: see
+        eps, momentum, affine, track_running_stats, device, dtype: see
             :class:`norms.modules.batch.RunningStatsNorm`.
 
     Shape:

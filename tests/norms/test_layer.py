@@ -240,7 +240,7 @@ def test_state_dict_round_trip(gen, factory):
     torch.testing.assert_close(target(x), source(x), rtol=0, atol=0)
     target.reset_parameters()
     for name, tensor in target.state_dict().items():
-        fill = 0.0 if name in ("bias", "running_mean") else 1.0
+        fill = 0.0 if name in ("bias", "running_mean", "num_batches_tracked") else 1.0
         torch.testing.assert_close(tensor, torch.full_like(tensor, fill))
 
 

@@ -85,7 +85,9 @@ def test_gradcheck_of_the_parametrization():
     g = torch.randn(4, 1, 1, generator=gen, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(norms.WeightNorm(dim=0), (g, v))
     g_last = torch.randn(1, 1, 2, generator=gen, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(norms.WeightNorm(dim=-1), (g_last, v))
+    assert torch.autograd.gradcheck(norms.WeightNorm(dim=2), (g_last, v))
+    g_whole = torch.randn((), generator=gen, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(norms.WeightNorm(dim=-1), (g_whole, v))
 
 
 def test_half_precision_weight_keeps_dtype():
