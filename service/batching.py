@@ -2,8 +2,8 @@
 
 Callers ``await batcher.submit(item, key=..., timeout_s=...)``; one background task
 groups queued items by ``key`` (only items with equal keys are compatible, e.g. same
-image size and options) and calls ``forward(items) -> results`` on a worker thread
-under ``torch.inference_mode()``, so the event loop keeps serving while the model runs.
+image size and options) and calls ``forward(items) -> results`` on a worker thread, so
+the event loop keeps serving while the model runs.
 
 Flush policy, for each key group:
 
@@ -18,11 +18,16 @@ Failure policy:
 * ``forward`` raising (or returning a list of the wrong length) on a batch of n > 1 is
   retried item by item, so one poisoned request fails alone and the others succeed; a
   failure on a single item goes to that caller only.
-* CUDA out-of-memory on a batch splits it in halves and retries each half.
+* An out-of-memory error on a batch (``is_out_of_memory`` says which errors are; the
+  caller passes the test in, and ``release_memory`` to run before the retry) splits it
+  in halves and retries each half.
 * An item past its deadline is dropped before any forward and its caller gets
   ``DeadlineExceeded``; a caller that stops waiting is removed from the queue.
 * ``queue_size`` bounds the items waiting (not yet in a forward); past it ``submit``
-  raises ``Overloaded`` with a ``Retry-After`` estimate.
+  raises ``QueueFull`` with a retry-after estimate.
+
+The module knows nothing of torch or HTTP: its errors are its own, and the worker layer
+maps them to API errors and wraps ``forward`` in the framework's inference mode.
 """
 
 from __future__ import annotations
@@ -34,15 +39,31 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
-
-import torch
-
-from service.errors import DeadlineExceeded, Overloaded, ShuttingDown
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+
+class BatcherError(Exception):
+    """Base of the batcher's own errors (the worker layer maps them to API errors)."""
+
+
+class QueueFull(BatcherError):
+    """``queue_size`` items wait already; ``retry_after_s`` estimates when one leaves."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Closed(BatcherError):
+    """``close()`` was called: no new items."""
+
+
+class DeadlineExceeded(BatcherError):
+    """The item had no result before its deadline (it was dropped, or stopped waiting)."""
 
 
 class BatchObserver(Protocol):
@@ -72,16 +93,14 @@ class _Pending:
 
 @dataclass
 class BatcherStats:
+    """Running totals (batch sizes go to the observer, which keeps a histogram)."""
+
     forwards: int = 0
     items: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for CUDA (or other accelerator) out-of-memory errors."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+def _never(exc: BaseException) -> bool:
+    return False
 
 
 class Batcher(Generic[ItemT, ResultT]):
@@ -89,13 +108,16 @@ class Batcher(Generic[ItemT, ResultT]):
 
     Args:
         forward: ``items -> results``, one result per item, in order. Runs on a single
-            worker thread under ``torch.inference_mode()``.
+            worker thread.
         max_batch_size: most items in one forward.
         max_wait_s: longest an item waits for companions before its group flushes.
-        queue_size: most items waiting; one more raises ``Overloaded`` (HTTP 429).
+        queue_size: most items waiting; one more raises ``QueueFull``.
         clock: monotonic seconds; injectable so deadline tests need no sleeping.
         observer: gets queue depths and batch sizes (metrics).
         name: thread-name prefix, for logs and profilers.
+        is_out_of_memory: whether an error from ``forward`` is an out-of-memory, which
+            splits the batch in halves instead of retrying item by item.
+        release_memory: called before the halves are retried (e.g. emptying a cache).
     """
 
     def __init__(
@@ -108,6 +130,8 @@ class Batcher(Generic[ItemT, ResultT]):
         clock: Callable[[], float] = time.monotonic,
         observer: BatchObserver | None = None,
         name: str = "batcher",
+        is_out_of_memory: Callable[[BaseException], bool] = _never,
+        release_memory: Callable[[], None] | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -116,6 +140,8 @@ class Batcher(Generic[ItemT, ResultT]):
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         self._forward = forward
+        self._is_out_of_memory = is_out_of_memory
+        self._release_memory = release_memory
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
@@ -160,14 +186,14 @@ class Batcher(Generic[ItemT, ResultT]):
         """Queue ``item`` and wait for its result (or its own exception).
 
         Raises:
-            Overloaded: the queue holds ``queue_size`` items already.
-            ShuttingDown: ``close()`` was called.
+            QueueFull: the queue holds ``queue_size`` items already.
+            Closed: ``close()`` was called.
             DeadlineExceeded: no result within ``timeout_s``.
         """
         if self._closing:
-            raise ShuttingDown("the service is shutting down")
+            raise Closed("the batcher is closed")
         if self._queued >= self.queue_size:
-            raise Overloaded(
+            raise QueueFull(
                 f"the queue is full ({self.queue_size} waiting)",
                 retry_after_s=self._retry_after_estimate(),
             )
@@ -272,8 +298,7 @@ class Batcher(Generic[ItemT, ResultT]):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     def _call_forward(self, items: list[ItemT]) -> list[ResultT]:
-        with torch.inference_mode():
-            results = list(self._forward(items))
+        results = list(self._forward(items))
         if len(results) != len(items):
             raise RuntimeError(f"forward returned {len(results)} results for {len(items)} items")
         return results
@@ -305,7 +330,6 @@ class Batcher(Generic[ItemT, ResultT]):
         self._seconds_per_forward = 0.8 * self._seconds_per_forward + 0.2 * seconds
         self.stats.forwards += 1
         self.stats.items += len(live)
-        self.stats.batch_sizes.append(len(live))
         self._observer.batch_done(len(live), seconds)
         for pending, result in zip(live, results, strict=True):
             if not pending.future.done():
@@ -316,9 +340,9 @@ class Batcher(Generic[ItemT, ResultT]):
             if not live[0].future.done():
                 live[0].future.set_exception(exc)
             return
-        if is_out_of_memory(exc):
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        if self._is_out_of_memory(exc):
+            if self._release_memory is not None:
+                self._release_memory()
             half = len(live) // 2
             await self._forward_resilient(live[:half])
             await self._forward_resilient(live[half:])

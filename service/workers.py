@@ -4,6 +4,11 @@ A model joins the service with three things: a ``load(search_path, device)`` fun
 a ``run(model, jobs) -> results`` function that does one batched forward, and a job
 type whose ``batch_key()`` says which jobs may share that forward. ``MODELS`` lists
 them; ``load_pools`` builds a ``WorkerPool`` for each one whose weights load.
+
+The service sees the models only through the protocols of ``service.model_types``.
+This module is where torch meets the generic batcher: forwards run under
+``torch.inference_mode()``, out-of-memory errors split batches, and the batcher's
+errors become API errors.
 """
 
 from __future__ import annotations
@@ -14,14 +19,16 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
-from service.batching import Batcher, is_out_of_memory
+from service.batching import Batcher, Closed, DeadlineExceeded, QueueFull
 from service.config import Settings
-from service.errors import BadRequest, Overloaded
+from service.errors import BadRequest, Overloaded, ShuttingDown
+from service.errors import DeadlineExceeded as DeadlineExceededError
 from service.metrics import Metrics
+from service.model_types import GenerateOptions, StyleTransferModel, TextToImageModel
 
 logger = logging.getLogger("atelier.workers")
 
@@ -56,7 +63,7 @@ class StylizeJob:
         )
 
 
-def load_style_transfer(search_path: Sequence[Path], device: str) -> Any:
+def load_style_transfer(search_path: Sequence[Path], device: str) -> StyleTransferModel:
     """The default AdaIN model on its fast path (bf16 + channels_last where the device has
     native bf16 kernels, else float32): ~2.4x faster on the CPU at +0.6 % style loss
     (``benchmarks/adain_bench.py``), and its per-image cost falls with the batch size."""
@@ -65,7 +72,7 @@ def load_style_transfer(search_path: Sequence[Path], device: str) -> Any:
     return StyleTransfer.from_pretrained(search_path, device=device, fast=True)
 
 
-def run_stylize(model: Any, jobs: list[StylizeJob]) -> list[torch.Tensor]:
+def run_stylize(model: StyleTransferModel, jobs: list[StylizeJob]) -> list[torch.Tensor]:
     """Stack compatible jobs into one ``model.stylize`` call; one ``(3, H, W)`` per job."""
     first = jobs[0]
     content = torch.stack([job.content for job in jobs])
@@ -91,45 +98,62 @@ class GenerateJob:
 
     prompt: str
     negative_prompt: str | None
-    steps: int
-    guidance_scale: float
     seed: int
-    sampler: str
-    plan_layout: bool = True
+    options: GenerateOptions
 
     def batch_key(self) -> Hashable:
-        return (self.steps, self.guidance_scale, self.sampler, self.plan_layout)
+        return self.options
 
 
-def load_text_to_image(search_path: Sequence[Path], device: str) -> Any:
+def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageModel:
     from models.dit.pipeline import TextToImage
 
     return TextToImage.from_pretrained(search_path, device=device)
 
 
-def run_generate(model: Any, jobs: list[GenerateJob]) -> list[torch.Tensor]:
+def run_generate(model: TextToImageModel, jobs: list[GenerateJob]) -> list[torch.Tensor]:
     """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job."""
-    first = jobs[0]
+    options = jobs[0].options
     images = model.generate(
         [job.prompt for job in jobs],
         negative_prompts=[job.negative_prompt for job in jobs],
-        steps=first.steps,
-        guidance_scale=first.guidance_scale,
+        steps=options.steps,
+        guidance_scale=options.guidance_scale,
         seeds=[job.seed for job in jobs],
-        sampler=first.sampler,
-        plan_layout=first.plan_layout,
+        sampler=options.sampler,
+        plan_layout=options.plan_layout,
     )
     return list(images.float().cpu().unbind(0))
 
 
 # -------------------------------------------------------------------- registry
+ModelT = TypeVar("ModelT")
+
+
 @dataclass(frozen=True)
-class ModelEntry:
+class ModelEntry(Generic[ModelT]):
     """How to load a model and run one batch of its jobs."""
 
     name: str
-    load: Callable[[Sequence[Path], str], Any]
-    run: Callable[[Any, list], list]
+    load: Callable[[Sequence[Path], str], ModelT]
+    run: Callable[[ModelT, list], list]
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA (or other accelerator) out-of-memory errors."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def release_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _inference(run: Callable[[ModelT, list], list], model: ModelT, jobs: list) -> list:
+    with torch.inference_mode():
+        return run(model, jobs)
 
 
 MODELS: dict[str, ModelEntry] = {
@@ -138,14 +162,14 @@ MODELS: dict[str, ModelEntry] = {
 }
 
 
-class WorkerPool:
+class WorkerPool(Generic[ModelT]):
     """The batchers of one model, one per device; ``submit`` picks the least loaded."""
 
     def __init__(
         self,
         name: str,
-        models: Mapping[str, Any],
-        run: Callable[[Any, list], list],
+        models: Mapping[str, ModelT],
+        run: Callable[[ModelT, list], list],
         settings: Settings,
         metrics: Metrics,
     ) -> None:
@@ -155,19 +179,21 @@ class WorkerPool:
         self.models = dict(models)
         self.batchers = {
             device: Batcher(
-                partial(run, model),
+                partial(_inference, run, model),
                 max_batch_size=settings.max_batch_size,
                 max_wait_s=settings.max_batch_wait_ms / 1000.0,
                 queue_size=settings.queue_size,
                 observer=metrics.batch_observer(name, device),
                 name=f"{name}-{device}",
+                is_out_of_memory=is_out_of_memory,
+                release_memory=release_memory,
             )
             for device, model in self.models.items()
         }
 
     @property
-    def model(self) -> Any:
-        """The model on the first device (for its attributes: samplers, defaults)."""
+    def model(self) -> ModelT:
+        """The model on the first device (for what is the same on all: its defaults)."""
         return next(iter(self.models.values()))
 
     @property
@@ -184,12 +210,19 @@ class WorkerPool:
     async def submit(self, job: Any, *, timeout_s: float | None = None) -> Any:
         """Run ``job`` on the least-loaded device and return its result.
 
-        Model errors become API errors: a ``ValueError`` (input the model refused) is a
-        400; an out-of-memory on a single item is a 429 with ``Retry-After``.
+        Batcher and model errors become API errors: a full queue or an out-of-memory on a
+        single item is a 429 with ``Retry-After``, a closed batcher a 503, a missed
+        deadline a 504, a ``ValueError`` (input the model refused) a 400.
         """
         batcher = min(self.batchers.values(), key=lambda b: b.load)
         try:
             return await batcher.submit(job, key=job.batch_key(), timeout_s=timeout_s)
+        except QueueFull as exc:
+            raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc
+        except Closed as exc:
+            raise ShuttingDown("the service is shutting down") from exc
+        except DeadlineExceeded as exc:
+            raise DeadlineExceededError(str(exc)) from exc
         except ValueError as exc:
             raise BadRequest(f"{self.name}: {exc}", code="rejected_by_model") from exc
         except RuntimeError as exc:

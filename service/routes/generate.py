@@ -15,11 +15,12 @@ from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import encode_image
 from service.routes import SettingsDep, pool_of, remaining_seconds
+from service.model_types import TextToImageModel
 from service.workers import GenerateJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])
 
-GeneratePool = Annotated[WorkerPool, Depends(pool_of("dit"))]
+GeneratePool = Annotated[WorkerPool[TextToImageModel], Depends(pool_of("dit"))]
 MAX_SEED = 2**31 - 1
 
 
@@ -70,24 +71,19 @@ async def generate(
     pool: GeneratePool,
     accept: Annotated[str | None, Header()] = None,
 ) -> GenerateResponse | Response:
-    model = pool.model
-    sampler = body.sampler or model.samplers[0]
-    if sampler not in model.samplers:
-        raise ValidationFailed(f"sampler: {sampler!r} is not one of {list(model.samplers)}")
-    steps = body.steps or model.default_steps
-    guidance = (
-        body.guidance_scale if body.guidance_scale is not None else model.default_guidance_scale
-    )
-    plan_layout = body.plan_layout if body.plan_layout is not None else model.default_plan_layout
+    try:
+        options = pool.model.defaults.resolve(
+            steps=body.steps,
+            guidance_scale=body.guidance_scale,
+            sampler=body.sampler,
+            plan_layout=body.plan_layout,
+        )
+    except ValueError as exc:
+        raise ValidationFailed(str(exc)) from None
     first_seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED - 8)
     seeds = [(first_seed + i) % (MAX_SEED + 1) for i in range(body.num_images)]
     timeout = remaining_seconds(request, settings)
-    jobs = [
-        GenerateJob(
-            body.prompt, body.negative_prompt, steps, float(guidance), seed, sampler, plan_layout
-        )
-        for seed in seeds
-    ]
+    jobs = [GenerateJob(body.prompt, body.negative_prompt, seed, options) for seed in seeds]
     images = await asyncio.gather(*(pool.submit(job, timeout_s=timeout) for job in jobs))
     pngs = [data for data, _ in await run_in_threadpool(_encode_all, images)]
     if body.num_images == 1 and accept is not None and "image/png" in accept:
@@ -95,10 +91,10 @@ async def generate(
     return GenerateResponse(
         images=[base64.b64encode(data).decode("ascii") for data in pngs],
         seeds=seeds,
-        steps=steps,
-        guidance_scale=float(guidance),
-        sampler=sampler,
-        plan_layout=plan_layout,
+        steps=options.steps,
+        guidance_scale=options.guidance_scale,
+        sampler=options.sampler,
+        plan_layout=options.plan_layout,
     )
 
 

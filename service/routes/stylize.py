@@ -19,13 +19,14 @@ from service.images import (
     to_grey_mask,
 )
 from service.routes import SettingsDep, pool_of, remaining_seconds
+from service.model_types import StyleTransferModel
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
 
 MAX_STYLES = 4
 DEFAULT_SIZE = 512
-StylizePool = Annotated[WorkerPool, Depends(pool_of("adain"))]
+StylizePool = Annotated[WorkerPool[StyleTransferModel], Depends(pool_of("adain"))]
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:

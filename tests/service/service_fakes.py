@@ -15,6 +15,7 @@ import threading
 import torch
 
 from service.config import Settings
+from service.model_types import GenerateDefaults
 from service.workers import ModelEntry, run_generate, run_stylize
 
 
@@ -46,10 +47,14 @@ class FakeStyleTransfer:
 
 
 class FakeTextToImage:
-    samplers = ("ddim", "ddpm")
-    default_steps = 4
-    default_guidance_scale = 3.0
-    default_plan_layout = True
+    defaults = GenerateDefaults(
+        steps=4,
+        guidance_scale=3.0,
+        sampler="ddim",
+        plan_layout=True,
+        samplers=("ddim", "ddpm"),
+        max_steps=1000,
+    )
 
     def __init__(self):
         self.calls: list[dict] = []
