@@ -14,8 +14,8 @@ from starlette.concurrency import run_in_threadpool
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import encode_image
-from service.routes import SettingsDep, pool_of, remaining_seconds
 from service.model_types import TextToImageModel
+from service.routes import SettingsDep, pool_of, remaining_seconds
 from service.workers import GenerateJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])

@@ -18,8 +18,8 @@ from service.images import (
     resize_to,
     to_grey_mask,
 )
-from service.routes import SettingsDep, pool_of, remaining_seconds
 from service.model_types import StyleTransferModel
+from service.routes import SettingsDep, pool_of, remaining_seconds
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])

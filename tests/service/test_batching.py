@@ -11,7 +11,6 @@ import asyncio
 import threading
 
 import pytest
-import torch
 
 from service.batching import Batcher, Closed, DeadlineExceeded, QueueFull
 
