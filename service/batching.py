@@ -23,6 +23,11 @@ Failure policy:
   in halves and retries each half.
 * An item past its deadline is dropped before any forward and its caller gets
   ``DeadlineExceeded``; a caller that stops waiting is removed from the queue.
+* Inside a forward, work nobody waits for stops: ``forward(items, control)`` gets a
+  :class:`BatchControl`, a step control (``models.control.StepControl``) that the model
+  asks between its steps; it drops the rows whose caller stopped waiting or whose
+  deadline passed, so their work stops within one step while the others go on. The
+  same calls report each item's progress to its ``on_progress`` callback.
 * ``queue_size`` bounds the items waiting (not yet in a forward); past it ``submit``
   raises ``QueueFull`` with a retry-after estimate.
 
@@ -73,6 +78,15 @@ class BatchObserver(Protocol):
 
     def batch_done(self, size: int, seconds: float) -> None: ...
 
+    def work_done(self, rows: int) -> None:
+        """``rows`` items start one step of a forward (one unit of work each)."""
+        ...
+
+    def cancelled(self, reason: str, stage: str) -> None:
+        """An item nobody waits for was dropped: ``reason`` is ``"caller_gone"`` or
+        ``"deadline"``, ``stage`` is ``"queued"`` or ``"running"``."""
+        ...
+
 
 class _NullObserver:
     def queue_depth(self, depth: int) -> None:
@@ -80,6 +94,15 @@ class _NullObserver:
 
     def batch_done(self, size: int, seconds: float) -> None:
         pass
+
+    def work_done(self, rows: int) -> None:
+        pass
+
+    def cancelled(self, reason: str, stage: str) -> None:
+        pass
+
+
+ProgressCallback = Callable[[int, int], None]
 
 
 @dataclass(eq=False)
@@ -89,6 +112,61 @@ class _Pending:
     future: asyncio.Future
     enqueued_at: float
     deadline: float = math.inf
+    on_progress: ProgressCallback | None = None
+    #: why the caller stopped waiting; set on the event loop, read by the worker thread
+    abandoned: str | None = None
+
+    def unwanted(self, now: float) -> str | None:
+        """Why nobody waits for this item any more (``None``: somebody does)."""
+        if self.abandoned is not None:
+            return self.abandoned
+        if self.future.cancelled():
+            return "caller_gone"
+        if now >= self.deadline:
+            return "deadline"
+        return None
+
+
+class BatchControl:
+    """What a forward asks between its steps: which of its items are still wanted.
+
+    Called as ``control(done, total)`` (the ``models.control.StepControl`` contract)
+    before step ``done`` of ``total`` and once with ``done == total`` at the end. It
+    reports the progress of every item still computed, counts one unit of work per item
+    per step started, and answers the positions (in the batch as it is now) of the items
+    still wanted, or ``None`` when all are.
+
+    ``rows`` is then the items (by their index in the forward's list) still in the
+    batch, in batch order: a forward returns one result for each of them.
+    """
+
+    def __init__(
+        self, pending: Sequence[_Pending], clock: Callable[[], float], observer: BatchObserver
+    ) -> None:
+        self._pending = list(pending)
+        self._clock = clock
+        self._observer = observer
+        self.rows: list[int] = list(range(len(self._pending)))
+
+    def __call__(self, done: int, total: int) -> list[int] | None:
+        now = self._clock()
+        keep = []
+        for position, row in enumerate(self.rows):
+            reason = self._pending[row].unwanted(now)
+            if reason is None:
+                keep.append(position)
+            else:
+                self._observer.cancelled(reason, "running")
+        dropped = len(keep) != len(self.rows)
+        if dropped:
+            self.rows = [self.rows[position] for position in keep]
+        for row in self.rows:
+            callback = self._pending[row].on_progress
+            if callback is not None:
+                callback(done, total)
+        if done < total:
+            self._observer.work_done(len(self.rows))
+        return keep if dropped else None
 
 
 @dataclass
@@ -107,8 +185,9 @@ class Batcher(Generic[ItemT, ResultT]):
     """Dynamic batching in front of one ``forward`` (one model on one device).
 
     Args:
-        forward: ``items -> results``, one result per item, in order. Runs on a single
-            worker thread.
+        forward: ``(items, control) -> results``, one result per item still in
+            ``control.rows`` (all items when the forward never asks ``control``), in
+            order. Runs on a single worker thread.
         max_batch_size: most items in one forward.
         max_wait_s: longest an item waits for companions before its group flushes.
         queue_size: most items waiting; one more raises ``QueueFull``.
@@ -122,7 +201,7 @@ class Batcher(Generic[ItemT, ResultT]):
 
     def __init__(
         self,
-        forward: Callable[[list[ItemT]], Sequence[ResultT]],
+        forward: Callable[[list[ItemT], BatchControl], Sequence[ResultT]],
         *,
         max_batch_size: int,
         max_wait_s: float,
@@ -181,9 +260,18 @@ class Batcher(Generic[ItemT, ResultT]):
         self._executor.shutdown(wait=True)
 
     async def submit(
-        self, item: ItemT, *, key: Hashable = None, timeout_s: float | None = None
+        self,
+        item: ItemT,
+        *,
+        key: Hashable = None,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResultT:
         """Queue ``item`` and wait for its result (or its own exception).
+
+        ``on_progress(done, total)`` is called from the worker thread at each step of the
+        forward the item is in. Cancelling the awaiting task (a client that went away)
+        drops the item: from the queue, or from its running forward at the next step.
 
         Raises:
             QueueFull: the queue holds ``queue_size`` items already.
@@ -204,6 +292,7 @@ class Batcher(Generic[ItemT, ResultT]):
             future=asyncio.get_running_loop().create_future(),
             enqueued_at=now,
             deadline=now + timeout_s if timeout_s is not None else math.inf,
+            on_progress=on_progress,
         )
         self._groups.setdefault(key, deque()).append(pending)
         self._set_queued(self._queued + 1)
@@ -211,10 +300,10 @@ class Batcher(Generic[ItemT, ResultT]):
         try:
             return await asyncio.wait_for(pending.future, timeout_s)
         except TimeoutError:
-            self._discard(pending)
+            self._abandon(pending, "deadline")
             raise DeadlineExceeded(f"no result within {timeout_s:g} s") from None
         except asyncio.CancelledError:
-            self._discard(pending)
+            self._abandon(pending, "caller_gone")
             raise
 
     # --------------------------------------------------------------- internals
@@ -226,11 +315,15 @@ class Batcher(Generic[ItemT, ResultT]):
         batches_ahead = math.ceil(self._queued / self.max_batch_size) + 1
         return batches_ahead * (self._seconds_per_forward + self.max_wait_s)
 
-    def _discard(self, pending: _Pending) -> None:
+    def _abandon(self, pending: _Pending, reason: str) -> None:
+        """The caller stopped waiting: out of the queue, or out of its forward at the next
+        step (the worker thread sees ``abandoned``)."""
+        pending.abandoned = reason
         group = self._groups.get(pending.key)
         if group is not None and pending in group:
             group.remove(pending)
             self._set_queued(self._queued - 1)
+            self._observer.cancelled(reason, "queued")
             if not group:
                 del self._groups[pending.key]
 
@@ -245,6 +338,7 @@ class Batcher(Generic[ItemT, ResultT]):
                     pending.future.set_exception(
                         DeadlineExceeded("dropped from the queue: past its deadline")
                     )
+                    self._observer.cancelled("deadline", "queued")
                     continue
                 kept.append(pending)
             if len(kept) != len(group):
@@ -297,11 +391,14 @@ class Batcher(Generic[ItemT, ResultT]):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
-    def _call_forward(self, items: list[ItemT]) -> list[ResultT]:
-        results = list(self._forward(items))
-        if len(results) != len(items):
-            raise RuntimeError(f"forward returned {len(results)} results for {len(items)} items")
-        return results
+    def _call_forward(self, live: list[_Pending]) -> tuple[list[int], list[ResultT]]:
+        control = BatchControl(live, self._clock, self._observer)
+        results = list(self._forward([p.item for p in live], control))
+        if len(results) != len(control.rows):
+            raise RuntimeError(
+                f"forward returned {len(results)} results for {len(control.rows)} items"
+            )
+        return control.rows, results
 
     async def _forward_resilient(self, batch: list[_Pending]) -> None:
         now = self._clock()
@@ -313,6 +410,7 @@ class Batcher(Generic[ItemT, ResultT]):
                 pending.future.set_exception(
                     DeadlineExceeded("dropped before the forward: past its deadline")
                 )
+                self._observer.cancelled("deadline", "queued")
                 continue
             live.append(pending)
         if not live:
@@ -320,9 +418,7 @@ class Batcher(Generic[ItemT, ResultT]):
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
-            results = await loop.run_in_executor(
-                self._executor, self._call_forward, [p.item for p in live]
-            )
+            rows, results = await loop.run_in_executor(self._executor, self._call_forward, live)
         except Exception as exc:
             await self._recover(live, exc)
             return
@@ -331,9 +427,14 @@ class Batcher(Generic[ItemT, ResultT]):
         self.stats.forwards += 1
         self.stats.items += len(live)
         self._observer.batch_done(len(live), seconds)
-        for pending, result in zip(live, results, strict=True):
+        for row, result in zip(rows, results, strict=True):
+            if not live[row].future.done():
+                live[row].future.set_result(result)
+        for pending in live:  # dropped at a step: past its deadline, or nobody waits
             if not pending.future.done():
-                pending.future.set_result(result)
+                pending.future.set_exception(
+                    DeadlineExceeded("stopped during the forward: past its deadline")
+                )
 
     async def _recover(self, live: list[_Pending], exc: Exception) -> None:
         if len(live) == 1:

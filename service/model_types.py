@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from models.control import StepControl
 from models.dit.options import GenerateDefaults, GenerateOptions
 
 __all__ = [
@@ -43,8 +44,10 @@ class StyleTransferModel(Protocol):
         alpha: float = 1.0,
         preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
+        control: StepControl | None = None,
     ) -> Tensor:
-        """``(B, 3, H, W)`` in, ``(B, 3, H, W)`` in ``[0, 1]`` out."""
+        """``(B, 3, H, W)`` in, one ``(3, H, W)`` in ``[0, 1]`` per image ``control`` kept
+        (asked before each pass) out."""
         ...
 
 
@@ -66,6 +69,8 @@ class TextToImageModel(Protocol):
         seeds: list[int] | None = None,
         sampler: str | None = None,
         plan_layout: bool | None = None,
+        control: StepControl | None = None,
     ) -> Tensor:
-        """One ``(3, H, W)`` image in ``[0, 1]`` per prompt, as ``(N, 3, H, W)``."""
+        """One ``(3, H, W)`` image in ``[0, 1]`` per prompt ``control`` kept (asked before
+        each sampler step), as ``(N', 3, H, W)``."""
         ...

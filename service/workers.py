@@ -23,12 +23,18 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
-from service.batching import Batcher, Closed, DeadlineExceeded, QueueFull
+from models.control import StepControl
+from service.batching import Batcher, Closed, DeadlineExceeded, ProgressCallback, QueueFull
 from service.config import Settings
 from service.errors import BadRequest, Overloaded, ShuttingDown
 from service.errors import DeadlineExceeded as DeadlineExceededError
 from service.metrics import Metrics
-from service.model_types import GenerateOptions, StyleTransferModel, TextToImageModel
+from service.model_types import (
+    BatchJob,
+    GenerateOptions,
+    StyleTransferModel,
+    TextToImageModel,
+)
 
 logger = logging.getLogger("atelier.workers")
 
@@ -72,8 +78,11 @@ def load_style_transfer(search_path: Sequence[Path], device: str) -> StyleTransf
     return StyleTransfer.from_pretrained(search_path, device=device, fast=True)
 
 
-def run_stylize(model: StyleTransferModel, jobs: list[StylizeJob]) -> list[torch.Tensor]:
-    """Stack compatible jobs into one ``model.stylize`` call; one ``(3, H, W)`` per job."""
+def run_stylize(
+    model: StyleTransferModel, jobs: list[StylizeJob], control: StepControl | None = None
+) -> list[torch.Tensor]:
+    """Stack compatible jobs into one ``model.stylize`` call; one ``(3, H, W)`` per job
+    that ``control`` kept (every job without one)."""
     first = jobs[0]
     content = torch.stack([job.content for job in jobs])
     styles = [torch.stack([job.styles[i] for job in jobs]) for i in range(len(first.styles))]
@@ -87,6 +96,7 @@ def run_stylize(model: StyleTransferModel, jobs: list[StylizeJob]) -> list[torch
         alpha=first.alpha,
         preserve_color=first.preserve_color,
         masks=masks,
+        control=control,
     )
     return list(output.float().cpu().unbind(0))
 
@@ -111,8 +121,11 @@ def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageM
     return TextToImage.from_pretrained(search_path, device=device)
 
 
-def run_generate(model: TextToImageModel, jobs: list[GenerateJob]) -> list[torch.Tensor]:
-    """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job."""
+def run_generate(
+    model: TextToImageModel, jobs: list[GenerateJob], control: StepControl | None = None
+) -> list[torch.Tensor]:
+    """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job that
+    ``control`` kept (every job without one)."""
     options = jobs[0].options
     images = model.generate(
         [job.prompt for job in jobs],
@@ -122,6 +135,7 @@ def run_generate(model: TextToImageModel, jobs: list[GenerateJob]) -> list[torch
         seeds=[job.seed for job in jobs],
         sampler=options.sampler,
         plan_layout=options.plan_layout,
+        control=control,
     )
     return list(images.float().cpu().unbind(0))
 
@@ -136,7 +150,7 @@ class ModelEntry(Generic[ModelT]):
 
     name: str
     load: Callable[[Sequence[Path], str], ModelT]
-    run: Callable[[ModelT, list], list]
+    run: Callable[[ModelT, list, StepControl], list]
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -151,9 +165,14 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _inference(run: Callable[[ModelT, list], list], model: ModelT, jobs: list) -> list:
+def _inference(
+    run: Callable[[ModelT, list, StepControl], list],
+    model: ModelT,
+    jobs: list,
+    control: StepControl,
+) -> list:
     with torch.inference_mode():
-        return run(model, jobs)
+        return run(model, jobs, control)
 
 
 MODELS: dict[str, ModelEntry] = {
@@ -169,7 +188,7 @@ class WorkerPool(Generic[ModelT]):
         self,
         name: str,
         models: Mapping[str, ModelT],
-        run: Callable[[ModelT, list], list],
+        run: Callable[[ModelT, list, StepControl], list],
         settings: Settings,
         metrics: Metrics,
     ) -> None:
@@ -177,6 +196,8 @@ class WorkerPool(Generic[ModelT]):
             raise ValueError(f"{name}: a pool needs at least one device")
         self.name = name
         self.models = dict(models)
+        #: sha256 of the weight files by file name (filled by ``build_pools``)
+        self.checkpoint_sha256: dict[str, str] = {}
         self.batchers = {
             device: Batcher(
                 partial(_inference, run, model),
@@ -196,6 +217,19 @@ class WorkerPool(Generic[ModelT]):
         """The model on the first device (for what is the same on all: its defaults)."""
         return next(iter(self.models.values()))
 
+    def model_parameters(self) -> dict[str, Any]:
+        """The model's own settings that shape a result (e.g. AdaIN's levels)."""
+        details = self.describe_first()
+        return {key: details[key] for key in ("levels", "mode", "dtype") if key in details}
+
+    def describe_first(self) -> dict[str, Any]:
+        model = self.model
+        return model.describe() if hasattr(model, "describe") else {}
+
+    def provenance(self) -> dict[str, Any]:
+        """Which model and weights made a result (goes into PNG text chunks and JSON)."""
+        return {"model": self.name, "checkpoint_sha256": self.checkpoint_sha256}
+
     @property
     def devices(self) -> list[str]:
         return list(self.batchers)
@@ -207,8 +241,18 @@ class WorkerPool(Generic[ModelT]):
     async def close(self) -> None:
         await asyncio.gather(*(batcher.close() for batcher in self.batchers.values()))
 
-    async def submit(self, job: Any, *, timeout_s: float | None = None) -> Any:
+    async def submit(
+        self,
+        job: BatchJob,
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> torch.Tensor:
         """Run ``job`` on the least-loaded device and return its result.
+
+        ``on_progress(done, total)`` hears of each step (from the worker thread).
+        Cancelling the awaiting task stops the job: dropped from the queue, or from its
+        running batch at the next step.
 
         Batcher and model errors become API errors: a full queue or an out-of-memory on a
         single item is a 429 with ``Retry-After``, a closed batcher a 503, a missed
@@ -216,7 +260,9 @@ class WorkerPool(Generic[ModelT]):
         """
         batcher = min(self.batchers.values(), key=lambda b: b.load)
         try:
-            return await batcher.submit(job, key=job.batch_key(), timeout_s=timeout_s)
+            return await batcher.submit(
+                job, key=job.batch_key(), timeout_s=timeout_s, on_progress=on_progress
+            )
         except QueueFull as exc:
             raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc
         except Closed as exc:
@@ -287,10 +333,21 @@ def load_models(
             continue
         first = next(iter(per_device.values()))
         details = first.describe() if hasattr(first, "describe") else {}
+        details["checkpoint_sha256"] = checkpoint_hashes(details)
         loaded[name] = per_device
         statuses[name] = ModelStatus(name, loaded=True, devices=devices, details=details)
         logger.info("model loaded", extra={"model": name, "devices": devices})
     return loaded, statuses
+
+
+def checkpoint_hashes(details: Mapping[str, Any]) -> dict[str, str]:
+    """sha256 of each weight file a model reports (``source`` or ``weight_files``), by
+    file name: what generated images record as their provenance."""
+    from models.hub import sha256_of
+
+    paths = [details["source"]] if details.get("source") else []
+    paths += list(details.get("weight_files") or [])
+    return {Path(p).name: sha256_of(p) for p in paths if Path(p).is_file()}
 
 
 def build_pools(
@@ -298,8 +355,13 @@ def build_pools(
     entries: Mapping[str, ModelEntry],
     settings: Settings,
     metrics: Metrics,
+    statuses: Mapping[str, ModelStatus] | None = None,
 ) -> dict[str, WorkerPool]:
-    return {
-        name: WorkerPool(name, models, entries[name].run, settings, metrics)
-        for name, models in loaded.items()
-    }
+    pools = {}
+    for name, models in loaded.items():
+        pool = WorkerPool(name, models, entries[name].run, settings, metrics)
+        status = (statuses or {}).get(name)
+        if status is not None:
+            pool.checkpoint_sha256 = dict(status.details.get("checkpoint_sha256", {}))
+        pools[name] = pool
+    return pools

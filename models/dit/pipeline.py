@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models.control import StepControl
 from models.diffusion import (
     SAMPLERS,
     Regions,
@@ -140,6 +141,7 @@ class TextToImage:
         seeds: list[int] | None = None,
         sampler: str | None = None,
         plan_layout: bool | None = None,
+        control: StepControl | None = None,
     ) -> Tensor:
         """Sample one image per prompt.
 
@@ -157,9 +159,13 @@ class TextToImage:
                 (:func:`~models.shapes.planner.plan_regions`,
                 :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
                 drawn as they are. ``default_plan_layout`` if ``None``.
+            control: asked before each sampler step which images are still wanted
+                (:class:`~models.control.StepControl`); the others stop there, and the
+                kept ones come out as they would have without it.
 
         Returns:
-            ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU.
+            ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU; with ``control``, only the
+            images it kept, in order.
         """
         n = len(prompts)
         if n == 0:
@@ -187,6 +193,7 @@ class TextToImage:
             steps=options.steps,
             generator=generators,
             clip_denoised=True,
+            control=control,
         )
         return ((images + 1) / 2).clamp(0, 1).float().cpu()
 

@@ -27,7 +27,7 @@ class RecordingForward:
         self.started = threading.Event()
         self.fail = fail
 
-    def __call__(self, items):
+    def __call__(self, items, control=None):
         self.calls.append(list(items))
         self.started.set()
         if self.gate is not None:
@@ -137,7 +137,7 @@ def test_incompatible_requests_do_not_share_a_forward():
 
 
 def test_errors_fan_out_to_every_caller():
-    def always(items):
+    def always(items, control=None):
         raise RuntimeError("model exploded")
 
     async def scenario():
@@ -176,7 +176,7 @@ def test_one_poisoned_request_fails_alone():
 
 
 def test_wrong_number_of_results_is_an_error_not_a_mixup():
-    def short(items):
+    def short(items, control=None):
         return [0] * (len(items) - 1)
 
     async def scenario():
@@ -323,4 +323,4 @@ def test_load_counts_queued_and_in_flight_items():
 )
 def test_bad_arguments_raise_value_error(kwargs):
     with pytest.raises(ValueError):
-        _make(lambda items: items, **kwargs)
+        _make(lambda items, control: items, **kwargs)

@@ -145,7 +145,7 @@ def test_out_of_memory_is_told_from_other_errors():
 def test_forwards_run_in_inference_mode():
     seen = []
 
-    def run(model, jobs):
+    def run(model, jobs, control):
         seen.append(torch.is_inference_mode_enabled())
         return [torch.zeros(3, 2, 2) for _ in jobs]
 
