@@ -21,7 +21,6 @@ import threading
 import torch
 
 from models.control import take_rows, wanted_rows
-
 from service.config import Settings
 from service.model_types import GenerateDefaults
 from service.workers import ModelEntry, run_generate, run_stylize
@@ -39,13 +38,13 @@ class Stepper:
         """The original row numbers still wanted after ``steps`` steps."""
         rows = torch.arange(batch)
         for done in range(steps + 1):
+            if done < steps and self.step_gate is not None:
+                assert self.step_gate.acquire(timeout=10)
             keep = wanted_rows(control, done, steps)
             if keep is not None:
                 rows = take_rows(rows, keep)
             if done == steps or rows.numel() == 0:
                 return rows
-            if self.step_gate is not None:
-                assert self.step_gate.acquire(timeout=10)
             with self.stepped:
                 self.step_rows.append(rows.tolist())
                 self.stepped.notify_all()
