@@ -16,9 +16,14 @@ batch between two steps.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+import time
+from collections.abc import Iterator
 
 import torch
+import uvicorn
 
 from models.control import take_rows, wanted_rows
 from service.config import Settings
@@ -175,3 +180,26 @@ def make_settings(**overrides) -> Settings:
     }
     options.update(overrides)
     return Settings(**options)
+
+
+@contextlib.contextmanager
+def running_server(app) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yields its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(600):  # startup: up to 30 s on a busy machine
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
