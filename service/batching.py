@@ -120,8 +120,6 @@ class _Pending:
         """Why nobody waits for this item any more (``None``: somebody does)."""
         if self.abandoned is not None:
             return self.abandoned
-        if self.future.cancelled():
-            return "caller_gone"
         if now >= self.deadline:
             return "deadline"
         return None

@@ -7,10 +7,7 @@ import torch
 
 from models.adain import StyleTransfer
 from models.diffusion import SAMPLERS, Regions, get_schedule, regional_denoiser
-from models.dit.checkpoint import save_dit
-from models.dit.config import get_preset
-from models.dit.model import DiT
-from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
+from models.dit.pipeline import TextToImage
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -37,15 +34,8 @@ class DropAt:
 
 
 @pytest.fixture(scope="module")
-def pipe(tmp_path_factory) -> TextToImage:
-    torch.manual_seed(0)
-    model = DiT(get_preset("tiny"))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    path = tmp_path_factory.mktemp("dit") / DEFAULT_CHECKPOINT
-    save_dit(path, model, step=1, text_encoder="FakeTextEncoder")
-    return TextToImage.from_checkpoint(path, default_steps=5)
+def pipe(tiny_dit_checkpoint) -> TextToImage:
+    return TextToImage.from_checkpoint(tiny_dit_checkpoint, default_steps=5)
 
 
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))
