@@ -28,7 +28,7 @@ from service.routes import (
     remaining_seconds,
     unless_disconnected,
 )
-from service.routes.jobs import start_job, wants_async
+from service.routes.jobs import RespondAsync, start_job
 from service.workers import GenerateJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])
@@ -88,6 +88,7 @@ async def generate(
     request: Request,
     settings: SettingsDep,
     pool: GeneratePool,
+    respond_async: RespondAsync,
     accept: Annotated[str | None, Header()] = None,
 ) -> GenerateResponse | Response:
     try:
@@ -133,7 +134,7 @@ async def generate(
         return await run_in_threadpool(_encode_all, images, seeds, parameters)
 
     fields = {"seeds": seeds, **asdict(options), "parameters": parameters}
-    if wants_async(request):
+    if respond_async:
 
         async def job_work(progress: Progress) -> JobResult:
             return JobResult(await work(progress, None), "image/png", fields)

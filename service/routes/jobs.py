@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
@@ -42,10 +42,21 @@ def job_of(job_id: str, store: Annotated[JobStore, Depends(job_store)]) -> Job:
 JobDep = Annotated[Job, Depends(job_of)]
 
 
-def wants_async(request: Request) -> bool:
+def wants_async(
+    prefer: Annotated[
+        str | None,
+        Header(
+            description="'respond-async' (RFC 7240): answer 202 with a job instead of "
+            "waiting; follow it at /v1/jobs/{id}"
+        ),
+    ] = None,
+) -> bool:
     """Whether the client sent ``Prefer: respond-async``."""
-    prefer = ",".join(request.headers.getlist("prefer")).lower()
-    return any(part.strip().split(";")[0] == "respond-async" for part in prefer.split(","))
+    parts = (prefer or "").lower().split(",")
+    return any(part.strip().split(";")[0].strip() == "respond-async" for part in parts)
+
+
+RespondAsync = Annotated[bool, Depends(wants_async)]
 
 
 def start_job(
@@ -98,4 +109,4 @@ async def job_events(job: JobDep) -> AsyncIterator[ServerSentEvent]:
             yield ServerSentEvent(comment="keep-alive")
 
 
-__all__ = ["JobResult", "router", "start_job", "wants_async"]
+__all__ = ["JobResult", "RespondAsync", "router", "start_job"]

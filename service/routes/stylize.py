@@ -25,7 +25,7 @@ from service.images import (
 from service.jobs import JobResult, Progress
 from service.model_types import StyleTransferModel
 from service.routes import SettingsDep, pool_of, remaining_seconds, unless_disconnected
-from service.routes.jobs import start_job, wants_async
+from service.routes.jobs import RespondAsync, start_job
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
@@ -109,6 +109,7 @@ async def stylize(
     request: Request,
     settings: SettingsDep,
     pool: StylizePool,
+    respond_async: RespondAsync,
     content: Annotated[UploadFile, File(description="The photo.")],
     style: Annotated[list[UploadFile], File(description="One to four style images.")],
     style_weights: Annotated[
@@ -161,7 +162,7 @@ async def stylize(
         image = await pool.submit(job, timeout_s=timeout_s, on_progress=reporter)
         return await run_in_threadpool(encode_image, image, format, parameters)
 
-    if wants_async(request):
+    if respond_async:
 
         async def job_work(progress: Progress) -> JobResult:
             data, media_type = await work(progress, None)
