@@ -181,7 +181,7 @@ async def disconnect_flood(args: argparse.Namespace) -> dict:
         heavy = {"prompt": "two red circles", "steps": args.heavy_steps, "num_images": 8}
         async with httpx.AsyncClient(base_url=url, timeout=120.0) as client:
             await valid_latencies(client, 2, args.valid_steps)  # warm-up
-            idle, flood = [], []
+            idle, flood, first_after_flood = [], [], []
             requested = before_cancel = after_cancel = 0.0
             closed = 0.0
             for _ in range(args.rounds):
@@ -195,7 +195,9 @@ async def disconnect_flood(args: argparse.Namespace) -> dict:
                     )
                 )
                 at_cancel = work(url)  # every client has left: the cancel point
-                flood += await valid_latencies(client, args.valid, args.valid_steps)
+                latencies = await valid_latencies(client, args.valid, args.valid_steps)
+                first_after_flood.append(latencies[0])
+                flood += latencies
                 end = await settle(url)
                 valid_work = args.valid * args.valid_steps
                 requested += args.clients * args.heavy_steps * 8
@@ -222,6 +224,10 @@ async def disconnect_flood(args: argparse.Namespace) -> dict:
         "valid_flood_p50_s": statistics.median(flood),
         "valid_flood_p95_s": p95(flood),
         "flood_over_idle_p95": p95(flood) / p95(idle),
+        "valid_flood_first_s": first_after_flood,
+        "valid_flood_others_p50_s": statistics.median(
+            [x for i, x in enumerate(flood) if i % args.valid]
+        ),
     }
     print(
         f"disconnect flood: {args.rounds} rounds x {args.clients} clients leaving after "
@@ -235,6 +241,9 @@ async def disconnect_flood(args: argparse.Namespace) -> dict:
           f"p95 {result['valid_idle_p95_s']:.3f} s | flood p50 {result['valid_flood_p50_s']:.3f} s "
           f"p95 {result['valid_flood_p95_s']:.3f} s | p95 ratio {result['flood_over_idle_p95']:.2f} "
           "(target < 2)")  # fmt: skip
+    print(f"  first valid request after each flood: "
+          f"{', '.join(f'{x:.3f}' for x in first_after_flood)} s; the others' p50 "
+          f"{result['valid_flood_others_p50_s']:.3f} s")  # fmt: skip
     return result
 
 
