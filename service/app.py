@@ -26,8 +26,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.config import Settings, get_settings
 from service.errors import PayloadTooLarge, error_response, install_error_handlers
+from service.jobs import JobStore
 from service.metrics import Metrics
-from service.routes import generate, health, models, page, stylize
+from service.routes import generate, health, jobs, models, page, stylize
 from service.workers import MODELS, ModelEntry, build_pools, load_models
 
 logger = logging.getLogger("atelier.app")
@@ -180,7 +181,7 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         loaded, statuses = await asyncio.to_thread(load_models, settings, entries)
-        pools = build_pools(loaded, entries, settings, metrics)
+        pools = build_pools(loaded, entries, settings, metrics, statuses)
         for pool in pools.values():
             pool.start()
         app.state.pools = pools
@@ -190,6 +191,7 @@ def create_app(
         finally:
             lifecycle.begin_drain()
             await asyncio.gather(*(pool.close() for pool in pools.values()))
+            await app.state.jobs.close()
             logger.info("workers stopped")
 
     app = FastAPI(
@@ -201,19 +203,25 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.lifecycle = lifecycle
+    app.state.jobs = JobStore(
+        max_jobs=settings.max_jobs,
+        ttl_s=settings.job_ttl_s,
+        results_max_bytes=settings.job_results_max_bytes,
+        timeout_s=settings.job_timeout_s,
+    )
     app.state.pools = {}
     app.state.model_status = {}
     install_error_handlers(app)
-    for module in (page, health, models, stylize, generate):
+    for module in (page, health, models, stylize, generate, jobs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
-            allow_methods=["GET", "POST"],
-            allow_headers=["Authorization", "Content-Type", "Accept", "X-Request-ID"],
-            expose_headers=["X-Request-ID", "Retry-After", "X-Seed"],
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "Accept", "X-Request-ID", "Prefer"],
+            expose_headers=["X-Request-ID", "Retry-After", "X-Seed", "Location"],
         )
     app.add_middleware(
         RequestContextMiddleware,

@@ -2,8 +2,8 @@
 
 Callers ``await batcher.submit(item, key=..., timeout_s=...)``; one background task
 groups queued items by ``key`` (only items with equal keys are compatible, e.g. same
-image size and options) and calls ``forward(items) -> results`` on a worker thread
-under ``torch.inference_mode()``, so the event loop keeps serving while the model runs.
+image size and options) and calls ``forward(items) -> results`` on a worker thread, so
+the event loop keeps serving while the model runs.
 
 Flush policy, for each key group:
 
@@ -18,11 +18,21 @@ Failure policy:
 * ``forward`` raising (or returning a list of the wrong length) on a batch of n > 1 is
   retried item by item, so one poisoned request fails alone and the others succeed; a
   failure on a single item goes to that caller only.
-* CUDA out-of-memory on a batch splits it in halves and retries each half.
+* An out-of-memory error on a batch (``is_out_of_memory`` says which errors are; the
+  caller passes the test in, and ``release_memory`` to run before the retry) splits it
+  in halves and retries each half.
 * An item past its deadline is dropped before any forward and its caller gets
   ``DeadlineExceeded``; a caller that stops waiting is removed from the queue.
+* Inside a forward, work nobody waits for stops: ``forward(items, control)`` gets a
+  :class:`BatchControl`, a step control (``models.control.StepControl``) that the model
+  asks between its steps; it drops the rows whose caller stopped waiting or whose
+  deadline passed, so their work stops within one step while the others go on. The
+  same calls report each item's progress to its ``on_progress`` callback.
 * ``queue_size`` bounds the items waiting (not yet in a forward); past it ``submit``
-  raises ``Overloaded`` with a ``Retry-After`` estimate.
+  raises ``QueueFull`` with a retry-after estimate.
+
+The module knows nothing of torch or HTTP: its errors are its own, and the worker layer
+maps them to API errors and wraps ``forward`` in the framework's inference mode.
 """
 
 from __future__ import annotations
@@ -34,15 +44,31 @@ import time
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
-
-import torch
-
-from service.errors import DeadlineExceeded, Overloaded, ShuttingDown
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+
+class BatcherError(Exception):
+    """Base of the batcher's own errors (the worker layer maps them to API errors)."""
+
+
+class QueueFull(BatcherError):
+    """``queue_size`` items wait already; ``retry_after_s`` estimates when one leaves."""
+
+    def __init__(self, message: str, *, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class Closed(BatcherError):
+    """``close()`` was called: no new items."""
+
+
+class DeadlineExceeded(BatcherError):
+    """The item had no result before its deadline (it was dropped, or stopped waiting)."""
 
 
 class BatchObserver(Protocol):
@@ -52,6 +78,15 @@ class BatchObserver(Protocol):
 
     def batch_done(self, size: int, seconds: float) -> None: ...
 
+    def work_done(self, rows: int) -> None:
+        """``rows`` items start one step of a forward (one unit of work each)."""
+        ...
+
+    def cancelled(self, reason: str, stage: str) -> None:
+        """An item nobody waits for was dropped: ``reason`` is ``"caller_gone"`` or
+        ``"deadline"``, ``stage`` is ``"queued"`` or ``"running"``."""
+        ...
+
 
 class _NullObserver:
     def queue_depth(self, depth: int) -> None:
@@ -59,6 +94,15 @@ class _NullObserver:
 
     def batch_done(self, size: int, seconds: float) -> None:
         pass
+
+    def work_done(self, rows: int) -> None:
+        pass
+
+    def cancelled(self, reason: str, stage: str) -> None:
+        pass
+
+
+ProgressCallback = Callable[[int, int], None]
 
 
 @dataclass(eq=False)
@@ -68,39 +112,94 @@ class _Pending:
     future: asyncio.Future
     enqueued_at: float
     deadline: float = math.inf
+    on_progress: ProgressCallback | None = None
+    #: why the caller stopped waiting; set on the event loop, read by the worker thread
+    abandoned: str | None = None
+
+    def unwanted(self, now: float) -> str | None:
+        """Why nobody waits for this item any more (``None``: somebody does)."""
+        if self.abandoned is not None:
+            return self.abandoned
+        if now >= self.deadline:
+            return "deadline"
+        return None
+
+
+class BatchControl:
+    """What a forward asks between its steps: which of its items are still wanted.
+
+    Called as ``control(done, total)`` (the ``models.control.StepControl`` contract)
+    before step ``done`` of ``total`` and once with ``done == total`` at the end. It
+    reports the progress of every item still computed, counts one unit of work per item
+    per step started, and answers the positions (in the batch as it is now) of the items
+    still wanted, or ``None`` when all are.
+
+    ``rows`` is then the items (by their index in the forward's list) still in the
+    batch, in batch order: a forward returns one result for each of them.
+    """
+
+    def __init__(
+        self, pending: Sequence[_Pending], clock: Callable[[], float], observer: BatchObserver
+    ) -> None:
+        self._pending = list(pending)
+        self._clock = clock
+        self._observer = observer
+        self.rows: list[int] = list(range(len(self._pending)))
+
+    def __call__(self, done: int, total: int) -> list[int] | None:
+        now = self._clock()
+        keep = []
+        for position, row in enumerate(self.rows):
+            reason = self._pending[row].unwanted(now)
+            if reason is None:
+                keep.append(position)
+            else:
+                self._observer.cancelled(reason, "running")
+        dropped = len(keep) != len(self.rows)
+        if dropped:
+            self.rows = [self.rows[position] for position in keep]
+        for row in self.rows:
+            callback = self._pending[row].on_progress
+            if callback is not None:
+                callback(done, total)
+        if done < total:
+            self._observer.work_done(len(self.rows))
+        return keep if dropped else None
 
 
 @dataclass
 class BatcherStats:
+    """Running totals (batch sizes go to the observer, which keeps a histogram)."""
+
     forwards: int = 0
     items: int = 0
-    batch_sizes: list[int] = field(default_factory=list)
 
 
-def is_out_of_memory(exc: BaseException) -> bool:
-    """True for CUDA (or other accelerator) out-of-memory errors."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+def _never(exc: BaseException) -> bool:
+    return False
 
 
 class Batcher(Generic[ItemT, ResultT]):
     """Dynamic batching in front of one ``forward`` (one model on one device).
 
     Args:
-        forward: ``items -> results``, one result per item, in order. Runs on a single
-            worker thread under ``torch.inference_mode()``.
+        forward: ``(items, control) -> results``, one result per item still in
+            ``control.rows`` (all items when the forward never asks ``control``), in
+            order. Runs on a single worker thread.
         max_batch_size: most items in one forward.
         max_wait_s: longest an item waits for companions before its group flushes.
-        queue_size: most items waiting; one more raises ``Overloaded`` (HTTP 429).
+        queue_size: most items waiting; one more raises ``QueueFull``.
         clock: monotonic seconds; injectable so deadline tests need no sleeping.
         observer: gets queue depths and batch sizes (metrics).
         name: thread-name prefix, for logs and profilers.
+        is_out_of_memory: whether an error from ``forward`` is an out-of-memory, which
+            splits the batch in halves instead of retrying item by item.
+        release_memory: called before the halves are retried (e.g. emptying a cache).
     """
 
     def __init__(
         self,
-        forward: Callable[[list[ItemT]], Sequence[ResultT]],
+        forward: Callable[[list[ItemT], BatchControl], Sequence[ResultT]],
         *,
         max_batch_size: int,
         max_wait_s: float,
@@ -108,6 +207,8 @@ class Batcher(Generic[ItemT, ResultT]):
         clock: Callable[[], float] = time.monotonic,
         observer: BatchObserver | None = None,
         name: str = "batcher",
+        is_out_of_memory: Callable[[BaseException], bool] = _never,
+        release_memory: Callable[[], None] | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -116,6 +217,8 @@ class Batcher(Generic[ItemT, ResultT]):
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         self._forward = forward
+        self._is_out_of_memory = is_out_of_memory
+        self._release_memory = release_memory
         self.max_batch_size = max_batch_size
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
@@ -155,19 +258,28 @@ class Batcher(Generic[ItemT, ResultT]):
         self._executor.shutdown(wait=True)
 
     async def submit(
-        self, item: ItemT, *, key: Hashable = None, timeout_s: float | None = None
+        self,
+        item: ItemT,
+        *,
+        key: Hashable = None,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> ResultT:
         """Queue ``item`` and wait for its result (or its own exception).
 
+        ``on_progress(done, total)`` is called from the worker thread at each step of the
+        forward the item is in. Cancelling the awaiting task (a client that went away)
+        drops the item: from the queue, or from its running forward at the next step.
+
         Raises:
-            Overloaded: the queue holds ``queue_size`` items already.
-            ShuttingDown: ``close()`` was called.
+            QueueFull: the queue holds ``queue_size`` items already.
+            Closed: ``close()`` was called.
             DeadlineExceeded: no result within ``timeout_s``.
         """
         if self._closing:
-            raise ShuttingDown("the service is shutting down")
+            raise Closed("the batcher is closed")
         if self._queued >= self.queue_size:
-            raise Overloaded(
+            raise QueueFull(
                 f"the queue is full ({self.queue_size} waiting)",
                 retry_after_s=self._retry_after_estimate(),
             )
@@ -178,6 +290,7 @@ class Batcher(Generic[ItemT, ResultT]):
             future=asyncio.get_running_loop().create_future(),
             enqueued_at=now,
             deadline=now + timeout_s if timeout_s is not None else math.inf,
+            on_progress=on_progress,
         )
         self._groups.setdefault(key, deque()).append(pending)
         self._set_queued(self._queued + 1)
@@ -185,10 +298,10 @@ class Batcher(Generic[ItemT, ResultT]):
         try:
             return await asyncio.wait_for(pending.future, timeout_s)
         except TimeoutError:
-            self._discard(pending)
+            self._abandon(pending, "deadline")
             raise DeadlineExceeded(f"no result within {timeout_s:g} s") from None
         except asyncio.CancelledError:
-            self._discard(pending)
+            self._abandon(pending, "caller_gone")
             raise
 
     # --------------------------------------------------------------- internals
@@ -200,11 +313,15 @@ class Batcher(Generic[ItemT, ResultT]):
         batches_ahead = math.ceil(self._queued / self.max_batch_size) + 1
         return batches_ahead * (self._seconds_per_forward + self.max_wait_s)
 
-    def _discard(self, pending: _Pending) -> None:
+    def _abandon(self, pending: _Pending, reason: str) -> None:
+        """The caller stopped waiting: out of the queue, or out of its forward at the next
+        step (the worker thread sees ``abandoned``)."""
+        pending.abandoned = reason
         group = self._groups.get(pending.key)
         if group is not None and pending in group:
             group.remove(pending)
             self._set_queued(self._queued - 1)
+            self._observer.cancelled(reason, "queued")
             if not group:
                 del self._groups[pending.key]
 
@@ -219,6 +336,7 @@ class Batcher(Generic[ItemT, ResultT]):
                     pending.future.set_exception(
                         DeadlineExceeded("dropped from the queue: past its deadline")
                     )
+                    self._observer.cancelled("deadline", "queued")
                     continue
                 kept.append(pending)
             if len(kept) != len(group):
@@ -271,12 +389,14 @@ class Batcher(Generic[ItemT, ResultT]):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
-    def _call_forward(self, items: list[ItemT]) -> list[ResultT]:
-        with torch.inference_mode():
-            results = list(self._forward(items))
-        if len(results) != len(items):
-            raise RuntimeError(f"forward returned {len(results)} results for {len(items)} items")
-        return results
+    def _call_forward(self, live: list[_Pending]) -> tuple[list[int], list[ResultT]]:
+        control = BatchControl(live, self._clock, self._observer)
+        results = list(self._forward([p.item for p in live], control))
+        if len(results) != len(control.rows):
+            raise RuntimeError(
+                f"forward returned {len(results)} results for {len(control.rows)} items"
+            )
+        return control.rows, results
 
     async def _forward_resilient(self, batch: list[_Pending]) -> None:
         now = self._clock()
@@ -288,6 +408,7 @@ class Batcher(Generic[ItemT, ResultT]):
                 pending.future.set_exception(
                     DeadlineExceeded("dropped before the forward: past its deadline")
                 )
+                self._observer.cancelled("deadline", "queued")
                 continue
             live.append(pending)
         if not live:
@@ -295,9 +416,7 @@ class Batcher(Generic[ItemT, ResultT]):
         loop = asyncio.get_running_loop()
         started = time.perf_counter()
         try:
-            results = await loop.run_in_executor(
-                self._executor, self._call_forward, [p.item for p in live]
-            )
+            rows, results = await loop.run_in_executor(self._executor, self._call_forward, live)
         except Exception as exc:
             await self._recover(live, exc)
             return
@@ -305,20 +424,24 @@ class Batcher(Generic[ItemT, ResultT]):
         self._seconds_per_forward = 0.8 * self._seconds_per_forward + 0.2 * seconds
         self.stats.forwards += 1
         self.stats.items += len(live)
-        self.stats.batch_sizes.append(len(live))
         self._observer.batch_done(len(live), seconds)
-        for pending, result in zip(live, results, strict=True):
+        for row, result in zip(rows, results, strict=True):
+            if not live[row].future.done():
+                live[row].future.set_result(result)
+        for pending in live:  # dropped at a step: past its deadline, or nobody waits
             if not pending.future.done():
-                pending.future.set_result(result)
+                pending.future.set_exception(
+                    DeadlineExceeded("stopped during the forward: past its deadline")
+                )
 
     async def _recover(self, live: list[_Pending], exc: Exception) -> None:
         if len(live) == 1:
             if not live[0].future.done():
                 live[0].future.set_exception(exc)
             return
-        if is_out_of_memory(exc):
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
+        if self._is_out_of_memory(exc):
+            if self._release_memory is not None:
+                self._release_memory()
             half = len(live) // 2
             await self._forward_resilient(live[:half])
             await self._forward_resilient(live[half:])

@@ -35,6 +35,21 @@ class Settings(BaseSettings):
     max_batch_wait_ms: float = Field(default=10.0, ge=0.0, le=10_000.0)
     queue_size: int = Field(default=64, ge=1, description="Bound of each worker's queue.")
     request_timeout_s: float = Field(default=60.0, gt=0.0)
+    max_image_steps: int = Field(
+        default=2000,
+        ge=1,
+        description="Most sampler steps x images one generate request may cost: what this "
+        "server finishes within request_timeout_s (measure seconds per image-step, e.g. "
+        "with benchmarks/dit_bench.py, and set timeout / that). Past it: 422.",
+    )
+    max_jobs: int = Field(
+        default=64, ge=1, description="Async jobs held at once (unfinished ones: 429 past it)."
+    )
+    job_ttl_s: float = Field(default=600.0, gt=0.0, description="How long a finished job is kept.")
+    job_results_max_bytes: int = Field(
+        default=256 * 1024 * 1024, ge=1024, description="Bytes of job results held in memory."
+    )
+    job_timeout_s: float = Field(default=600.0, gt=0.0, description="An async job's deadline.")
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     max_pixels: int = Field(
         default=40_000_000, ge=1, description="Largest decoded image, in pixels."

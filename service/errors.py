@@ -10,6 +10,8 @@ a status that says whose fault it was:
 415   ``unsupported_media_type``   not an image format the service reads; not multipart
 422   ``validation_error``         a field of the wrong type, out of range, wrong count
 429   ``overloaded``               a worker queue is full (with ``Retry-After``)
+499   ``client_closed_request``    the client went away first: its work was cancelled
+                                   (logged and counted; nobody receives the answer)
 503   ``not_ready``                model not loaded, or the service is shutting down
 504   ``deadline_exceeded``        the request waited past ``request_timeout_s``
 ====  ===========================  ==================================================
@@ -83,6 +85,12 @@ class Overloaded(ServiceError):
         seconds = max(1, math.ceil(retry_after_s))
         super().__init__(message, headers={"Retry-After": str(seconds)})
         self.retry_after_s = seconds
+
+
+class ClientClosedRequest(ServiceError):
+    """The client disconnected before the answer (nginx's 499): its work was cancelled."""
+
+    status_code, code = 499, "client_closed_request"
 
 
 class NotReady(ServiceError):

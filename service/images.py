@@ -9,13 +9,16 @@ the API documents (400 bad image, 413 too large, 415 not a supported format).
 from __future__ import annotations
 
 import io
+import json
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL.PngImagePlugin import PngInfo
 
 from service.errors import BadImage, PayloadTooLarge, UnsupportedMediaType
 
@@ -159,8 +162,13 @@ def to_grey_mask(image: torch.Tensor) -> torch.Tensor:
     return image.mean(dim=0, keepdim=True)
 
 
-def encode_image(image: torch.Tensor, fmt: str) -> tuple[bytes, str]:
+def encode_image(
+    image: torch.Tensor, fmt: str, parameters: Mapping[str, object] | None = None
+) -> tuple[bytes, str]:
     """Encode ``(3, H, W)`` in [0, 1] as PNG, JPEG or WebP.
+
+    ``parameters`` (how the image was made) go into PNG ``tEXt``/``iTXt`` chunks, one
+    per key, values as text (JSON for lists and dicts); other formats carry none.
 
     Returns:
         ``(bytes, media_type)``.
@@ -173,5 +181,17 @@ def encode_image(image: torch.Tensor, fmt: str) -> tuple[bytes, str]:
     array = (image.detach().float().clamp(0, 1) * 255.0).round().to(torch.uint8)
     pil = Image.fromarray(array.permute(1, 2, 0).cpu().numpy())
     buffer = io.BytesIO()
+    if parameters and pil_format == "PNG":
+        options = {**options, "pnginfo": _png_text(parameters)}
     pil.save(buffer, format=pil_format, **options)
     return buffer.getvalue(), media_type
+
+
+def _png_text(parameters: Mapping[str, object]) -> PngInfo:
+    info = PngInfo()
+    for key, value in parameters.items():
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        info.add_itxt(key, text)  # iTXt: UTF-8, so any prompt survives
+    return info

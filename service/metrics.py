@@ -9,6 +9,12 @@ Exported series:
 * ``atelier_batch_size{model, device}`` and ``atelier_forward_duration_seconds{model,
   device}``: one observation per batched forward.
 * ``atelier_queue_depth{model, device}``: items waiting in each batcher.
+* ``atelier_work_units_total{model, device}``: item-steps started (sampler steps x
+  images for the DiT, passes x images for AdaIN): what the workers spent, so a benchmark
+  can show that nothing is computed for abandoned requests after their cancel point.
+* ``atelier_cancelled_total{model, device, reason, stage}``: items nobody waited for any
+  more (``reason`` ``caller_gone`` or ``deadline``), dropped while ``queued`` or
+  ``running`` (at a step boundary).
 """
 
 from __future__ import annotations
@@ -70,6 +76,19 @@ class Metrics:
             registry=self.registry,
         )
 
+        self.work_units = Counter(
+            "atelier_work_units",
+            "Item-steps started by the workers (sampler steps or passes, times images).",
+            ["model", "device"],
+            registry=self.registry,
+        )
+        self.cancelled = Counter(
+            "atelier_cancelled",
+            "Items dropped because nobody waited for them any more.",
+            ["model", "device", "reason", "stage"],
+            registry=self.registry,
+        )
+
     def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
         self.requests.labels(method, route, str(status)).inc()
         self.latency.labels(method, route).observe(seconds)
@@ -88,7 +107,11 @@ class BatchMetrics:
         self._depth = metrics.queue_depth.labels(model, device)
         self._size = metrics.batch_size.labels(model, device)
         self._seconds = metrics.forward_seconds.labels(model, device)
+        self._work = metrics.work_units.labels(model, device)
+        self._cancelled = metrics.cancelled
+        self._labels = (model, device)
         self._depth.set(0)
+        self._work.inc(0)
 
     def queue_depth(self, depth: int) -> None:
         self._depth.set(depth)
@@ -96,3 +119,9 @@ class BatchMetrics:
     def batch_done(self, size: int, seconds: float) -> None:
         self._size.observe(size)
         self._seconds.observe(seconds)
+
+    def work_done(self, rows: int) -> None:
+        self._work.inc(rows)
+
+    def cancelled(self, reason: str, stage: str) -> None:
+        self._cancelled.labels(*self._labels, reason, stage).inc()

@@ -4,6 +4,11 @@ A model joins the service with three things: a ``load(search_path, device)`` fun
 a ``run(model, jobs) -> results`` function that does one batched forward, and a job
 type whose ``batch_key()`` says which jobs may share that forward. ``MODELS`` lists
 them; ``load_pools`` builds a ``WorkerPool`` for each one whose weights load.
+
+The service sees the models only through the protocols of ``service.model_types``.
+This module is where torch meets the generic batcher: forwards run under
+``torch.inference_mode()``, out-of-memory errors split batches, and the batcher's
+errors become API errors.
 """
 
 from __future__ import annotations
@@ -14,14 +19,22 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import torch
 
-from service.batching import Batcher, is_out_of_memory
+from models.control import StepControl
+from service.batching import Batcher, Closed, DeadlineExceeded, ProgressCallback, QueueFull
 from service.config import Settings
-from service.errors import BadRequest, Overloaded
+from service.errors import BadRequest, Overloaded, ShuttingDown
+from service.errors import DeadlineExceeded as DeadlineExceededError
 from service.metrics import Metrics
+from service.model_types import (
+    BatchJob,
+    GenerateOptions,
+    StyleTransferModel,
+    TextToImageModel,
+)
 
 logger = logging.getLogger("atelier.workers")
 
@@ -56,7 +69,7 @@ class StylizeJob:
         )
 
 
-def load_style_transfer(search_path: Sequence[Path], device: str) -> Any:
+def load_style_transfer(search_path: Sequence[Path], device: str) -> StyleTransferModel:
     """The default AdaIN model on its fast path (bf16 + channels_last where the device has
     native bf16 kernels, else float32): ~2.4x faster on the CPU at +0.6 % style loss
     (``benchmarks/adain_bench.py``), and its per-image cost falls with the batch size."""
@@ -65,8 +78,11 @@ def load_style_transfer(search_path: Sequence[Path], device: str) -> Any:
     return StyleTransfer.from_pretrained(search_path, device=device, fast=True)
 
 
-def run_stylize(model: Any, jobs: list[StylizeJob]) -> list[torch.Tensor]:
-    """Stack compatible jobs into one ``model.stylize`` call; one ``(3, H, W)`` per job."""
+def run_stylize(
+    model: StyleTransferModel, jobs: list[StylizeJob], control: StepControl | None = None
+) -> list[torch.Tensor]:
+    """Stack compatible jobs into one ``model.stylize`` call; one ``(3, H, W)`` per job
+    that ``control`` kept (every job without one)."""
     first = jobs[0]
     content = torch.stack([job.content for job in jobs])
     styles = [torch.stack([job.styles[i] for job in jobs]) for i in range(len(first.styles))]
@@ -80,6 +96,7 @@ def run_stylize(model: Any, jobs: list[StylizeJob]) -> list[torch.Tensor]:
         alpha=first.alpha,
         preserve_color=first.preserve_color,
         masks=masks,
+        control=control,
     )
     return list(output.float().cpu().unbind(0))
 
@@ -91,45 +108,71 @@ class GenerateJob:
 
     prompt: str
     negative_prompt: str | None
-    steps: int
-    guidance_scale: float
     seed: int
-    sampler: str
-    plan_layout: bool = True
+    options: GenerateOptions
 
     def batch_key(self) -> Hashable:
-        return (self.steps, self.guidance_scale, self.sampler, self.plan_layout)
+        return self.options
 
 
-def load_text_to_image(search_path: Sequence[Path], device: str) -> Any:
+def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageModel:
     from models.dit.pipeline import TextToImage
 
     return TextToImage.from_pretrained(search_path, device=device)
 
 
-def run_generate(model: Any, jobs: list[GenerateJob]) -> list[torch.Tensor]:
-    """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job."""
-    first = jobs[0]
+def run_generate(
+    model: TextToImageModel, jobs: list[GenerateJob], control: StepControl | None = None
+) -> list[torch.Tensor]:
+    """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job that
+    ``control`` kept (every job without one)."""
+    options = jobs[0].options
     images = model.generate(
         [job.prompt for job in jobs],
         negative_prompts=[job.negative_prompt for job in jobs],
-        steps=first.steps,
-        guidance_scale=first.guidance_scale,
+        steps=options.steps,
+        guidance_scale=options.guidance_scale,
         seeds=[job.seed for job in jobs],
-        sampler=first.sampler,
-        plan_layout=first.plan_layout,
+        sampler=options.sampler,
+        plan_layout=options.plan_layout,
+        control=control,
     )
     return list(images.float().cpu().unbind(0))
 
 
 # -------------------------------------------------------------------- registry
+ModelT = TypeVar("ModelT")
+
+
 @dataclass(frozen=True)
-class ModelEntry:
+class ModelEntry(Generic[ModelT]):
     """How to load a model and run one batch of its jobs."""
 
     name: str
-    load: Callable[[Sequence[Path], str], Any]
-    run: Callable[[Any, list], list]
+    load: Callable[[Sequence[Path], str], ModelT]
+    run: Callable[[ModelT, list, StepControl], list]
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA (or other accelerator) out-of-memory errors."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def release_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _inference(
+    run: Callable[[ModelT, list, StepControl], list],
+    model: ModelT,
+    jobs: list,
+    control: StepControl,
+) -> list:
+    with torch.inference_mode():
+        return run(model, jobs, control)
 
 
 MODELS: dict[str, ModelEntry] = {
@@ -138,14 +181,14 @@ MODELS: dict[str, ModelEntry] = {
 }
 
 
-class WorkerPool:
+class WorkerPool(Generic[ModelT]):
     """The batchers of one model, one per device; ``submit`` picks the least loaded."""
 
     def __init__(
         self,
         name: str,
-        models: Mapping[str, Any],
-        run: Callable[[Any, list], list],
+        models: Mapping[str, ModelT],
+        run: Callable[[ModelT, list, StepControl], list],
         settings: Settings,
         metrics: Metrics,
     ) -> None:
@@ -153,22 +196,39 @@ class WorkerPool:
             raise ValueError(f"{name}: a pool needs at least one device")
         self.name = name
         self.models = dict(models)
+        #: sha256 of the weight files by file name (filled by ``build_pools``)
+        self.checkpoint_sha256: dict[str, str] = {}
         self.batchers = {
             device: Batcher(
-                partial(run, model),
+                partial(_inference, run, model),
                 max_batch_size=settings.max_batch_size,
                 max_wait_s=settings.max_batch_wait_ms / 1000.0,
                 queue_size=settings.queue_size,
                 observer=metrics.batch_observer(name, device),
                 name=f"{name}-{device}",
+                is_out_of_memory=is_out_of_memory,
+                release_memory=release_memory,
             )
             for device, model in self.models.items()
         }
 
     @property
-    def model(self) -> Any:
-        """The model on the first device (for its attributes: samplers, defaults)."""
+    def model(self) -> ModelT:
+        """The model on the first device (for what is the same on all: its defaults)."""
         return next(iter(self.models.values()))
+
+    def model_parameters(self) -> dict[str, Any]:
+        """The model's own settings that shape a result (e.g. AdaIN's levels)."""
+        details = self.describe_first()
+        return {key: details[key] for key in ("levels", "mode", "dtype") if key in details}
+
+    def describe_first(self) -> dict[str, Any]:
+        model = self.model
+        return model.describe() if hasattr(model, "describe") else {}
+
+    def provenance(self) -> dict[str, Any]:
+        """Which model and weights made a result (goes into PNG text chunks and JSON)."""
+        return {"model": self.name, "checkpoint_sha256": self.checkpoint_sha256}
 
     @property
     def devices(self) -> list[str]:
@@ -181,15 +241,34 @@ class WorkerPool:
     async def close(self) -> None:
         await asyncio.gather(*(batcher.close() for batcher in self.batchers.values()))
 
-    async def submit(self, job: Any, *, timeout_s: float | None = None) -> Any:
+    async def submit(
+        self,
+        job: BatchJob,
+        *,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> torch.Tensor:
         """Run ``job`` on the least-loaded device and return its result.
 
-        Model errors become API errors: a ``ValueError`` (input the model refused) is a
-        400; an out-of-memory on a single item is a 429 with ``Retry-After``.
+        ``on_progress(done, total)`` hears of each step (from the worker thread).
+        Cancelling the awaiting task stops the job: dropped from the queue, or from its
+        running batch at the next step.
+
+        Batcher and model errors become API errors: a full queue or an out-of-memory on a
+        single item is a 429 with ``Retry-After``, a closed batcher a 503, a missed
+        deadline a 504, a ``ValueError`` (input the model refused) a 400.
         """
         batcher = min(self.batchers.values(), key=lambda b: b.load)
         try:
-            return await batcher.submit(job, key=job.batch_key(), timeout_s=timeout_s)
+            return await batcher.submit(
+                job, key=job.batch_key(), timeout_s=timeout_s, on_progress=on_progress
+            )
+        except QueueFull as exc:
+            raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc
+        except Closed as exc:
+            raise ShuttingDown("the service is shutting down") from exc
+        except DeadlineExceeded as exc:
+            raise DeadlineExceededError(str(exc)) from exc
         except ValueError as exc:
             raise BadRequest(f"{self.name}: {exc}", code="rejected_by_model") from exc
         except RuntimeError as exc:
@@ -254,10 +333,21 @@ def load_models(
             continue
         first = next(iter(per_device.values()))
         details = first.describe() if hasattr(first, "describe") else {}
+        details["checkpoint_sha256"] = checkpoint_hashes(details)
         loaded[name] = per_device
         statuses[name] = ModelStatus(name, loaded=True, devices=devices, details=details)
         logger.info("model loaded", extra={"model": name, "devices": devices})
     return loaded, statuses
+
+
+def checkpoint_hashes(details: Mapping[str, Any]) -> dict[str, str]:
+    """sha256 of each weight file a model reports (``source`` or ``weight_files``), by
+    file name: what generated images record as their provenance."""
+    from models.hub import sha256_of
+
+    paths = [details["source"]] if details.get("source") else []
+    paths += list(details.get("weight_files") or [])
+    return {Path(p).name: sha256_of(p) for p in paths if Path(p).is_file()}
 
 
 def build_pools(
@@ -265,8 +355,13 @@ def build_pools(
     entries: Mapping[str, ModelEntry],
     settings: Settings,
     metrics: Metrics,
+    statuses: Mapping[str, ModelStatus] | None = None,
 ) -> dict[str, WorkerPool]:
-    return {
-        name: WorkerPool(name, models, entries[name].run, settings, metrics)
-        for name, models in loaded.items()
-    }
+    pools = {}
+    for name, models in loaded.items():
+        pool = WorkerPool(name, models, entries[name].run, settings, metrics)
+        status = (statuses or {}).get(name)
+        if status is not None:
+            pool.checkpoint_sha256 = dict(status.details.get("checkpoint_sha256", {}))
+        pools[name] = pool
+    return pools

@@ -27,6 +27,7 @@ from models.adain.color import luminance, with_chroma_of
 from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import region_labels, transfer
 from models.checkpoints import load_state_dict
+from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
 from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
@@ -92,6 +93,35 @@ def pad_to_multiple(image: Tensor, multiple: int) -> tuple[Tensor, tuple[int, in
         return image, (height, width)
     mode = "reflect" if pad_h < height and pad_w < width else "replicate"
     return F.pad(image, (0, pad_w, 0, pad_h), mode=mode), (height, width)
+
+
+def _take_images(
+    rows: Tensor,
+    image: Tensor,
+    content: Tensor,
+    anchors: dict[str, Tensor],
+    stats: list[dict[str, FeatureStats]],
+    masks: list[Tensor] | None,
+) -> tuple:
+    """The pass's per-image state restricted to images ``rows``; batch-1 style statistics
+    and masks are shared by every image and stay as they are."""
+
+    def shared_or_rows(tensor: Tensor) -> Tensor:
+        return tensor if tensor.shape[0] == 1 else take_rows(tensor, rows)
+
+    return (
+        take_rows(image, rows),
+        take_rows(content, rows),
+        {level: take_rows(value, rows) for level, value in anchors.items()},
+        [
+            {
+                level: FeatureStats(shared_or_rows(item.mean), shared_or_rows(item.std))
+                for level, item in per_style.items()
+            }
+            for per_style in stats
+        ],
+        None if masks is None else [shared_or_rows(mask) for mask in masks],
+    )
 
 
 class StyleTransfer(nn.Module):
@@ -235,6 +265,7 @@ class StyleTransfer(nn.Module):
         preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
         levels: Sequence[str] | None = None,
+        control: StepControl | None = None,
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
 
@@ -252,6 +283,9 @@ class StyleTransfer(nn.Module):
                 where its mask is largest (and >= 0.5), with statistics per region;
                 elsewhere the content is kept.
             levels: the pass to run instead of the default, deepest first.
+            control: asked before each level's pass which images are still wanted
+                (:class:`~models.control.StepControl`); the others stop there and the
+                output holds the kept ones only, each as it would have been without it.
 
         Shape:
             - content: ``(B, 3, H, W)``, any ``H, W``
@@ -282,7 +316,15 @@ class StyleTransfer(nn.Module):
         batch = content.shape[0]
         image = self._prepare(image)
         anchors = self.encoder(image, set(levels)) if alpha < 1.0 else {}
-        for level in levels:
+        for done, level in enumerate(levels):
+            rows = wanted_rows(control, done, len(levels))
+            if rows is not None:
+                image, content, anchors, stats, padded_masks = _take_images(
+                    rows, image, content, anchors, stats, padded_masks
+                )
+                batch = image.shape[0]
+                if batch == 0:
+                    break
             features = self.encoder.encode(image, level)
             labels = None
             if padded_masks is not None:
@@ -296,6 +338,10 @@ class StyleTransfer(nn.Module):
                 anchor=anchors.get(level),
             )
             image = self.decoders[level](restyled)
+        else:
+            rows = wanted_rows(control, len(levels), len(levels))
+            if rows is not None:
+                image, content = image[rows.to(image.device)], content[rows.to(content.device)]
         output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
         if preserve_color:
             output = with_chroma_of(output, content)

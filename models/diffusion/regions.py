@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from models.control import take_rows
 from models.diffusion.samplers import Denoiser
 
 
@@ -53,6 +54,23 @@ class Regions(NamedTuple):
     hide: Tensor
     noise: Tensor
     background: float = 0.0
+
+    def take_rows(self, images: Tensor) -> Regions:
+        """The regions of images ``images`` (``(K,)`` long, ascending), owners renumbered
+        ``0..K-1``: what a sampler keeps when it drops images from its batch."""
+        images = images.to(self.owner.device)
+        position = torch.full((int(self.owner.max()) + 1 if self.owner.numel() else 0,), -1)
+        position = position.to(self.owner.device)
+        position[images] = torch.arange(images.numel(), device=self.owner.device)
+        regions = (position[self.owner] >= 0).nonzero().flatten()  # (M',)
+        return Regions(
+            cond=take_rows(self.cond, regions),
+            owner=position[self.owner[regions]],
+            weight=self.weight[regions],
+            hide=self.hide[regions],
+            noise=self.noise[regions],
+            background=self.background,
+        )
 
     def to(self, device: torch.device | str) -> Regions:
         """The tensors (not ``cond``) on ``device``."""

@@ -6,6 +6,11 @@ caller passes (handed through untouched). Every sampler walks the timesteps retu
 :func:`~models.diffusion.schedules.sampling_timesteps` and ends with one last jump to
 clean data (``alpha_bar = 1``), so ``steps`` is exactly the number of model calls.
 
+Every sampler takes an optional ``control`` (:class:`~models.control.StepControl`):
+asked before each step, it may drop rows from the batch (a cancelled image), and the
+sampler goes on with the others: ``x``, ``cond``, the per-row generators and its own
+state shrink together, and the result has the kept rows only.
+
 Notation: ``a_t = sqrt(alpha_bar_t)``, ``s_t = sqrt(1 - alpha_bar_t)``,
 ``x0_hat = (x_t - s_t eps) / a_t``.
 """
@@ -19,6 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from models.control import StepControl, take_rows, wanted_rows
 from models.diffusion.random import Generators, randn
 from models.diffusion.schedules import sampling_timesteps
 
@@ -46,6 +52,12 @@ def _pairs(alpha_bar: Tensor, steps: int) -> list[tuple[int, float, float]]:
     return [(t, values[i], values[i + 1]) for i, t in enumerate(grid)]
 
 
+def _controlled(control: StepControl | None, done: int, total: int, state: tuple) -> tuple:
+    """``state`` (per-row values, batch first) restricted to the rows ``control`` keeps."""
+    rows = wanted_rows(control, done, total)
+    return state if rows is None else take_rows(state, rows)
+
+
 @torch.no_grad()
 def ddpm(
     model: Denoiser,
@@ -56,6 +68,7 @@ def ddpm(
     steps: int,
     generator: Generators = None,
     clip_denoised: bool = False,
+    control: StepControl | None = None,
 ) -> Tensor:
     """Ancestral sampling from the DDPM posterior ``q(x_s | x_t, x0_hat)`` (Ho et al. 2020).
 
@@ -73,8 +86,13 @@ def ddpm(
         steps: model evaluations (the grid is a subsequence when ``steps < T``).
         generator: one generator, or one per batch item, for the added noise.
         clip_denoised: clamp ``x0_hat`` to ``[-1, 1]`` (for images).
+        control: asked before each step which rows go on (see the module docstring).
     """
-    for t, ab_t, ab_s in _pairs(alpha_bar, steps):
+    pairs = _pairs(alpha_bar, steps)
+    for i, (t, ab_t, ab_s) in enumerate(pairs):
+        x, cond, generator = _controlled(control, i, len(pairs), (x, cond, generator))
+        if x.shape[0] == 0:
+            return x
         _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
         b = 1.0 - ab_t / ab_s
         mean = (math.sqrt(ab_s) * b / (1 - ab_t)) * x0 + (
@@ -84,6 +102,7 @@ def ddpm(
         if var > 0:
             mean = mean + math.sqrt(var) * randn(x.shape, generator, device=x.device, dtype=x.dtype)
         x = mean
+    (x,) = _controlled(control, len(pairs), len(pairs), (x,))
     return x
 
 
@@ -98,6 +117,7 @@ def ddim(
     eta: float = 0.0,
     generator: Generators = None,
     clip_denoised: bool = False,
+    control: StepControl | None = None,
 ) -> Tensor:
     """DDIM (Song et al. 2021). ``eta = 0`` is deterministic, ``eta = 1`` is DDPM.
 
@@ -111,12 +131,17 @@ def ddim(
     """
     if eta < 0:
         raise ValueError(f"eta must be >= 0, got {eta}")
-    for t, ab_t, ab_s in _pairs(alpha_bar, steps):
+    pairs = _pairs(alpha_bar, steps)
+    for i, (t, ab_t, ab_s) in enumerate(pairs):
+        x, cond, generator = _controlled(control, i, len(pairs), (x, cond, generator))
+        if x.shape[0] == 0:
+            return x
         eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
         sigma = eta * math.sqrt((1 - ab_s) / (1 - ab_t) * (1 - ab_t / ab_s))
         x = math.sqrt(ab_s) * x0 + math.sqrt(max(1 - ab_s - sigma**2, 0.0)) * eps
         if sigma > 0:
             x = x + sigma * randn(x.shape, generator, device=x.device, dtype=x.dtype)
+    (x,) = _controlled(control, len(pairs), len(pairs), (x,))
     return x
 
 
@@ -130,6 +155,7 @@ def dpm_solver_pp_2m(
     steps: int,
     generator: Generators = None,
     clip_denoised: bool = False,
+    control: StepControl | None = None,
 ) -> Tensor:
     """DPM-Solver++(2M), the multistep second-order data-prediction solver (Lu et al. 2022).
 
@@ -146,9 +172,14 @@ def dpm_solver_pp_2m(
     """
     del generator
     previous_x0, previous_h = None, None
-    for t, ab_t, ab_s in _pairs(alpha_bar, steps):
+    pairs = _pairs(alpha_bar, steps)
+    for i, (t, ab_t, ab_s) in enumerate(pairs):
+        x, cond, previous_x0 = _controlled(control, i, len(pairs), (x, cond, previous_x0))
+        if x.shape[0] == 0:
+            return x
         _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
         if ab_s >= 1.0:
+            (x0,) = _controlled(control, len(pairs), len(pairs), (x0,))
             return x0
         a_t, s_t = math.sqrt(ab_t), math.sqrt(1 - ab_t)
         a_s, s_s = math.sqrt(ab_s), math.sqrt(1 - ab_s)
@@ -159,6 +190,7 @@ def dpm_solver_pp_2m(
             direction = (1 + 1 / (2 * r)) * x0 - (1 / (2 * r)) * previous_x0
         x = (s_s / s_t) * x - a_s * math.expm1(-h) * direction
         previous_x0, previous_h = x0, h
+    (x,) = _controlled(control, len(pairs), len(pairs), (x,))
     return x
 
 

@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models.control import StepControl
 from models.diffusion import (
     SAMPLERS,
     Regions,
@@ -24,6 +25,7 @@ from models.diffusion import (
 )
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
+from models.dit.options import GenerateDefaults
 from models.hub import WeightsNotFoundError
 from models.shapes.planner import plan_regions
 from models.shapes.vocab import IMAGE_SIZE
@@ -87,6 +89,14 @@ class TextToImage:
         self.default_steps = default_steps
         self.default_guidance_scale = default_guidance_scale
         self.default_plan_layout = plan_layout
+        self.defaults = GenerateDefaults(
+            steps=default_steps,
+            guidance_scale=default_guidance_scale,
+            sampler=self.default_sampler,
+            plan_layout=plan_layout,
+            samplers=self.samplers,
+            max_steps=self.config.num_timesteps,
+        )
         self.source = source
         self.info = info or {}
 
@@ -131,6 +141,7 @@ class TextToImage:
         seeds: list[int] | None = None,
         sampler: str | None = None,
         plan_layout: bool | None = None,
+        control: StepControl | None = None,
     ) -> Tensor:
         """Sample one image per prompt.
 
@@ -148,9 +159,13 @@ class TextToImage:
                 (:func:`~models.shapes.planner.plan_regions`,
                 :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
                 drawn as they are. ``default_plan_layout`` if ``None``.
+            control: asked before each sampler step which images are still wanted
+                (:class:`~models.control.StepControl`); the others stop there, and the
+                kept ones come out as they would have without it.
 
         Returns:
-            ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU.
+            ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU; with ``control``, only the
+            images it kept, in order.
         """
         n = len(prompts)
         if n == 0:
@@ -161,31 +176,24 @@ class TextToImage:
             raise ValueError(
                 f"got {n} prompts, {len(negative_prompts)} negative prompts, {len(seeds)} seeds"
             )
-        steps = self.default_steps if steps is None else steps
-        if not 1 <= steps <= self.config.num_timesteps:
-            raise ValueError(f"steps must be in [1, {self.config.num_timesteps}], got {steps}")
-        scale = self.default_guidance_scale if guidance_scale is None else float(guidance_scale)
-        if scale < 0:
-            raise ValueError(f"guidance_scale must be >= 0, got {scale}")
-        sampler = self.default_sampler if sampler is None else sampler
-        if sampler not in self.samplers:
-            raise ValueError(f"unknown sampler {sampler!r}; choose from {list(self.samplers)}")
-
-        plan_layout = self.default_plan_layout if plan_layout is None else plan_layout
-
-        regions = self.regions(prompts, negative_prompts, seeds, plan_layout=plan_layout)
+        options = self.defaults.resolve(
+            steps=steps, guidance_scale=guidance_scale, sampler=sampler, plan_layout=plan_layout
+        )
+        regions = self.regions(prompts, negative_prompts, seeds, plan_layout=options.plan_layout)
         generators = generators_from_seeds(seeds)
         config = self.config
         shape = (n, config.in_channels, config.image_size, config.image_size)
         noise = randn(shape, generators, device=self.device)
-        images = get_sampler(sampler)(
-            regional_denoiser(classifier_free_guidance(self.denoiser, scale), self.alpha_bar),
+        guided = classifier_free_guidance(self.denoiser, options.guidance_scale)
+        images = get_sampler(options.sampler)(
+            regional_denoiser(guided, self.alpha_bar),
             noise,
             regions,
             self.alpha_bar,
-            steps=steps,
+            steps=options.steps,
             generator=generators,
             clip_denoised=True,
+            control=control,
         )
         return ((images + 1) / 2).clamp(0, 1).float().cpu()
 

@@ -5,15 +5,19 @@ Shared dependencies live here as ``Annotated`` aliases.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 
 from service.config import Settings
-from service.errors import DeadlineExceeded, NotReady
+from service.errors import ClientClosedRequest, DeadlineExceeded, NotReady
 from service.workers import WorkerPool
+
+T = TypeVar("T")
 
 
 def app_settings(request: Request) -> Settings:
@@ -44,3 +48,42 @@ def remaining_seconds(request: Request, settings: Settings) -> float:
     if left <= 0:
         raise DeadlineExceeded(f"no time left of the {settings.request_timeout_s:g} s deadline")
     return left
+
+
+async def _disconnected(request: Request) -> None:
+    """Return once the client has gone (the body is read already: ``receive`` then only
+    answers ``http.disconnect``, when the connection closes)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await ``work`` while watching the connection; when the client goes first, cancel
+    ``work`` (its jobs leave the queue, or their batch at the next step) and raise
+    ``ClientClosedRequest`` (logged as 499).
+
+    Call it only after the request body has been read.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnected(request))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+            raise ClientClosedRequest("the client closed the connection: its work was cancelled")
+    return task.result()
+
+
+async def all_or_nothing(*works: Awaitable[T]) -> list[T]:
+    """Await every ``work``; the first failure cancels the others and is raised (so one
+    image past its deadline stops its siblings too)."""
+    tasks = [asyncio.ensure_future(work) for work in works]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,10 +1,15 @@
-"""``POST /v1/generate``: a prompt in, base64 PNGs and their seeds out."""
+"""``POST /v1/generate``: a prompt in, base64 PNGs and their seeds out.
+
+With ``Prefer: respond-async`` the same request starts a job (202, see
+``service.routes.jobs``). A client that disconnects cancels its images; a request whose
+cost (steps x images) is over ``max_image_steps`` is refused with 422.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import secrets
+from dataclasses import asdict
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
@@ -14,12 +19,21 @@ from starlette.concurrency import run_in_threadpool
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import encode_image
-from service.routes import SettingsDep, pool_of, remaining_seconds
+from service.jobs import JobResult, Progress
+from service.model_types import TextToImageModel
+from service.routes import (
+    SettingsDep,
+    all_or_nothing,
+    pool_of,
+    remaining_seconds,
+    unless_disconnected,
+)
+from service.routes.jobs import RespondAsync, start_job
 from service.workers import GenerateJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])
 
-GeneratePool = Annotated[WorkerPool, Depends(pool_of("dit"))]
+GeneratePool = Annotated[WorkerPool[TextToImageModel], Depends(pool_of("dit"))]
 MAX_SEED = 2**31 - 1
 
 
@@ -49,6 +63,11 @@ class GenerateResponse(BaseModel):
     guidance_scale: float
     sampler: str
     plan_layout: bool
+    parameters: dict = Field(
+        description="How the images were made (also in each PNG's text chunks): prompt, "
+        "negative_prompt, steps, guidance_scale, sampler, plan_layout, model, "
+        "checkpoint_sha256; each PNG's own chunks add its seed."
+    )
 
 
 @router.post(
@@ -57,7 +76,8 @@ class GenerateResponse(BaseModel):
     response_model=GenerateResponse,
     responses={
         200: {"content": {"image/png": {}}, "description": "JSON, or the PNG itself."},
-        422: {"description": "a field is invalid"},
+        202: {"description": "with 'Prefer: respond-async': the job started (Location)"},
+        422: {"description": "a field is invalid, or steps x images is over the budget"},
         429: {"description": "overloaded; see Retry-After"},
         503: {"description": "model not loaded, or shutting down"},
         504: {"description": "past the request deadline"},
@@ -68,39 +88,76 @@ async def generate(
     request: Request,
     settings: SettingsDep,
     pool: GeneratePool,
+    respond_async: RespondAsync,
     accept: Annotated[str | None, Header()] = None,
 ) -> GenerateResponse | Response:
-    model = pool.model
-    sampler = body.sampler or model.samplers[0]
-    if sampler not in model.samplers:
-        raise ValidationFailed(f"sampler: {sampler!r} is not one of {list(model.samplers)}")
-    steps = body.steps or model.default_steps
-    guidance = (
-        body.guidance_scale if body.guidance_scale is not None else model.default_guidance_scale
-    )
-    plan_layout = body.plan_layout if body.plan_layout is not None else model.default_plan_layout
+    try:
+        options = pool.model.defaults.resolve(
+            steps=body.steps,
+            guidance_scale=body.guidance_scale,
+            sampler=body.sampler,
+            plan_layout=body.plan_layout,
+        )
+    except ValueError as exc:
+        raise ValidationFailed(str(exc)) from None
+    cost = options.steps * body.num_images
+    if cost > settings.max_image_steps:
+        raise ValidationFailed(
+            f"steps x num_images = {options.steps} x {body.num_images} = {cost} is over this "
+            f"server's budget of {settings.max_image_steps} image-steps per request "
+            "(max_image_steps); ask for fewer steps or images"
+        )
     first_seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED - 8)
     seeds = [(first_seed + i) % (MAX_SEED + 1) for i in range(body.num_images)]
-    timeout = remaining_seconds(request, settings)
-    jobs = [
-        GenerateJob(
-            body.prompt, body.negative_prompt, steps, float(guidance), seed, sampler, plan_layout
+    jobs = [GenerateJob(body.prompt, body.negative_prompt, seed, options) for seed in seeds]
+    parameters = {
+        "prompt": body.prompt,
+        "negative_prompt": body.negative_prompt,
+        "steps": options.steps,
+        "guidance_scale": options.guidance_scale,
+        "sampler": options.sampler,
+        "plan_layout": options.plan_layout,
+        **pool.provenance(),
+    }
+
+    async def work(progress: Progress | None, timeout_s: float | None) -> list[bytes]:
+        images = await all_or_nothing(
+            *(
+                pool.submit(
+                    job,
+                    timeout_s=timeout_s,
+                    on_progress=None if progress is None else progress.reporter(i),
+                )
+                for i, job in enumerate(jobs)
+            )
         )
-        for seed in seeds
-    ]
-    images = await asyncio.gather(*(pool.submit(job, timeout_s=timeout) for job in jobs))
-    pngs = [data for data, _ in await run_in_threadpool(_encode_all, images)]
+        return await run_in_threadpool(_encode_all, images, seeds, parameters)
+
+    fields = {"seeds": seeds, **asdict(options), "parameters": parameters}
+    if respond_async:
+
+        async def job_work(progress: Progress) -> JobResult:
+            return JobResult(await work(progress, None), "image/png", fields)
+
+        return start_job(
+            request,
+            "generate",
+            parts=len(jobs),
+            unit="sampler step",
+            parameters=parameters | {"seeds": seeds},
+            work=job_work,
+        )
+    timeout = remaining_seconds(request, settings)
+    pngs = await unless_disconnected(request, work(None, timeout))
     if body.num_images == 1 and accept is not None and "image/png" in accept:
         return Response(pngs[0], media_type="image/png", headers={"X-Seed": str(seeds[0])})
     return GenerateResponse(
-        images=[base64.b64encode(data).decode("ascii") for data in pngs],
-        seeds=seeds,
-        steps=steps,
-        guidance_scale=float(guidance),
-        sampler=sampler,
-        plan_layout=plan_layout,
+        images=[base64.b64encode(data).decode("ascii") for data in pngs], **fields
     )
 
 
-def _encode_all(images):
-    return [encode_image(image, "png") for image in images]
+def _encode_all(images, seeds, parameters) -> list[bytes]:
+    return [
+        encode_image(image, "png", parameters | {"seed": seed})[0]
+        for image, seed in zip(images, seeds, strict=True)
+    ]

@@ -1,4 +1,8 @@
-"""``POST /v1/stylize``: multipart upload in, stylised image out."""
+"""``POST /v1/stylize``: multipart upload in, stylised image out.
+
+With ``Prefer: respond-async`` the same request starts a job (202, see
+``service.routes.jobs``). A client that disconnects cancels its work.
+"""
 
 from __future__ import annotations
 
@@ -18,14 +22,17 @@ from service.images import (
     resize_to,
     to_grey_mask,
 )
-from service.routes import SettingsDep, pool_of, remaining_seconds
+from service.jobs import JobResult, Progress
+from service.model_types import StyleTransferModel
+from service.routes import SettingsDep, pool_of, remaining_seconds, unless_disconnected
+from service.routes.jobs import RespondAsync, start_job
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
 
 MAX_STYLES = 4
 DEFAULT_SIZE = 512
-StylizePool = Annotated[WorkerPool, Depends(pool_of("adain"))]
+StylizePool = Annotated[WorkerPool[StyleTransferModel], Depends(pool_of("adain"))]
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
@@ -88,6 +95,7 @@ def _build_job(
             "content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}},
             "description": "The stylised image, at the content's aspect, longer side <= size.",
         },
+        202: {"description": "with 'Prefer: respond-async': the job started (Location)"},
         400: {"description": "an upload is not a usable image"},
         413: {"description": "upload or image too large"},
         415: {"description": "not a supported image format"},
@@ -101,6 +109,7 @@ async def stylize(
     request: Request,
     settings: SettingsDep,
     pool: StylizePool,
+    respond_async: RespondAsync,
     content: Annotated[UploadFile, File(description="The photo.")],
     style: Annotated[list[UploadFile], File(description="One to four style images.")],
     style_weights: Annotated[
@@ -137,6 +146,31 @@ async def stylize(
         alpha=alpha,
         preserve_color=preserve_color,
     )
-    image = await pool.submit(job, timeout_s=remaining_seconds(request, settings))
-    data, media_type = await run_in_threadpool(encode_image, image, format)
+    parameters = {
+        "alpha": alpha,
+        "style_weights": list(weights) if weights is not None else None,
+        "preserve_color": preserve_color,
+        "masks": len(mask) if mask is not None else 0,
+        "size": size,
+        "content_size": list(job.content.shape[-2:]),
+        **pool.model_parameters(),
+        **pool.provenance(),
+    }
+
+    async def work(progress: Progress | None, timeout_s: float | None) -> tuple[bytes, str]:
+        reporter = None if progress is None else progress.reporter(0)
+        image = await pool.submit(job, timeout_s=timeout_s, on_progress=reporter)
+        return await run_in_threadpool(encode_image, image, format, parameters)
+
+    if respond_async:
+
+        async def job_work(progress: Progress) -> JobResult:
+            data, media_type = await work(progress, None)
+            return JobResult([data], media_type, {"parameters": parameters})
+
+        return start_job(
+            request, "stylize", parts=1, unit="pass", parameters=parameters, work=job_work
+        )
+    timeout = remaining_seconds(request, settings)
+    data, media_type = await unless_disconnected(request, work(None, timeout))
     return Response(data, media_type=media_type)

@@ -1,5 +1,7 @@
 "use strict";
-// The page talks to the same JSON/multipart API as any client.
+// The page talks to the same JSON/multipart API as any client. Both forms start an
+// async job (Prefer: respond-async), follow its progress on the job's Server-Sent
+// Events (read with fetch, so the API key header goes along), and can cancel it.
 
 const $ = (id) => document.getElementById(id);
 
@@ -19,6 +21,80 @@ async function errorText(response) {
     return `${response.status} ${body.error.code}: ${body.error.message}`;
   } catch {
     return `${response.status} ${response.statusText}`;
+  }
+}
+
+// Yield each {event, data} of a text/event-stream response body.
+async function* serverSentEvents(response) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    buffer += value.replaceAll("\r\n", "\n");
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      let event = "message";
+      const data = [];
+      for (const line of block.split("\n")) {
+        if (line.startsWith("event:")) event = line.slice(6).trim();
+        else if (line.startsWith("data:")) data.push(line.slice(5).trimStart());
+      }
+      if (data.length) yield { event, data: JSON.parse(data.join("\n")) };
+    }
+  }
+}
+
+// Start a job with `request` (a fetch init), show its progress in the `prefix`-job
+// block, and return the finished job (with its result), or null after an error.
+async function runJob(url, request, prefix) {
+  const status = $(`${prefix}-status`);
+  const bar = $(`${prefix}-progress`);
+  const cancel = $(`${prefix}-cancel`);
+  request.headers = { ...request.headers, ...authHeaders(), Prefer: "respond-async" };
+  const started = await fetch(url, request);
+  if (started.status !== 202) {
+    setStatus(status, await errorText(started), true);
+    return null;
+  }
+  const job = await started.json();
+  const jobUrl = `/v1/jobs/${job.id}`;
+  bar.value = 0;
+  $(`${prefix}-job`).hidden = false;
+  cancel.disabled = false;
+  cancel.onclick = async () => {
+    cancel.disabled = true;
+    await fetch(jobUrl, { method: "DELETE", headers: authHeaders() });
+  };
+  try {
+    const events = await fetch(`${jobUrl}/events`, { headers: authHeaders() });
+    if (!events.ok) {
+      setStatus(status, await errorText(events), true);
+      return null;
+    }
+    for await (const { data } of serverSentEvents(events)) {
+      const { step, total, unit } = data.progress;
+      if (total > 0) {
+        bar.max = total;
+        bar.value = step;
+        setStatus(status, `${data.state}: ${unit} ${step} of ${total}`);
+      } else {
+        setStatus(status, `${data.state}…`);
+      }
+    }
+    const final = await fetch(jobUrl, { headers: authHeaders() });
+    if (!final.ok) {
+      setStatus(status, await errorText(final), true);
+      return null;
+    }
+    const done = await final.json();
+    if (done.state === "cancelled") setStatus(status, "Cancelled.");
+    else if (done.state === "failed") setStatus(status, `${done.error.code}: ${done.error.message}`, true);
+    return done;
+  } finally {
+    cancel.disabled = true;
   }
 }
 
@@ -44,13 +120,10 @@ $("stylize-form").addEventListener("submit", async (event) => {
   $("stylize-button").disabled = true;
   setStatus(status, "Working…");
   try {
-    const response = await fetch("/v1/stylize", { method: "POST", body: form, headers: authHeaders() });
-    if (!response.ok) {
-      setStatus(status, await errorText(response), true);
-      return;
-    }
+    const job = await runJob("/v1/stylize", { method: "POST", body: form }, "stylize");
+    if (job === null || job.state !== "succeeded") return;
     const image = $("stylize-result");
-    image.src = URL.createObjectURL(await response.blob());
+    image.src = `data:${job.result.media_type};base64,${job.result.images[0]}`;
     image.hidden = false;
     setStatus(status, "Done.");
   } catch (error) {
@@ -72,18 +145,14 @@ $("generate-form").addEventListener("submit", async (event) => {
   $("generate-button").disabled = true;
   setStatus(status, "Working…");
   try {
-    const response = await fetch("/v1/generate", {
-      method: "POST",
-      body: JSON.stringify(body),
-      headers: { "Content-Type": "application/json", ...authHeaders() },
-    });
-    if (!response.ok) {
-      setStatus(status, await errorText(response), true);
-      return;
-    }
-    const result = await response.json();
-    const results = $("generate-results");
-    results.replaceChildren(
+    const job = await runJob(
+      "/v1/generate",
+      { method: "POST", body: JSON.stringify(body), headers: { "Content-Type": "application/json" } },
+      "generate",
+    );
+    if (job === null || job.state !== "succeeded") return;
+    const result = job.result;
+    $("generate-results").replaceChildren(
       ...result.images.map((b64, i) => {
         const image = document.createElement("img");
         image.src = `data:image/png;base64,${b64}`;

@@ -72,3 +72,20 @@ def tiny_networks() -> tuple[VGGEncoder, dict[str, Decoder]]:
     encoder = VGGEncoder("relu3_1")
     decoders = {level: Decoder(level) for level in ("relu1_1", "relu2_1", "relu3_1")}
     return encoder, decoders
+
+
+@pytest.fixture(scope="session")
+def tiny_dit_checkpoint(tmp_path_factory) -> Path:
+    """A tiny DiT with non-trivial weights, recorded as trained with the fake encoder."""
+    from models.dit.checkpoint import save_dit
+    from models.dit.config import get_preset
+    from models.dit.model import DiT
+    from models.dit.pipeline import DEFAULT_CHECKPOINT
+
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny"))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp("dit") / DEFAULT_CHECKPOINT
+    return save_dit(path, model, step=7, text_encoder="FakeTextEncoder")

@@ -9,9 +9,6 @@ import pytest
 import torch
 from PIL import Image
 
-from models.dit.checkpoint import save_dit
-from models.dit.config import get_preset
-from models.dit.model import DiT
 from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
 from models.hub import WeightsNotFoundError
 from models.text_encoder import FakeTextEncoder
@@ -25,15 +22,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """A tiny DiT with non-trivial weights, recorded as trained with the fake encoder."""
-    torch.manual_seed(0)
-    model = DiT(get_preset("tiny"))
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.05 * torch.randn_like(p))
-    path = tmp_path_factory.mktemp("dit") / DEFAULT_CHECKPOINT
-    return save_dit(path, model, step=7, text_encoder="FakeTextEncoder")
+def checkpoint(tiny_dit_checkpoint) -> Path:
+    return tiny_dit_checkpoint
 
 
 @pytest.fixture(scope="module")

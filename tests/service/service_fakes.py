@@ -4,22 +4,67 @@ The fakes compute something simple and checkable, so route tests can assert that
 fields reach the model and results come back intact:
 
 * ``FakeStyleTransfer``: ``(1 - alpha) * content + alpha * weighted mean style colour``
-  per batch element (the content itself when ``preserve_color``).
-* ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``.
+  per batch element (the content itself when ``preserve_color``), in ``PASSES`` passes.
+* ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``,
+  in ``steps`` steps.
+
+Both honour a step control as the real models do (asked before each step and after the
+last; dropped rows leave the batch) and record the rows each step ran on. A ``step_gate``
+(a ``threading.Semaphore``) makes each step wait for a permit, so a test can hold a
+batch between two steps.
 """
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+import time
+from collections.abc import Iterator
 
 import torch
+import uvicorn
 
+from models.control import take_rows, wanted_rows
 from service.config import Settings
+from service.model_types import GenerateDefaults
 from service.workers import ModelEntry, run_generate, run_stylize
 
 
-class FakeStyleTransfer:
+class Stepper:
+    """The step loop of the fakes: asks the control, honours the gate, records rows."""
+
+    def __init__(self):
+        self.step_gate: threading.Semaphore | None = None
+        self.step_rows: list[list[int]] = []  # per step: the batch rows (original order)
+        self.stepped = threading.Condition()
+
+    def run(self, batch: int, steps: int, control) -> torch.Tensor:
+        """The original row numbers still wanted after ``steps`` steps."""
+        rows = torch.arange(batch)
+        for done in range(steps + 1):
+            if done < steps and self.step_gate is not None:
+                assert self.step_gate.acquire(timeout=10)
+            keep = wanted_rows(control, done, steps)
+            if keep is not None:
+                rows = take_rows(rows, keep)
+            if done == steps or rows.numel() == 0:
+                return rows
+            with self.stepped:
+                self.step_rows.append(rows.tolist())
+                self.stepped.notify_all()
+        return rows
+
+    def wait_for_steps(self, count: int, timeout: float = 10) -> bool:
+        with self.stepped:
+            return self.stepped.wait_for(lambda: len(self.step_rows) >= count, timeout)
+
+
+class FakeStyleTransfer(Stepper):
+    PASSES = 2
+
     def __init__(self, device: str = "cpu"):
+        super().__init__()
         self.device = device
         self.batch_sizes: list[int] = []
         self.gate: threading.Event | None = None
@@ -29,7 +74,15 @@ class FakeStyleTransfer:
         return {"name": "adain", "weight_files": ["/fake/vgg.pth"], "device": self.device}
 
     def stylize(
-        self, content, styles, *, style_weights=None, alpha=1.0, preserve_color=False, masks=None
+        self,
+        content,
+        styles,
+        *,
+        style_weights=None,
+        alpha=1.0,
+        preserve_color=False,
+        masks=None,
+        control=None,
     ):
         self.batch_sizes.append(content.shape[0])
         self.entered.set()
@@ -37,28 +90,44 @@ class FakeStyleTransfer:
             assert self.gate.wait(10)
         if masks is not None and style_weights is not None:
             raise ValueError("style_weights and masks cannot be combined")
+        rows = self.run(content.shape[0], self.PASSES, control)
         if preserve_color:
-            return content.clone()
+            return content[rows].clone()
         weights = style_weights or [1.0] * len(styles)
         total = sum(weights)
         colour = sum(w / total * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True))
-        return (1 - alpha) * content + alpha * colour[:, :, None, None].expand_as(content)
+        out = (1 - alpha) * content + alpha * colour[:, :, None, None].expand_as(content)
+        return out[rows]
 
 
-class FakeTextToImage:
-    samplers = ("ddim", "ddpm")
-    default_steps = 4
-    default_guidance_scale = 3.0
-    default_plan_layout = True
+class FakeTextToImage(Stepper):
+    defaults = GenerateDefaults(
+        steps=4,
+        guidance_scale=3.0,
+        sampler="ddim",
+        plan_layout=True,
+        samplers=("ddim", "ddpm"),
+        max_steps=1000,
+    )
 
     def __init__(self):
+        super().__init__()
         self.calls: list[dict] = []
 
     def describe(self) -> dict:
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
 
     def generate(
-        self, prompts, *, negative_prompts, steps, guidance_scale, seeds, sampler, plan_layout
+        self,
+        prompts,
+        *,
+        negative_prompts,
+        steps,
+        guidance_scale,
+        seeds,
+        sampler,
+        plan_layout,
+        control=None,
     ):
         self.calls.append(
             {
@@ -71,8 +140,9 @@ class FakeTextToImage:
                 "plan_layout": plan_layout,
             }
         )
+        rows = self.run(len(prompts), steps, control)
         images = [torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(s)) for s in seeds]
-        return torch.stack(images)
+        return torch.stack(images)[rows]
 
 
 class Fakes:
@@ -110,3 +180,26 @@ def make_settings(**overrides) -> Settings:
     }
     options.update(overrides)
     return Settings(**options)
+
+
+@contextlib.contextmanager
+def running_server(app) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yields its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    for _ in range(600):  # startup: up to 30 s on a busy machine
+        if server.started:
+            break
+        time.sleep(0.05)
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(30)

@@ -61,7 +61,7 @@ def test_models_lists_the_checkpoint(dit_client):
 
 
 def test_every_advertised_sampler_runs(dit_client):
-    samplers = dit_client.app.state.pools["dit"].model.samplers
+    samplers = dit_client.app.state.pools["dit"].model.defaults.samplers
     for sampler in samplers:
         response = dit_client.post(
             "/v1/generate", json={"prompt": "a blue square", "steps": 2, "sampler": sampler}

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import os
 import shutil
-import socket
 import threading
-import time
+import urllib.request
 
 import corpus
 import pytest
-import uvicorn
 from PIL import Image
-from service_fakes import Fakes, make_settings
+from service_fakes import Fakes, make_settings, running_server
 
 from service.app import create_app
 
@@ -36,29 +35,16 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@pytest.fixture(scope="module")
+def fakes() -> Fakes:
+    return Fakes()
 
 
 @pytest.fixture(scope="module")
-def server_url():
-    port = _free_port()
-    app = create_app(make_settings(), model_entries=Fakes().entries())
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+def server_url(fakes):
+    app = create_app(make_settings(), model_entries=fakes.entries())
+    with running_server(app) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +94,8 @@ def test_stylize_from_the_page(browser, server_url, tmp_path):
     _wait_for(browser, lambda d: d.find_element(By.ID, "stylize-status").text == "Done.")
     result = browser.find_element(By.ID, "stylize-result")
     assert result.is_displayed()
+    bar = browser.find_element(By.ID, "stylize-progress")  # the fake runs two passes
+    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("2", "2")
     width = browser.execute_script("return arguments[0].naturalWidth;", result)
     assert width == 40
     # Read the pixels the page shows: alpha 0.5 between the photo and the styles' mean.
@@ -156,3 +144,37 @@ def test_generate_from_the_page(browser, server_url):
     images = browser.find_elements(By.CSS_SELECTOR, "#generate-results img")
     assert [image.get_attribute("title") for image in images] == ["seed 7", "seed 8", "seed 9"]
     assert all(browser.execute_script("return arguments[0].naturalWidth;", i) == 8 for i in images)
+
+
+def test_generate_shows_progress_and_cancels(browser, server_url, fakes):
+    from selenium.webdriver.common.by import By
+
+    model = fakes.dit["cpu"]
+    before = len(model.step_rows)
+    model.step_gate = threading.Semaphore(2)  # steps 0 and 1 run, step 2 waits
+    try:
+        browser.get(server_url + "/")
+        browser.find_element(By.ID, "prompt").send_keys("a slow red circle")
+        browser.find_element(By.ID, "generate-button").click()
+        status = _wait_for(
+            browser,
+            lambda d: "sampler step 1 of 4" in d.find_element(By.ID, "generate-status").text and d,
+        ).find_element(By.ID, "generate-status")
+        assert status.text == "running: sampler step 1 of 4"
+        bar = browser.find_element(By.ID, "generate-progress")
+        assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("1", "4")
+        browser.find_element(By.ID, "generate-cancel").click()
+        _wait_for(browser, lambda d: d.find_element(By.ID, "generate-status").text == "Cancelled.")
+    finally:
+        for _ in range(10):
+            model.step_gate.release()
+        model.step_gate = None
+    # a request after it is served once the cancelled forward has ended (one worker)
+    request = urllib.request.Request(
+        server_url + "/v1/generate",
+        data=json.dumps({"prompt": "next"}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    assert urllib.request.urlopen(request, timeout=30).status == 200
+    # the job ran steps 0 and 1 only (the cancel stopped it before step 2), then "next" 4
+    assert len(model.step_rows) - before == 2 + 4

@@ -1,0 +1,57 @@
+"""Step control: progress reports and cancellation of rows between the steps of a batch.
+
+A long batched computation (a sampler's steps, AdaIN's passes) calls a
+:class:`StepControl` before each step and once after the last. The control sees how far
+the batch got and answers which rows are still wanted; the computation then continues on
+those rows alone, so work nobody waits for stops within one step while the rest of the
+batch goes on unchanged. This only works because every row is independent: its noise
+comes from its own seed (:func:`models.diffusion.random.randn`) and no layer mixes rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import torch
+from torch import Tensor
+
+
+class StepControl(Protocol):
+    """Called as ``control(done, total)`` before step ``done`` (0-based) and once more with
+    ``done == total`` after the last step.
+
+    Returns the positions, in the current batch and ascending, of the rows still wanted
+    (the batch shrinks to them; an empty list stops the computation), or ``None`` to keep
+    every row.
+    """
+
+    def __call__(self, done: int, total: int) -> Sequence[int] | None: ...
+
+
+def take_rows(value: Any, rows: Tensor) -> Any:
+    """``value`` restricted to batch rows ``rows`` (a ``(K,)`` long tensor).
+
+    Tensors are indexed along dim 0; lists (e.g. one generator per row) by position;
+    tuples and named tuples item by item; an object with a ``take_rows(rows)`` method
+    (e.g. :class:`~models.diffusion.regions.Regions`) does it itself; anything else
+    (``None``, one shared generator, numbers) is kept as it is.
+    """
+    if hasattr(value, "take_rows"):
+        return value.take_rows(rows)
+    if isinstance(value, Tensor):
+        return value.index_select(0, rows.to(value.device))
+    if isinstance(value, list):
+        return [value[i] for i in rows.tolist()]
+    if isinstance(value, tuple):
+        items = [take_rows(item, rows) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    return value
+
+
+def wanted_rows(control: StepControl | None, done: int, total: int) -> Tensor | None:
+    """Ask ``control``; ``None`` when every row is kept, else the kept rows as a tensor."""
+    if control is None:
+        return None
+    rows = control(done, total)
+    return None if rows is None else torch.as_tensor(list(rows), dtype=torch.long)

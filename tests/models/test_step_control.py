@@ -1,0 +1,116 @@
+"""Step control: rows dropped between steps stop there; the rest come out unchanged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.adain import StyleTransfer
+from models.diffusion import SAMPLERS, Regions, get_schedule, regional_denoiser
+from models.dit.pipeline import TextToImage
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+PROMPTS = ["a red circle", "two blue squares left of a green triangle", "a white square"]
+
+
+class DropAt:
+    """Drops ``drop`` (original row numbers) before step ``at``; records every call and
+    the rows each step ran on."""
+
+    def __init__(self, at: int, drop: set[int], batch: int):
+        self.at, self.drop = at, drop
+        self.live = list(range(batch))
+        self.calls: list[tuple[int, int, list[int]]] = []
+
+    def __call__(self, done: int, total: int):
+        if done == self.at:
+            keep = [i for i, row in enumerate(self.live) if row not in self.drop]
+            self.live = [self.live[i] for i in keep]
+            self.calls.append((done, total, list(self.live)))
+            return keep
+        self.calls.append((done, total, list(self.live)))
+        return None
+
+
+@pytest.fixture(scope="module")
+def pipe(tiny_dit_checkpoint) -> TextToImage:
+    return TextToImage.from_checkpoint(tiny_dit_checkpoint, default_steps=5)
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_dropped_images_stop_and_their_batch_mates_are_unchanged(pipe, sampler):
+    seeds = [3, 4, 5]
+    full = pipe.generate(PROMPTS, seeds=seeds, sampler=sampler)
+    calls = []
+    model = pipe.denoiser
+
+    def counting(x, t, cond):
+        calls.append(x.shape[0])
+        return model(x, t, cond)
+
+    pipe.denoiser = counting
+    try:
+        control = DropAt(at=2, drop={1}, batch=3)
+        kept = pipe.generate(PROMPTS, seeds=seeds, sampler=sampler, control=control)
+    finally:
+        pipe.denoiser = model
+    assert control.live == [0, 2]
+    assert kept.shape[0] == 2
+    torch.testing.assert_close(kept, full[[0, 2]], rtol=1e-5, atol=1e-5)
+    # progress: asked before each of the 5 steps and once after the last
+    assert [(done, total) for done, total, _ in control.calls] == [(i, 5) for i in range(6)]
+    # the dropped image (planned into 2 regions, CFG doubles calls) stops at step 2:
+    # before it, every call sees all regions; after it, only the kept images' regions
+    assert len(set(calls[:4])) == 1 and max(calls[4:]) < calls[0]
+
+
+def test_dropping_every_image_stops_sampling(pipe):
+    calls = []
+    model = pipe.denoiser
+    pipe.denoiser = lambda x, t, cond: calls.append(x.shape[0]) or model(x, t, cond)
+    try:
+        out = pipe.generate(PROMPTS[:2], seeds=[1, 2], control=DropAt(1, {0, 1}, 2))
+    finally:
+        pipe.denoiser = model
+    assert out.shape[0] == 0
+    assert len(calls) == 2  # step 0 only: conditional and unconditional
+
+
+def test_regions_take_rows_renumbers_owners():
+    regions = Regions(
+        cond=torch.arange(5.0),
+        owner=torch.tensor([0, 1, 1, 2, 2]),
+        weight=torch.rand(5, 1, 2, 2),
+        hide=torch.rand(5, 1, 2, 2),
+        noise=torch.rand(5, 3, 2, 2),
+    )
+    taken = regions.take_rows(torch.tensor([0, 2]))
+    assert taken.owner.tolist() == [0, 1, 1]
+    assert taken.cond.tolist() == [0.0, 3.0, 4.0]
+    torch.testing.assert_close(taken.noise, regions.noise[[0, 3, 4]])
+    alpha_bar = get_schedule("cosine", 10)
+    eps = regional_denoiser(lambda x, t, c: x * c.view(-1, 1, 1, 1), alpha_bar)
+    x = torch.rand(3, 3, 2, 2)
+    t = torch.full((3,), 4)
+    torch.testing.assert_close(
+        eps(x[[0, 2]], t[:2], taken), eps(x, t, regions)[[0, 2]], rtol=1e-6, atol=1e-6
+    )
+
+
+@pytest.fixture
+def style_model(tiny_networks):
+    encoder, decoders = tiny_networks
+    return StyleTransfer(encoder, decoders, levels=("relu3_1", "relu2_1", "relu1_1"))
+
+
+@pytest.mark.parametrize("per_image_style", [False, True])
+def test_stylize_drops_images_between_passes(style_model, per_image_style):
+    generator = torch.Generator().manual_seed(0)
+    content = torch.rand(3, 3, 24, 32, generator=generator)
+    style = torch.rand(3 if per_image_style else 1, 3, 24, 24, generator=generator)
+    full = style_model.stylize(content, [style], alpha=0.7)
+    control = DropAt(at=1, drop={0}, batch=3)
+    kept = style_model.stylize(content, [style], alpha=0.7, control=control)
+    assert [(done, total) for done, total, _ in control.calls] == [(i, 3) for i in range(4)]
+    torch.testing.assert_close(kept, full[[1, 2]], rtol=1e-5, atol=1e-5)
