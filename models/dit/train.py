@@ -3,9 +3,8 @@
 AdamW with linear warmup and an optional linear cooldown to zero at the end, an
 exponential moving average (EMA) of the weights, bfloat16 autocast where supported,
 gradient clipping, classifier-free-guidance condition dropout (the learned null condition
-replaces a random share of captions), an optional token grounding loss on the
-cross-attention (:mod:`models.dit.grounding`), a tqdm progress bar, periodic checkpoints
-and exact resume (model, EMA, optimizer, step and RNG state).
+replaces a random share of captions), a tqdm progress bar, periodic checkpoints and exact
+resume (model, EMA, optimizer, step and RNG state).
 
 The batch of step ``k`` is items ``[k * B, (k + 1) * B)`` of a deterministic
 :class:`~models.shapes.ShapesDataset`, so resuming continues the same data stream.
@@ -20,19 +19,16 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from torch import Tensor
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
-from models.dit.grounding import batch_targets, grounding_loss
 from models.dit.model import DiT
 from models.text_encoder import TextEncoder
 
@@ -59,9 +55,6 @@ class TrainConfig:
         grad_clip: max global gradient norm (0 disables clipping).
         precision: ``"auto"`` (bfloat16 autocast where supported), ``"bf16"`` or ``"fp32"``.
         seed: seeds the initial weights, the data stream and the noise.
-        grounding_weight: ``lambda`` of the token grounding loss added to the denoising
-            loss (:mod:`models.dit.grounding`; 0 disables it). It needs a dataset with
-            ``scene(index)`` and a model with cross-attention.
     """
 
     preset: str = "shapes32"
@@ -75,7 +68,6 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "auto"
     seed: int = 0
-    grounding_weight: float = 0.0
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -89,8 +81,6 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not 0 <= self.cond_dropout <= 1:
             raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
-        if self.grounding_weight < 0:
-            raise ValueError(f"grounding_weight must be >= 0, got {self.grounding_weight}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
 
@@ -151,11 +141,6 @@ class Trainer:
 
             dataset = ShapesDataset("train", seed=config.seed, length=_STREAM_LENGTH)
         self.dataset = dataset
-        if config.grounding_weight > 0:
-            if not hasattr(dataset, "scene"):
-                raise ValueError("grounding needs a dataset with scene(index) (ShapesDataset)")
-            if not self.model_config.cross_attention:
-                raise ValueError("grounding needs a model with cross_attention=True")
         torch.manual_seed(config.seed)
         self.model = DiT(self.model_config).to(self.device)
         self.ema = copy.deepcopy(self.model).requires_grad_(False).eval()
@@ -189,27 +174,11 @@ class Trainer:
         images = torch.stack([image for image, _ in items]).to(self.device)
         return images * 2 - 1, [caption for _, caption in items]
 
-    def grounding_targets(
-        self, step: int, length: int, drop: torch.Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Patch masks ``(B, L, T)`` of the batch's grounded tokens and ``grounded (B, L)``.
-
-        Captions replaced by the null condition (``drop``) have no grounded token.
-        """
-        size = self.config.batch_size
-        scenes = [self.dataset.scene(i) for i in range(step * size, (step + 1) * size)]
-        spans = self.encoder.token_spans([scene.caption for scene in scenes])
-        targets, grounded = batch_targets(scenes, spans, self.model_config.patch_size, length)
-        grounded &= ~drop.to(torch.bool)[:, None]
-        return targets.to(self.device), grounded.to(self.device)
-
     def train_step(self) -> float:
-        """One optimisation step; returns the loss (denoising plus weighted grounding)."""
+        """One optimisation step; returns the loss."""
         x0, captions = self.batch(self.step)
         cond = self.encoder.encode(captions).to(self.device)
         drop = torch.rand(len(captions), generator=self.generator) < self.config.cond_dropout
-        weight = self.config.grounding_weight
-        attention: list[Tensor] | None = [] if weight > 0 else None
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(self.step)
         self.model.train()
@@ -221,16 +190,13 @@ class Trainer:
         with context:
             cond = self.model.with_null(cond, drop)
             loss = diffusion_loss(
-                partial(self.model, attention=attention),
+                self.model,
                 x0,
                 cond,
                 self.alpha_bar,
                 prediction=self.model_config.prediction,
                 generator=self.generator,
             )
-            if attention is not None:
-                targets, grounded = self.grounding_targets(self.step, cond.tokens.shape[1], drop)
-                loss = loss + weight * grounding_loss(attention, targets, grounded)
         loss.backward()
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)

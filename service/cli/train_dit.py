@@ -37,12 +37,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ema-decay", type=float, default=0.998)
     parser.add_argument("--cond-dropout", type=float, default=0.1)
-    parser.add_argument(
-        "--grounding-weight",
-        type=float,
-        default=0.0,
-        help="weight of the token grounding loss on cross-attention (0: off)",
-    )
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default="auto", help='"auto", "cpu", "cuda:0", ...')
@@ -87,7 +81,6 @@ def run(args: argparse.Namespace) -> int:
         cooldown_steps=args.cooldown_steps,
         ema_decay=args.ema_decay,
         cond_dropout=args.cond_dropout,
-        grounding_weight=args.grounding_weight,
         precision=args.precision,
         seed=args.seed,
     )

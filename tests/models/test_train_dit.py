@@ -243,8 +243,7 @@ def test_cli_may_add_a_text_mlp_to_the_preset(tmp_path):
     export = tmp_path / "tuned.safetensors"
     args = ["train-dit", "--preset", "tiny", "--batch-size", "2", "--fake-text", "--no-progress"]
     args += ["--run-dir", str(tmp_path / "run"), "--export", str(export), "--precision", "fp32"]
-    args += ["--steps", "1", "--text-mlp", "8", "--grounding-weight", "0.1"]
+    args += ["--steps", "1", "--text-mlp", "8"]
     assert cli_main([*args, "--init-from", str(start)]) == 0
     config, info = read_metadata(export)
     assert config == dataclasses.replace(get_preset("tiny"), text_mlp=8)
-    assert info["train_config"]["grounding_weight"] == 0.1
