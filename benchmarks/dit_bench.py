@@ -90,7 +90,7 @@ def forward_times(config, batch: int, repeats: int) -> dict[str, float]:
     x = torch.randn(batch, config.in_channels, config.image_size, config.image_size)
     t = torch.randint(0, 1000, (batch,))
     labels = torch.randint(0, 1000, (batch,))
-    plain = dataclasses.replace(config, cross_attention=False, text_positions=0, text_mlp=0)
+    plain = dataclasses.replace(config, cross_attention=False, text_positions=0)
     ours_plain = DiT(plain).eval()
     ours_cross = DiT(dataclasses.replace(config, cross_attention=True)).eval()
     theirs = build_diffusers(config)

@@ -232,16 +232,6 @@ class DiT(nn.Module):
             if config.cross_attention
             else None
         )
-        self.text_mlp = (
-            nn.Sequential(
-                nn.LayerNorm(config.text_dim),
-                nn.Linear(config.text_dim, config.text_mlp),
-                nn.GELU(approximate="tanh"),
-                nn.Linear(config.text_mlp, width),
-            )
-            if config.text_mlp
-            else None
-        )
         self.text_position = (
             nn.Parameter(torch.zeros(config.text_positions, width))
             if config.text_positions
@@ -257,8 +247,7 @@ class DiT(nn.Module):
         """DiT's policy: Xavier linears, N(0, 0.02) timestep MLP, every output gate at zero.
 
         Zeroed: the adaLN(-Zero) projections (so gates, shifts and scales start at 0),
-        the cross-attention output projections, the text MLP's output layer and the final
-        linear. Each block is then the identity and the network predicts ``eps = 0`` at
+        the cross-attention output projections and the final linear. Each block is then the identity and the network predicts ``eps = 0`` at
         initialisation.
         """
         for module in self.modules():
@@ -269,9 +258,6 @@ class DiT(nn.Module):
             nn.init.normal_(layer.weight, std=0.02)
         nn.init.normal_(self.null_pooled, std=self.config.text_dim**-0.5)
         nn.init.normal_(self.null_token, std=0.02)
-        if self.text_mlp is not None:
-            nn.init.zeros_(self.text_mlp[-1].weight)
-            nn.init.zeros_(self.text_mlp[-1].bias)
         for block in self.blocks:
             block.adaln.reset_parameters()
             if block.cross_attn is not None:
@@ -321,16 +307,13 @@ class DiT(nn.Module):
     def text_context(self, tokens: Tensor) -> Tensor | None:
         """Project text token states ``(B, L, E)`` to ``(B, L, D)`` for cross-attention.
 
-        ``context = W LN(h) + b`` per token, plus ``MLP(h)`` with ``config.text_mlp`` (a
-        nonlinear feature of each state, zero at initialisation), plus
-        ``position[min(i, P - 1)]`` with ``config.text_positions = P``.
+        ``context = W LN(h) + b`` per token, plus ``position[min(i, P - 1)]`` with
+        ``config.text_positions = P``.
         Returns ``None`` without cross-attention.
         """
         if self.text_tokens is None:
             return None
         context = self.text_tokens(tokens)
-        if self.text_mlp is not None:
-            context = context + self.text_mlp(tokens)
         if self.text_position is not None:
             index = torch.arange(tokens.shape[1], device=tokens.device)
             index = index.clamp_max(self.config.text_positions - 1)

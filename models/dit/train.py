@@ -251,30 +251,26 @@ class Trainer:
         """Start from an inference checkpoint's weights (fine-tuning): model and EMA both.
 
         The checkpoint's architecture must be this run's, except that this run may add
-        the text components that start at zero (text position embeddings, the text MLP),
-        so the model starts as exactly the checkpoint's. Optimizer, step and data stream
-        start afresh.
+        text position embeddings (``text_positions``), which start at zero, so the model
+        starts as exactly the checkpoint's. Optimizer, step and data stream start afresh.
 
         Raises:
             ValueError: when the architectures differ in anything else.
         """
         source, _ = read_metadata(path)
-        additive = {"text_positions": 0, "text_mlp": 0}
-        mine = dataclasses.replace(self.model_config, **additive)
-        if dataclasses.replace(source, **additive) != mine:
+        mine = dataclasses.replace(self.model_config, text_positions=0)
+        if dataclasses.replace(source, text_positions=0) != mine:
             raise ValueError(
                 f"{path} holds a different architecture: {source} (this run: {self.model_config})"
             )
-        for name in additive:
-            if getattr(source, name) not in (0, getattr(self.model_config, name)):
-                raise ValueError(
-                    f"{path} has {name}={getattr(source, name)}, "
-                    f"this run {getattr(self.model_config, name)}"
-                )
+        if source.text_positions not in (0, self.model_config.text_positions):
+            raise ValueError(
+                f"{path} has text_positions={source.text_positions}, "
+                f"this run {self.model_config.text_positions}"
+            )
         weights = load_file(str(path), device="cpu")
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        added = {"text_position"} | {k for k in missing if k.startswith("text_mlp.")}
-        if unexpected or set(missing) - added:
+        if unexpected or set(missing) - {"text_position"}:
             raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
         self.ema.load_state_dict(self.model.state_dict())
 

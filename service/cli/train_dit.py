@@ -21,12 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=100_000, help="total optimisation steps")
     parser.add_argument("--time-limit", type=float, default=math.inf, help="minutes, then stop")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument(
-        "--text-mlp",
-        type=int,
-        metavar="HIDDEN",
-        help="override the preset's text MLP width (0: none); resume with the same value",
-    )
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--warmup-steps", type=int, default=200)
     parser.add_argument(
@@ -67,9 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from models.dit.config import get_preset
     from models.dit.train import TrainConfig, Trainer, resolve_device
     from models.text_encoder import FakeTextEncoder, MiniLMEncoder
 
@@ -90,10 +81,7 @@ def run(args: argparse.Namespace) -> int:
     export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"
     state_path = run_dir / "train_state.pt"
 
-    architecture = get_preset(args.preset)
-    if args.text_mlp is not None:
-        architecture = dataclasses.replace(architecture, text_mlp=args.text_mlp)
-    trainer = Trainer(config, encoder=encoder, device=device, model_config=architecture)
+    trainer = Trainer(config, encoder=encoder, device=device)
     if args.resume and state_path.exists():
         trainer.resume(state_path)
         print(f"resumed from {state_path} at step {trainer.step}")

@@ -120,12 +120,11 @@ def test_initialize_from_a_checkpoint_starts_from_its_weights(tmp_path):
     assert tuned.step == 1
 
 
-@pytest.mark.parametrize("added", [{"text_positions": 6}, {"text_mlp": 8}])
-def test_initialize_from_may_add_zero_text_components_and_keeps_the_predictions(tmp_path, added):
+def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_path):
     source = make_trainer()
     source.train_step()
     path = source.export(tmp_path / "tiny.safetensors")
-    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), **added))
+    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), text_positions=6))
     tuned.initialize_from(path)
     x0, captions = tuned.batch(0)
     cond = tuned.encoder.encode(captions)
@@ -235,15 +234,3 @@ def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
     info = read_metadata(export)[1]
     assert info["step"] == 1
     assert info["init_from"] == {"step": 1, "samples": 4, "init_from": None}
-
-
-def test_cli_may_add_a_text_mlp_to_the_preset(tmp_path):
-    source = make_trainer()
-    start = source.export(tmp_path / "start.safetensors")
-    export = tmp_path / "tuned.safetensors"
-    args = ["train-dit", "--preset", "tiny", "--batch-size", "2", "--fake-text", "--no-progress"]
-    args += ["--run-dir", str(tmp_path / "run"), "--export", str(export), "--precision", "fp32"]
-    args += ["--steps", "1", "--text-mlp", "8"]
-    assert cli_main([*args, "--init-from", str(start)]) == 0
-    config, info = read_metadata(export)
-    assert config == dataclasses.replace(get_preset("tiny"), text_mlp=8)
