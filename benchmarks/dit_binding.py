@@ -3,7 +3,7 @@
 Renders ``--n`` training-split scenes per probe, noises each at the given timesteps and
 denoises it under the true caption, a contrast caption and the null condition (same
 noise for all three), then prints the x0 errors and the *used share*
-``(contrast - true) / (null - true)`` (``models.dit.probe``):
+``(contrast - true) / (null - true)`` (``evaluation.probe``):
 
 - order: relation scenes; the contrast exchanges the two phrases ("A left of B" ->
   "B left of A"), so only word order tells the captions apart.
@@ -31,13 +31,13 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from models.diffusion import get_schedule  # noqa: E402
-from models.dit.probe import (  # noqa: E402
+from evaluation.probe import (  # noqa: E402
     denoising_errors,
     swap_order,
     swap_shapes,
     used_share,
 )
+from models.diffusion import get_schedule  # noqa: E402
 from models.shapes import (  # noqa: E402
     compose_caption,
     layout,

@@ -37,16 +37,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from models.shapes import (  # noqa: E402
-    CATEGORIES,
-    EvalReport,
-    eval_prompts,
-    evaluate_images,
-    layout,
-    parse_caption,
-    render,
-    to_tensor,
-)
+from evaluation import CATEGORIES, EvalReport, evaluate_images  # noqa: E402
+from models.shapes import eval_prompts, layout, parse_caption, render, to_tensor  # noqa: E402
 
 #: ``generate(prompts, guidance_scale, seeds, plan_layout) -> (N, 3, 32, 32)`` in ``[0, 1]``.
 Generate = Callable[[list[str], float, list[int], bool | None], torch.Tensor]
@@ -110,7 +102,7 @@ def save_grid(path: Path, images: torch.Tensor, prompts: list[str], columns: int
     """Write the first ``columns**2`` images, x4, framed green (ok) or red, and their captions."""
     from PIL import Image, ImageDraw
 
-    from models.shapes import score_image
+    from evaluation import score_image
 
     count = min(len(images), columns * columns)
     cell, frame = 32 * 4 + 4, 2

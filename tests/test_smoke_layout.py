@@ -26,6 +26,12 @@ def test_models_never_import_service():
     assert "service" not in _imported_top_levels("models")
 
 
+def test_served_packages_never_import_evaluation_code():
+    """The scorer, the probes and scipy (the ``eval`` extra) stay out of the served code."""
+    for package in ("norms", "models", "service"):
+        assert not _imported_top_levels(package) & {"evaluation", "scipy"}, package
+
+
 def test_samplers_know_nothing_of_the_dit():
     for path in (ROOT / "models" / "diffusion").rglob("*.py"):
         tree = ast.parse(path.read_text())

@@ -8,17 +8,17 @@ import math
 import pytest
 import torch
 
-from models.diffusion import get_schedule
-from models.diffusion.parameterization import prediction_target, to_x0
-from models.diffusion.schedules import add_noise
-from models.dit.config import get_preset
-from models.dit.model import DiT
-from models.dit.probe import (
+from evaluation.probe import (
     denoising_errors,
     swap_order,
     swap_shapes,
     used_share,
 )
+from models.diffusion import get_schedule
+from models.diffusion.parameterization import prediction_target, to_x0
+from models.diffusion.schedules import add_noise
+from models.dit.config import get_preset
+from models.dit.model import DiT
 from models.shapes import compose_caption, parse_caption
 from models.text_encoder import FakeTextEncoder
 
