@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from models.diffusion import (
     get_sampler,
     get_schedule,
     randn,
+    random_seed,
     regional_denoiser,
 )
 from models.dit.checkpoint import load_dit, read_metadata
@@ -35,7 +35,6 @@ DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
 #: same step count (benchmarks/dit_eval.py --sampler), as stochastic sampling corrects
 #: some of an imperfect denoiser's errors; DPM-Solver++(2M) stays the fast ODE option.
 DEFAULT_SAMPLER = "ddpm"
-MAX_SEED = 2**63 - 1
 #: Stream of the layout planner's generator, beside each image's seed.
 PLAN_STREAM = 0x1A70
 #: The clean value of the shapes world's empty (black) canvas in the model's ``[-1, 1]``.
@@ -156,7 +155,7 @@ class TextToImage:
         if n == 0:
             raise ValueError("need at least one prompt")
         negative_prompts = negative_prompts if negative_prompts is not None else [None] * n
-        seeds = seeds if seeds is not None else [secrets.randbelow(MAX_SEED) for _ in range(n)]
+        seeds = seeds if seeds is not None else [random_seed() for _ in range(n)]
         if len(negative_prompts) != n or len(seeds) != n:
             raise ValueError(
                 f"got {n} prompts, {len(negative_prompts)} negative prompts, {len(seeds)} seeds"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import secrets
 from pathlib import Path
 
 
@@ -36,17 +35,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from PIL import Image
 
+    from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
     from service.config import get_settings
 
     if args.num_images < 1:
         raise SystemExit("error: -n must be >= 1")
+    try:
+        seeds = consecutive_seeds(args.seed, args.num_images)
+    except ValueError as exc:
+        raise SystemExit(f"error: --seed: {exc}") from None
     if args.checkpoint is not None:
         pipe = TextToImage.from_checkpoint(args.checkpoint, device=args.device)
     else:
         pipe = TextToImage.from_pretrained(get_settings().weight_search_path(), device=args.device)
-    first = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    seeds = [first + i for i in range(args.num_images)]
     images = pipe.generate(
         [args.prompt] * args.num_images,
         negative_prompts=[args.negative] * args.num_images,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import secrets
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from models.diffusion.random import MAX_SEED, consecutive_seeds
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import encode_image
@@ -20,7 +20,6 @@ from service.workers import GenerateJob, WorkerPool
 router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])
 
 GeneratePool = Annotated[WorkerPool, Depends(pool_of("dit"))]
-MAX_SEED = 2**31 - 1
 
 
 class GenerateRequest(BaseModel):
@@ -79,8 +78,7 @@ async def generate(
         body.guidance_scale if body.guidance_scale is not None else model.default_guidance_scale
     )
     plan_layout = body.plan_layout if body.plan_layout is not None else model.default_plan_layout
-    first_seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED - 8)
-    seeds = [(first_seed + i) % (MAX_SEED + 1) for i in range(body.num_images)]
+    seeds = consecutive_seeds(body.seed, body.num_images)
     timeout = remaining_seconds(request, settings)
     jobs = [
         GenerateJob(
