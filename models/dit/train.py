@@ -85,17 +85,6 @@ class TrainConfig:
             raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """``"auto"``: CUDA if available, then Apple MPS, else the CPU."""
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32)."""
     if precision == "fp32":

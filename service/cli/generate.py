@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
     parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.set_defaults(func=run)
 
 
@@ -45,10 +45,12 @@ def run(args: argparse.Namespace) -> int:
         seeds = consecutive_seeds(args.seed, args.num_images)
     except ValueError as exc:
         raise SystemExit(f"error: --seed: {exc}") from None
+    settings = get_settings()
+    device = args.device or settings.device_list()[0]
     if args.checkpoint is not None:
-        pipe = TextToImage.from_checkpoint(args.checkpoint, device=args.device)
+        pipe = TextToImage.from_checkpoint(args.checkpoint, device=device)
     else:
-        pipe = TextToImage.from_pretrained(get_settings().weight_search_path(), device=args.device)
+        pipe = TextToImage.from_pretrained(settings.weight_search_path(), device=device)
     images = pipe.generate(
         [args.prompt] * args.num_images,
         negative_prompts=[args.negative] * args.num_images,

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from service.config import PROJECT_WEIGHTS_DIR
+from service.config import PROJECT_WEIGHTS_DIR, Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,7 +33,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cond-dropout", type=float, default=0.1)
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto", help='"auto", "cpu", "cuda:0", ...')
+    parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.add_argument(
         "--run-dir", type=Path, help="training state folder (default runs/dit-PRESET)"
     )
@@ -61,7 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.dit.train import TrainConfig, Trainer, resolve_device
+    from models.dit.train import TrainConfig, Trainer
     from models.text_encoder import FakeTextEncoder, MiniLMEncoder
 
     config = TrainConfig(
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         seed=args.seed,
     )
-    device = resolve_device(args.device)
+    device = args.device or Settings().device_list()[0]
     encoder = FakeTextEncoder() if args.fake_text else MiniLMEncoder()
     run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
     export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"
