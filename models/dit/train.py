@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from models.devices import bf16_supported
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
@@ -53,7 +54,8 @@ class TrainConfig:
             ``min(d, (1 + n) / (10 + n))`` so early averages are not stuck at init.
         cond_dropout: probability of replacing a caption by the null condition.
         grad_clip: max global gradient norm (0 disables clipping).
-        precision: ``"auto"`` (bfloat16 autocast where supported), ``"bf16"`` or ``"fp32"``.
+        precision: ``"auto"`` (bfloat16 autocast where the device runs it natively),
+            ``"bf16"`` or ``"fp32"`` (see :func:`autocast_dtype`).
         seed: seeds the initial weights, the data stream and the noise.
     """
 
@@ -86,13 +88,21 @@ class TrainConfig:
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32)."""
+    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32).
+
+    ``"auto"``: bfloat16 where the device runs it natively
+    (:func:`models.devices.bf16_supported`), else float32. ``"bf16"``: bfloat16, also on a
+    CPU without native kernels (autocast emulates it there, slower than float32).
+
+    Raises:
+        ValueError: ``"bf16"`` on a non-CPU device without native bfloat16.
+    """
     if precision == "fp32":
         return None
-    supported = torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu"
-    if precision == "bf16" and not supported:
+    native = bf16_supported(device)
+    if precision == "bf16" and not native and device.type != "cpu":
         raise ValueError(f"bfloat16 autocast is not supported on {device}")
-    return torch.bfloat16 if supported else None
+    return torch.bfloat16 if native or precision == "bf16" else None
 
 
 class Trainer:

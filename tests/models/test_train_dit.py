@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from models import devices
 from models.diffusion import diffusion_loss
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.config import DiTConfig, get_preset
@@ -196,9 +197,19 @@ def test_train_config_rejects_bad_values(field, value):
         TrainConfig(**{field: value})
 
 
-def test_bf16_autocast_where_supported():
-    assert autocast_dtype(torch.device("cpu"), "auto") == torch.bfloat16
-    assert autocast_dtype(torch.device("cpu"), "fp32") is None
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_autocasts_to_bf16_only_where_it_is_native(monkeypatch, native):
+    monkeypatch.setattr(devices, "_cpu_has_native_bf16", lambda: native)
+    cpu = torch.device("cpu")
+    assert autocast_dtype(cpu, "auto") == (torch.bfloat16 if native else None)
+    assert autocast_dtype(cpu, "bf16") == torch.bfloat16  # asked for: emulated if need be
+    assert autocast_dtype(cpu, "fp32") is None
+
+
+def test_bf16_on_a_device_without_it_is_a_clear_error():
+    assert autocast_dtype(torch.device("meta"), "auto") is None
+    with pytest.raises(ValueError, match="bfloat16"):
+        autocast_dtype(torch.device("meta"), "bf16")
 
 
 def test_bf16_training_step_runs_and_keeps_float32_weights():
