@@ -45,8 +45,9 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from models.adain.images import resize_max_side  # noqa: E402
 from service.cli.serve import tune_glibc_malloc  # noqa: E402
-from service.images import ImageLimits, decode_image, encode_image, resize_max_side  # noqa: E402
+from service.images import ImageLimits, decode_image, encode_image  # noqa: E402
 
 SHARED_IMAGES = ROOT.parent / "shared" / "images"
 
