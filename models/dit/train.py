@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from models.checkpoints import save_training_state
 from models.devices import bf16_supported
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
@@ -239,12 +240,7 @@ class Trainer:
 
     def save(self, path: str | Path) -> Path:
         """Write the full training state (for :meth:`resume`) atomically."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        tmp.replace(path)
-        return path
+        return save_training_state(self.state_dict(), path)
 
     def initialize_from(self, path: str | Path) -> None:
         """Start from an inference checkpoint's weights (fine-tuning): model and EMA both.
