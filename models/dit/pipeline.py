@@ -24,7 +24,7 @@ from models.diffusion import (
 )
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
-from models.hub import WeightsNotFoundError
+from models.hub import resolve
 from models.shapes.planner import plan_regions
 from models.shapes.vocab import IMAGE_SIZE
 from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextEncoder
@@ -108,16 +108,14 @@ class TextToImage:
         filename: str = DEFAULT_CHECKPOINT,
         **kwargs,
     ) -> TextToImage:
-        """Load ``filename`` from the first folder of ``search_path`` that holds it.
+        """Load ``filename`` from the first folder of ``search_path`` that holds it
+        (:func:`models.hub.resolve`, as for every weights file).
 
         Raises:
             WeightsNotFoundError: no folder holds the checkpoint.
         """
-        for folder in search_path:
-            candidate = Path(folder) / filename
-            if candidate.is_file():
-                return cls.from_checkpoint(candidate, device=device, **kwargs)
-        raise WeightsNotFoundError(filename, [Path(f) for f in search_path], None)
+        path = resolve(filename, [Path(folder) for folder in search_path])
+        return cls.from_checkpoint(path, device=device, **kwargs)
 
     @torch.inference_mode()
     def generate(
