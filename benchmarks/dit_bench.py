@@ -23,19 +23,17 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from models.dit.config import get_preset
+from models.dit.model import DiT
+from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
+from models.text_encoder import FakeTextEncoder
 
-from models.dit.config import get_preset  # noqa: E402
-from models.dit.model import DiT  # noqa: E402
-from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage  # noqa: E402
-from models.text_encoder import FakeTextEncoder  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMPT = "a small red circle to the left of a blue square"
 

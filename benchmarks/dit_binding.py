@@ -28,17 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from evaluation.probe import (  # noqa: E402
+from evaluation.probe import (
     denoising_errors,
     swap_order,
     swap_shapes,
     used_share,
 )
-from models.diffusion import get_schedule  # noqa: E402
-from models.shapes import (  # noqa: E402
+from models.diffusion import get_schedule
+from models.shapes import (
     compose_caption,
     layout,
     parse_caption,
@@ -46,6 +43,8 @@ from models.shapes import (  # noqa: E402
     sample_caption,
     to_tensor,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def probe_captions(kind: str, n: int, seed: int) -> tuple[list[str], list[str]]:

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,11 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from evaluation import CATEGORIES, EvalReport, evaluate_images
+from models.shapes import eval_prompts, layout, parse_caption, render, to_tensor
 
-from evaluation import CATEGORIES, EvalReport, evaluate_images  # noqa: E402
-from models.shapes import eval_prompts, layout, parse_caption, render, to_tensor  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 #: ``generate(prompts, guidance_scale, seeds, plan_layout) -> (N, 3, 32, 32)`` in ``[0, 1]``.
 Generate = Callable[[list[str], float, list[int], bool | None], torch.Tensor]
