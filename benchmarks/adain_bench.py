@@ -32,7 +32,7 @@ from PIL import Image
 from models.adain import StyleTransfer
 from models.adain.images import load_image
 from models.adain.metrics import content_loss, style_loss
-from models.adain.pipeline import bf16_supported
+from models.devices import bf16_supported
 
 REPO = Path(__file__).resolve().parent.parent
 

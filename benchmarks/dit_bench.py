@@ -23,19 +23,17 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from models.dit.config import get_preset
+from models.dit.model import DiT
+from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
+from models.text_encoder import FakeTextEncoder
 
-from models.dit.config import get_preset  # noqa: E402
-from models.dit.model import DiT  # noqa: E402
-from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage  # noqa: E402
-from models.text_encoder import FakeTextEncoder  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 PROMPT = "a small red circle to the left of a blue square"
 
@@ -90,7 +88,7 @@ def forward_times(config, batch: int, repeats: int) -> dict[str, float]:
     x = torch.randn(batch, config.in_channels, config.image_size, config.image_size)
     t = torch.randint(0, 1000, (batch,))
     labels = torch.randint(0, 1000, (batch,))
-    plain = dataclasses.replace(config, cross_attention=False, text_positions=0, text_mlp=0)
+    plain = dataclasses.replace(config, cross_attention=False, text_positions=0)
     ours_plain = DiT(plain).eval()
     ours_cross = DiT(dataclasses.replace(config, cross_attention=True)).eval()
     theirs = build_diffusers(config)

@@ -3,7 +3,7 @@
 Renders ``--n`` training-split scenes per probe, noises each at the given timesteps and
 denoises it under the true caption, a contrast caption and the null condition (same
 noise for all three), then prints the x0 errors and the *used share*
-``(contrast - true) / (null - true)`` (``models.dit.probe``):
+``(contrast - true) / (null - true)`` (``evaluation.probe``):
 
 - order: relation scenes; the contrast exchanges the two phrases ("A left of B" ->
   "B left of A"), so only word order tells the captions apart.
@@ -11,11 +11,6 @@ noise for all three), then prints the x0 errors and the *used share*
 
 A share near 0 means the model ignores that part of the caption; the layout of a scene is
 decided at the highest noise levels, so those rows matter most.
-
-- attention: the relation scenes again; the grounding loss of the cross-attention
-  (``models.dit.grounding``, 0 = every object's words attend only to its pixels) against
-  the true object masks and against the two objects' masks exchanged. Equal columns mean
-  the attention does not follow word order.
 Noise is drawn per timestep in the order given, so runs compare for the same
 ``--timesteps`` and ``--seed``.
 
@@ -33,19 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from models.diffusion import get_schedule  # noqa: E402
-from models.dit.grounding import batch_targets  # noqa: E402
-from models.dit.probe import (  # noqa: E402
-    attention_grounding,
+from evaluation.probe import (
     denoising_errors,
     swap_order,
     swap_shapes,
     used_share,
 )
-from models.shapes import (  # noqa: E402
+from models.diffusion import get_schedule
+from models.shapes import (
     compose_caption,
     layout,
     parse_caption,
@@ -53,6 +43,8 @@ from models.shapes import (  # noqa: E402
     sample_caption,
     to_tensor,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def probe_captions(kind: str, n: int, seed: int) -> tuple[list[str], list[str]]:
@@ -95,7 +87,6 @@ def main(argv: list[str] | None = None) -> int:
     alpha_bar = get_schedule(model.config.schedule, model.config.num_timesteps)
     print(f"checkpoint: {checkpoint}  ({args.n} training-split scenes per probe)")
     print(f"{'probe':>8} {'t':>5} {'true':>8} {'contrast':>9} {'null':>8} {'used share':>11}")
-    probed = {}
     for kind in ("order", "binding"):
         captions, contrasts = probe_captions(kind, args.n, args.seed)
         rng = np.random.default_rng([args.seed, 0x5CE])
@@ -115,35 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{kind:>8} {step:>5} {row['true']:8.4f} {row['contrast']:9.4f} "
                 f"{row['null']:8.4f} {used_share(row, 'contrast'):11.2f}"
             )
-        probed[kind] = (scenes, x0)
-    if model.config.cross_attention:
-        print_attention(model, encoder, *probed["order"], alpha_bar, args)
     return 0
-
-
-def print_attention(model, encoder, scenes, x0, alpha_bar, args) -> None:
-    """The attention rows: grounding loss against the true and the exchanged object masks."""
-    captions = [scene.caption for scene in scenes]
-    cond = encoder.encode(captions)
-    length, patch = cond.tokens.shape[1], model.config.patch_size
-    spans = encoder.token_spans(captions)
-    true, grounded = batch_targets(scenes, spans, patch, length)
-    swapped, _ = batch_targets(scenes, spans, patch, length, exchange=True)
-    targets = {"true": true, "swapped": swapped}
-    generator = torch.Generator().manual_seed(args.seed)
-    losses = attention_grounding(
-        model,
-        x0,
-        cond,
-        targets,
-        grounded,
-        alpha_bar,
-        args.timesteps,
-        generator=generator,
-    )
-    print(f"{'probe':>9} {'t':>5} {'true':>8} {'swapped':>8}   (grounding loss)")
-    for step, row in losses.items():
-        print(f"{'attention':>9} {step:>5} {row['true']:8.3f} {row['swapped']:8.3f}")
 
 
 if __name__ == "__main__":

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,19 +33,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from evaluation import CATEGORIES, EvalReport, evaluate_images
+from models.shapes import eval_prompts, layout, parse_caption, render, to_tensor
 
-from models.shapes import (  # noqa: E402
-    CATEGORIES,
-    EvalReport,
-    eval_prompts,
-    evaluate_images,
-    layout,
-    parse_caption,
-    render,
-    to_tensor,
-)
+ROOT = Path(__file__).resolve().parent.parent
 
 #: ``generate(prompts, guidance_scale, seeds, plan_layout) -> (N, 3, 32, 32)`` in ``[0, 1]``.
 Generate = Callable[[list[str], float, list[int], bool | None], torch.Tensor]
@@ -110,7 +100,7 @@ def save_grid(path: Path, images: torch.Tensor, prompts: list[str], columns: int
     """Write the first ``columns**2`` images, x4, framed green (ok) or red, and their captions."""
     from PIL import Image, ImageDraw
 
-    from models.shapes import score_image
+    from evaluation import score_image
 
     count = min(len(images), columns * columns)
     cell, frame = 32 * 4 + 4, 2

@@ -8,23 +8,21 @@ Three ways to draw the same prompts with the same seeds, at the pipeline's defau
 - ``regions``: as served, each region sees the other objects' cells as empty canvas.
 
     .venv/bin/python benchmarks/dit_layout_ablation.py --n 200 --batch 100
+
+It reuses ``dit_eval.py``'s generation and table: run as a script, Python puts the
+script's own folder (``benchmarks/``) first on ``sys.path``, so the sibling imports as
+``dit_eval``; the project itself comes from the installed package.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import torch
+from dit_eval import load_pipeline, print_table, run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
-
-from dit_eval import load_pipeline, print_table, run  # noqa: E402
-
-from models.shapes import eval_prompts  # noqa: E402
+from models.shapes import eval_prompts
 
 
 def without_hiding(pipe) -> None:

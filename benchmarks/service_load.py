@@ -42,11 +42,11 @@ import httpx
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from models.adain.images import resize_max_side
+from service.cli.serve import tune_glibc_malloc
+from service.images import ImageLimits, decode_image, encode_image
 
-from service.cli.serve import tune_glibc_malloc  # noqa: E402
-from service.images import ImageLimits, decode_image, encode_image, resize_max_side  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 SHARED_IMAGES = ROOT.parent / "shared" / "images"
 

@@ -6,12 +6,16 @@ Two formats are read:
   a file can hold tensors and containers but never run code;
 - ``.safetensors``: the safetensors format (no code at all, memory-mapped).
 
-Checkpoints this project writes itself use safetensors.
+Checkpoints this project writes itself use safetensors (:func:`save_state_dict`); full
+training states (optimizer, step, RNG) are weights-only pickles
+(:func:`save_training_state`). Both go through :func:`write_atomically`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import torch
@@ -54,10 +58,40 @@ def load_state_dict(path: str | Path, *, device: str | torch.device = "cpu") -> 
     return {str(key): value for key, value in loaded.items()}
 
 
+def write_atomically(path: str | Path, write: Callable[[Path], object]) -> Path:
+    """Create or replace ``path`` so that readers see the old file or the whole new one.
+
+    ``write(temporary)`` fills a fresh file beside ``path`` (same folder, so same file
+    system), which is then made world-readable (0644) and moved over ``path`` with
+    ``os.replace``. If ``write`` fails, the temporary file is removed and ``path`` is
+    untouched.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        temporary.chmod(0o644)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def save_training_state(state: Mapping[str, object], path: str | Path) -> Path:
+    """Write a training state (tensors, numbers, strings, containers) with ``torch.save``,
+    atomically; read it back with ``torch.load(path, weights_only=True)``."""
+    return write_atomically(path, lambda temporary: torch.save(dict(state), temporary))
+
+
 def save_state_dict(
     state: Mapping[str, Tensor], path: str | Path, *, metadata: Mapping[str, str] | None = None
 ) -> Path:
-    """Write ``state`` as a ``.safetensors`` file (tensors made contiguous, on the CPU).
+    """Write ``state`` as a ``.safetensors`` file (tensors made contiguous, on the CPU),
+    atomically (:func:`write_atomically`).
 
     Args:
         state: ``{name: tensor}``.
@@ -67,7 +101,7 @@ def save_state_dict(
     path = Path(path)
     if path.suffix.lower() != SAFETENSORS_SUFFIX:
         raise ValueError(f"checkpoints are written as {SAFETENSORS_SUFFIX}, got {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {key: value.detach().to("cpu").contiguous() for key, value in state.items()}
-    save_file(tensors, str(path), metadata=dict(metadata or {}))
-    return path
+    return write_atomically(
+        path, lambda temporary: save_file(tensors, str(temporary), metadata=dict(metadata or {}))
+    )

@@ -8,7 +8,6 @@ gives the same interface without any weights, for fast tests.
 from __future__ import annotations
 
 import os
-import re
 import zlib
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -42,11 +41,6 @@ class TextEncoder(Protocol):
     dim: int
 
     def encode(self, prompts: Sequence[str]) -> TextCondition: ...
-
-    def token_spans(self, prompts: Sequence[str]) -> list[list[tuple[int, int] | None]]:
-        """Per prompt, the character span ``[start, end)`` of each token that
-        :meth:`encode` returns (``None`` for special tokens)."""
-        ...
 
 
 def stack_conditions(items: Sequence[tuple[Tensor, Tensor]]) -> TextCondition:
@@ -134,14 +128,6 @@ class MiniLMEncoder(_CachedEncoder):
             (pooled[i].cpu().clone(), states[i, :n].cpu().clone()) for i, n in enumerate(lengths)
         ]
 
-    def token_spans(self, prompts: Sequence[str]) -> list[list[tuple[int, int] | None]]:
-        """Character spans of the WordPiece tokens; ``[CLS]`` and ``[SEP]`` give ``None``."""
-        batch = self.tokenizer(list(prompts), truncation=True, return_offsets_mapping=True)
-        return [
-            [(start, end) if end > start else None for start, end in offsets]
-            for offsets in batch["offset_mapping"]
-        ]
-
 
 class FakeTextEncoder(_CachedEncoder):
     """Weight-free stand-in: each word maps to a fixed pseudo-random vector (crc32 seed).
@@ -163,12 +149,8 @@ class FakeTextEncoder(_CachedEncoder):
     def _encode_uncached(self, prompts: list[str]) -> list[tuple[Tensor, Tensor]]:
         items = []
         for prompt in prompts:
-            words = prompt.lower().split() or [""]  # one token per word (see token_spans)
+            words = prompt.lower().split() or [""]  # one token per word
             states = torch.stack([self._word_vector(w) for w in words])
             pooled = torch.nn.functional.normalize(states.mean(0), dim=0)
             items.append((pooled, states))
         return items
-
-    def token_spans(self, prompts: Sequence[str]) -> list[list[tuple[int, int] | None]]:
-        """One token per whitespace-separated word, as :meth:`encode` splits them."""
-        return [[m.span() for m in re.finditer(r"\S+", prompt)] or [None] for prompt in prompts]

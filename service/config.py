@@ -27,7 +27,7 @@ class Settings(BaseSettings):
     )
     devices: str = Field(
         default="auto",
-        description='"auto" (every CUDA device, else the CPU) or a comma list like "cuda:0,cuda:1" or "cpu".',
+        description='"auto" (every CUDA device, else Apple MPS, else the CPU) or a comma list like "cuda:0,cuda:1" or "cpu".',
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
@@ -65,14 +65,10 @@ class Settings(BaseSettings):
     log_level: str = "info"
 
     def device_list(self) -> list[str]:
-        """Resolve ``devices`` to concrete torch device strings."""
-        import torch
+        """``devices`` resolved to torch device names (:func:`models.devices.device_list`)."""
+        from models.devices import device_list
 
-        if self.devices.strip().lower() != "auto":
-            return [d.strip() for d in self.devices.split(",") if d.strip()]
-        if torch.cuda.is_available():
-            return [f"cuda:{i}" for i in range(torch.cuda.device_count())]
-        return ["cpu"]
+        return device_list(self.devices)
 
     def weight_search_path(self) -> list[Path]:
         """Folders searched for a checkpoint, in order."""

@@ -130,23 +130,6 @@ def _to_rgb_array(image: Image.Image) -> np.ndarray:
     return np.asarray(rgb, dtype=np.float32) / 255.0
 
 
-def resize_max_side(image: torch.Tensor, max_side: int) -> torch.Tensor:
-    """Shrink so the longer side is at most ``max_side`` (aspect kept; never enlarges).
-
-    Shape:
-        ``(C, H, W)`` -> ``(C, H', W')`` with ``max(H', W') <= max_side``.
-    """
-    if max_side < 1:
-        raise ValueError(f"max_side must be >= 1, got {max_side}")
-    height, width = image.shape[-2:]
-    longest = max(height, width)
-    if longest <= max_side:
-        return image
-    scale = max_side / longest
-    size = (max(1, round(height * scale)), max(1, round(width * scale)))
-    return resize_to(image, size)
-
-
 def resize_to(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """Bilinear (antialiased) resize of ``(C, H, W)`` to ``(C, *size)``, clamped to [0, 1]."""
     if tuple(image.shape[-2:]) == tuple(size):

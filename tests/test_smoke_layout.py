@@ -26,6 +26,27 @@ def test_models_never_import_service():
     assert "service" not in _imported_top_levels("models")
 
 
+def test_benchmarks_never_edit_sys_path():
+    """They run against the installed package (``python benchmarks/x.py``)."""
+    for path in (ROOT / "benchmarks").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        edits = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)
+            and node.attr == "path"
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+        ]
+        assert not edits, f"{path.name} touches sys.path"
+
+
+def test_served_packages_never_import_evaluation_code():
+    """The scorer, the probes and scipy (the ``eval`` extra) stay out of the served code."""
+    for package in ("norms", "models", "service"):
+        assert not _imported_top_levels(package) & {"evaluation", "scipy"}, package
+
+
 def test_samplers_know_nothing_of_the_dit():
     for path in (ROOT / "models" / "diffusion").rglob("*.py"):
         tree = ast.parse(path.read_text())

@@ -1,6 +1,7 @@
-"""Image files <-> tensors for the command line and the benchmarks (Pillow).
+"""Image files <-> tensors for the command line and the benchmarks (Pillow), and resizing.
 
-The service has its own hardened decoder; these helpers are for trusted local files.
+The service has its own hardened decoder; the file helpers are for trusted local files.
+:func:`resize_max_side` bounds an image's longer side for the CLI, the benchmarks and the service.
 """
 
 from __future__ import annotations
@@ -31,7 +32,16 @@ def load_image(path: str | Path, *, max_side: int | None = None, mode: str = "RG
 
 
 def resize_max_side(image: Tensor, max_side: int) -> Tensor:
-    """Scale ``(B, C, H, W)`` so its longer side is ``max_side`` (antialiased; never upscales)."""
+    """Shrink so the longer side is at most ``max_side`` (aspect kept; never enlarges).
+
+    With ``s = max_side / max(H, W) < 1`` the new sides are ``max(1, round(H s))`` and
+    ``max(1, round(W s))``, by antialiased bilinear interpolation, clamped to ``[0, 1]``;
+    an image already small enough is returned as it is.
+
+    Shape:
+        ``(..., C, H, W)`` -> ``(..., C, H', W')``, e.g. one ``(C, H, W)`` image or a
+        ``(B, C, H, W)`` batch.
+    """
     if max_side < 1:
         raise ValueError(f"max_side must be >= 1, got {max_side}")
     height, width = image.shape[-2:]
@@ -39,9 +49,9 @@ def resize_max_side(image: Tensor, max_side: int) -> Tensor:
     if scale >= 1.0:
         return image
     size = (max(1, round(height * scale)), max(1, round(width * scale)))
-    return F.interpolate(
-        image, size=size, mode="bilinear", antialias=True, align_corners=False
-    ).clamp(0, 1)
+    batch = image.reshape(-1, *image.shape[-3:])  # (N, C, H, W)
+    out = F.interpolate(batch, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return out.clamp_(0, 1).reshape(*image.shape[:-2], *size)
 
 
 def save_image(image: Tensor, path: str | Path) -> Path:

@@ -29,6 +29,7 @@ from models.adain.transfer import region_labels, transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
+from models.devices import bf16_supported
 from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
@@ -48,22 +49,6 @@ DECODER_FILES = {
 #: The AdaIN release's relu4_1 pair: optional, used when both files are found.
 ADAIN_ENCODER_FILE = "adain/vgg_normalised.pth"
 ADAIN_DECODER_FILE = "adain/decoder.pth"
-
-
-def bf16_supported(device: torch.device) -> bool:
-    """Whether ``device`` runs bfloat16 convolutions natively (CPU: oneDNN with AVX512-BF16/AMX).
-
-    Feature detection with a float32 fallback: the CPU probe is a private torch op, so
-    its absence counts as "no".
-    """
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
-        return False
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def check_levels(levels: Sequence[str], available: Sequence[str]) -> tuple[str, ...]:

@@ -31,7 +31,7 @@ from tqdm import tqdm
 from models.adain.images import load_image
 from models.adain.metrics import stats_distance
 from models.adain.stats import FeatureStats
-from models.checkpoints import load_state_dict, save_state_dict
+from models.checkpoints import load_state_dict, save_state_dict, save_training_state
 from models.decoder import Decoder
 from models.vgg import VGGEncoder, levels_up_to
 from norms.functional import adain
@@ -209,9 +209,7 @@ def _save_checkpoint(config, decoder, optimizer, schedule, step: int) -> None:
     save_state_dict(state, config.decoder_path, metadata={"level": config.level, "step": str(step)})
     extras = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
     extras["config"] = {key: str(value) for key, value in asdict(config).items()}
-    temporary = Path(config.out_dir) / f".{STATE_FILE}.tmp"
-    torch.save(extras, temporary)
-    temporary.replace(Path(config.out_dir) / STATE_FILE)
+    save_training_state(extras, Path(config.out_dir) / STATE_FILE)
 
 
 def _load_checkpoint(config, decoder, optimizer, schedule) -> int:

@@ -12,7 +12,13 @@ from models.diffusion.parameterization import (
     to_epsilon,
     to_x0,
 )
-from models.diffusion.random import generators_from_seeds, randn
+from models.diffusion.random import (
+    MAX_SEED,
+    consecutive_seeds,
+    generators_from_seeds,
+    randn,
+    random_seed,
+)
 from models.diffusion.regions import Regions, regional_denoiser
 from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
 from models.diffusion.schedules import (
@@ -24,11 +30,13 @@ from models.diffusion.schedules import (
 )
 
 __all__ = [
+    "MAX_SEED",
     "PREDICTIONS",
     "Regions",
     "SAMPLERS",
     "add_noise",
     "classifier_free_guidance",
+    "consecutive_seeds",
     "cosine_schedule",
     "ddim",
     "ddpm",
@@ -42,6 +50,7 @@ __all__ = [
     "get_sampler",
     "get_schedule",
     "linear_schedule",
+    "random_seed",
     "randn",
     "regional_denoiser",
     "sampling_timesteps",

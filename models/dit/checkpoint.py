@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, safe_open, save_file
+from safetensors.torch import load_file, safe_open
 
+from models.checkpoints import save_state_dict
 from models.dit.config import DiTConfig
 from models.dit.model import DiT
 
@@ -20,19 +21,13 @@ def save_dit(path: str | Path, model: DiT, **info: object) -> Path:
 
     ``info`` (step, loss, preset...) is stored JSON-encoded under ``metadata["info"]``.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tensors = {k: v.detach().float().cpu().contiguous() for k, v in model.state_dict().items()}
     metadata = {
         "format": FORMAT,
         "config": model.config.to_json(),
         "info": json.dumps(info, sort_keys=True, default=str),
     }
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    save_file(tensors, str(tmp), metadata=metadata)
-    tmp.chmod(0o644)
-    tmp.replace(path)
-    return path
+    state = {name: tensor.float() for name, tensor in model.state_dict().items()}
+    return save_state_dict(state, path, metadata=metadata)
 
 
 def read_metadata(path: str | Path) -> tuple[DiTConfig, dict]:

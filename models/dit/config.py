@@ -26,11 +26,6 @@ class DiTConfig:
             embeddings of the token index added to the projected text tokens (0: none).
             They tell the first-named object from the second ("a red circle to the left of
             a white square"); indices past the table share its last row.
-        text_mlp: with cross-attention, the hidden width of a residual MLP on each text
-            token state, added to the linear projection whose output feeds the keys and values
-            (0: none; its output layer starts at zero). The keys are otherwise linear in the
-            frozen MiniLM states, in which "this object is the left / upper one of a
-            relation" is not linear (``benchmarks/text_order_probe.py``).
         frequency_dim: width of the sinusoidal timestep features.
         num_timesteps: length of the discrete diffusion schedule the model is trained on.
         schedule: name of the noise schedule (see ``models.diffusion.schedules``).
@@ -48,7 +43,6 @@ class DiTConfig:
     text_dim: int = 384
     cross_attention: bool = True
     text_positions: int = 0
-    text_mlp: int = 0
     frequency_dim: int = 256
     num_timesteps: int = 1000
     schedule: str = "cosine"
@@ -75,10 +69,6 @@ class DiTConfig:
             raise ValueError(f"text_positions must be >= 0, got {self.text_positions}")
         if self.text_positions and not self.cross_attention:
             raise ValueError("text_positions needs cross_attention=True")
-        if self.text_mlp < 0:
-            raise ValueError(f"text_mlp must be >= 0, got {self.text_mlp}")
-        if self.text_mlp and not self.cross_attention:
-            raise ValueError("text_mlp needs cross_attention=True")
 
     @property
     def grid_size(self) -> int:

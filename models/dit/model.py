@@ -156,23 +156,14 @@ class CrossAttention(nn.Module):
         self.kv = nn.Linear(width, 2 * width)
         self.out = nn.Linear(width, width)
 
-    def forward(
-        self, x: Tensor, context: Tensor, mask: Tensor, *, return_attention: bool = False
-    ) -> Tensor | tuple[Tensor, Tensor]:
-        """With ``return_attention`` also the head-averaged probabilities ``(B, T, L)``."""
+    def forward(self, x: Tensor, context: Tensor, mask: Tensor) -> Tensor:
         b, t, d = x.shape
         heads, head_dim = self.num_heads, d // self.num_heads
         q = self.q(x).reshape(b, t, heads, head_dim).transpose(1, 2)  # (B, H, T, d/H)
         kv = self.kv(context).reshape(b, context.shape[1], 2, heads, head_dim)
         k, v = kv.permute(2, 0, 3, 1, 4)  # each (B, H, L, d/H)
-        keep = mask[:, None, None, :]
-        if not return_attention:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
-            return self.out(y.transpose(1, 2).reshape(b, t, d))
-        scores = (q @ k.transpose(-2, -1)) * head_dim**-0.5  # (B, H, T, L)
-        probs = scores.masked_fill(~keep, float("-inf")).softmax(dim=-1)
-        y = probs @ v  # (B, H, T, d/H)
-        return self.out(y.transpose(1, 2).reshape(b, t, d)), probs.mean(dim=1)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+        return self.out(y.transpose(1, 2).reshape(b, t, d))
 
 
 class DiTBlock(nn.Module):
@@ -193,26 +184,11 @@ class DiTBlock(nn.Module):
             CrossAttention(width, config.num_heads) if config.cross_attention else None
         )
 
-    def forward(
-        self,
-        x: Tensor,
-        c: Tensor,
-        context: Tensor | None,
-        mask: Tensor | None,
-        attention: list[Tensor] | None = None,
-    ) -> Tensor:
-        """``attention``, when given, receives the cross-attention probabilities ``(B, T, L)``."""
+    def forward(self, x: Tensor, c: Tensor, context: Tensor | None, mask: Tensor | None) -> Tensor:
         attn_mod, mlp_mod = self.adaln(c)
         x = x + attn_mod.gate[:, None] * self.attn(self.adaln.normalize(x, attn_mod))
         if self.cross_attn is not None:
-            if attention is None:
-                x = x + self.cross_attn(self.cross_norm(x), context, mask)
-            else:
-                update, probs = self.cross_attn(
-                    self.cross_norm(x), context, mask, return_attention=True
-                )
-                x = x + update
-                attention.append(probs)
+            x = x + self.cross_attn(self.cross_norm(x), context, mask)
         return x + mlp_mod.gate[:, None] * self.mlp(self.adaln.normalize(x, mlp_mod))
 
 
@@ -256,16 +232,6 @@ class DiT(nn.Module):
             if config.cross_attention
             else None
         )
-        self.text_mlp = (
-            nn.Sequential(
-                nn.LayerNorm(config.text_dim),
-                nn.Linear(config.text_dim, config.text_mlp),
-                nn.GELU(approximate="tanh"),
-                nn.Linear(config.text_mlp, width),
-            )
-            if config.text_mlp
-            else None
-        )
         self.text_position = (
             nn.Parameter(torch.zeros(config.text_positions, width))
             if config.text_positions
@@ -281,8 +247,7 @@ class DiT(nn.Module):
         """DiT's policy: Xavier linears, N(0, 0.02) timestep MLP, every output gate at zero.
 
         Zeroed: the adaLN(-Zero) projections (so gates, shifts and scales start at 0),
-        the cross-attention output projections, the text MLP's output layer and the final
-        linear. Each block is then the identity and the network predicts ``eps = 0`` at
+        the cross-attention output projections and the final linear. Each block is then the identity and the network predicts ``eps = 0`` at
         initialisation.
         """
         for module in self.modules():
@@ -293,9 +258,6 @@ class DiT(nn.Module):
             nn.init.normal_(layer.weight, std=0.02)
         nn.init.normal_(self.null_pooled, std=self.config.text_dim**-0.5)
         nn.init.normal_(self.null_token, std=0.02)
-        if self.text_mlp is not None:
-            nn.init.zeros_(self.text_mlp[-1].weight)
-            nn.init.zeros_(self.text_mlp[-1].bias)
         for block in self.blocks:
             block.adaln.reset_parameters()
             if block.cross_attn is not None:
@@ -331,35 +293,27 @@ class DiT(nn.Module):
         )
         return self.with_null(placeholder, torch.ones(batch_size, dtype=torch.bool))
 
-    def forward(
-        self, x: Tensor, t: Tensor, cond: TextCondition, attention: list[Tensor] | None = None
-    ) -> Tensor:
-        """Predict ``eps`` or ``v``; ``attention``, when given, receives each block's
-        cross-attention probabilities ``(B, T, L)`` (head-averaged), for training signals."""
+    def forward(self, x: Tensor, t: Tensor, cond: TextCondition) -> Tensor:
+        """Predict ``eps`` or ``v``."""
         config = self.config
-        if attention is not None and self.text_tokens is None:
-            raise ValueError("attention maps need a model with cross_attention=True")
         tokens = self.patch_embed(patchify(x, config.patch_size)) + self.pos_embed  # (B, T, D)
         c = self.t_embedder(t) + self.text_pooled(cond.pooled)  # (B, D)
         context = self.text_context(cond.tokens)
         for block in self.blocks:
-            tokens = block(tokens, c, context, cond.mask, attention)
+            tokens = block(tokens, c, context, cond.mask)
         out = self.final(tokens, c)  # (B, T, p * p * C)
         return unpatchify(out, config.patch_size, config.in_channels)
 
     def text_context(self, tokens: Tensor) -> Tensor | None:
         """Project text token states ``(B, L, E)`` to ``(B, L, D)`` for cross-attention.
 
-        ``context = W LN(h) + b`` per token, plus ``MLP(h)`` with ``config.text_mlp`` (a
-        nonlinear feature of each state, zero at initialisation), plus
-        ``position[min(i, P - 1)]`` with ``config.text_positions = P``.
+        ``context = W LN(h) + b`` per token, plus ``position[min(i, P - 1)]`` with
+        ``config.text_positions = P``.
         Returns ``None`` without cross-attention.
         """
         if self.text_tokens is None:
             return None
         context = self.text_tokens(tokens)
-        if self.text_mlp is not None:
-            context = context + self.text_mlp(tokens)
         if self.text_position is not None:
             index = torch.arange(tokens.shape[1], device=tokens.device)
             index = index.clamp_max(self.config.text_positions - 1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,12 +20,13 @@ from models.diffusion import (
     get_sampler,
     get_schedule,
     randn,
+    random_seed,
     regional_denoiser,
 )
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
 from models.dit.options import GenerateDefaults
-from models.hub import WeightsNotFoundError
+from models.hub import resolve
 from models.shapes.planner import plan_regions
 from models.shapes.vocab import IMAGE_SIZE
 from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextEncoder
@@ -37,7 +37,6 @@ DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
 #: same step count (benchmarks/dit_eval.py --sampler), as stochastic sampling corrects
 #: some of an imperfect denoiser's errors; DPM-Solver++(2M) stays the fast ODE option.
 DEFAULT_SAMPLER = "ddpm"
-MAX_SEED = 2**63 - 1
 #: Stream of the layout planner's generator, beside each image's seed.
 PLAN_STREAM = 0x1A70
 #: The clean value of the shapes world's empty (black) canvas in the model's ``[-1, 1]``.
@@ -119,16 +118,14 @@ class TextToImage:
         filename: str = DEFAULT_CHECKPOINT,
         **kwargs,
     ) -> TextToImage:
-        """Load ``filename`` from the first folder of ``search_path`` that holds it.
+        """Load ``filename`` from the first folder of ``search_path`` that holds it
+        (:func:`models.hub.resolve`, as for every weights file).
 
         Raises:
             WeightsNotFoundError: no folder holds the checkpoint.
         """
-        for folder in search_path:
-            candidate = Path(folder) / filename
-            if candidate.is_file():
-                return cls.from_checkpoint(candidate, device=device, **kwargs)
-        raise WeightsNotFoundError(filename, [Path(f) for f in search_path], None)
+        path = resolve(filename, [Path(folder) for folder in search_path])
+        return cls.from_checkpoint(path, device=device, **kwargs)
 
     @torch.inference_mode()
     def generate(
@@ -171,7 +168,7 @@ class TextToImage:
         if n == 0:
             raise ValueError("need at least one prompt")
         negative_prompts = negative_prompts if negative_prompts is not None else [None] * n
-        seeds = seeds if seeds is not None else [secrets.randbelow(MAX_SEED) for _ in range(n)]
+        seeds = seeds if seeds is not None else [random_seed() for _ in range(n)]
         if len(negative_prompts) != n or len(seeds) != n:
             raise ValueError(
                 f"got {n} prompts, {len(negative_prompts)} negative prompts, {len(seeds)} seeds"

@@ -3,9 +3,8 @@
 AdamW with linear warmup and an optional linear cooldown to zero at the end, an
 exponential moving average (EMA) of the weights, bfloat16 autocast where supported,
 gradient clipping, classifier-free-guidance condition dropout (the learned null condition
-replaces a random share of captions), an optional token grounding loss on the
-cross-attention (:mod:`models.dit.grounding`), a tqdm progress bar, periodic checkpoints
-and exact resume (model, EMA, optimizer, step and RNG state).
+replaces a random share of captions), a tqdm progress bar, periodic checkpoints and exact
+resume (model, EMA, optimizer, step and RNG state).
 
 The batch of step ``k`` is items ``[k * B, (k + 1) * B)`` of a deterministic
 :class:`~models.shapes.ShapesDataset`, so resuming continues the same data stream.
@@ -20,19 +19,18 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file
-from torch import Tensor
 from torch.utils.data import Dataset
 from tqdm import tqdm
 
+from models.checkpoints import save_training_state
+from models.devices import bf16_supported
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
-from models.dit.grounding import batch_targets, grounding_loss
 from models.dit.model import DiT
 from models.text_encoder import TextEncoder
 
@@ -57,11 +55,9 @@ class TrainConfig:
             ``min(d, (1 + n) / (10 + n))`` so early averages are not stuck at init.
         cond_dropout: probability of replacing a caption by the null condition.
         grad_clip: max global gradient norm (0 disables clipping).
-        precision: ``"auto"`` (bfloat16 autocast where supported), ``"bf16"`` or ``"fp32"``.
+        precision: ``"auto"`` (bfloat16 autocast where the device runs it natively),
+            ``"bf16"`` or ``"fp32"`` (see :func:`autocast_dtype`).
         seed: seeds the initial weights, the data stream and the noise.
-        grounding_weight: ``lambda`` of the token grounding loss added to the denoising
-            loss (:mod:`models.dit.grounding`; 0 disables it). It needs a dataset with
-            ``scene(index)`` and a model with cross-attention.
     """
 
     preset: str = "shapes32"
@@ -75,7 +71,6 @@ class TrainConfig:
     grad_clip: float = 1.0
     precision: str = "auto"
     seed: int = 0
-    grounding_weight: float = 0.0
 
     def __post_init__(self) -> None:
         get_preset(self.preset)
@@ -89,31 +84,26 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not 0 <= self.cond_dropout <= 1:
             raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
-        if self.grounding_weight < 0:
-            raise ValueError(f"grounding_weight must be >= 0, got {self.grounding_weight}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
 
 
-def resolve_device(name: str = "auto") -> torch.device:
-    """``"auto"``: CUDA if available, then Apple MPS, else the CPU."""
-    if name != "auto":
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32)."""
+    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32).
+
+    ``"auto"``: bfloat16 where the device runs it natively
+    (:func:`models.devices.bf16_supported`), else float32. ``"bf16"``: bfloat16, also on a
+    CPU without native kernels (autocast emulates it there, slower than float32).
+
+    Raises:
+        ValueError: ``"bf16"`` on a non-CPU device without native bfloat16.
+    """
     if precision == "fp32":
         return None
-    supported = torch.cuda.is_bf16_supported() if device.type == "cuda" else device.type == "cpu"
-    if precision == "bf16" and not supported:
+    native = bf16_supported(device)
+    if precision == "bf16" and not native and device.type != "cpu":
         raise ValueError(f"bfloat16 autocast is not supported on {device}")
-    return torch.bfloat16 if supported else None
+    return torch.bfloat16 if native or precision == "bf16" else None
 
 
 class Trainer:
@@ -151,11 +141,6 @@ class Trainer:
 
             dataset = ShapesDataset("train", seed=config.seed, length=_STREAM_LENGTH)
         self.dataset = dataset
-        if config.grounding_weight > 0:
-            if not hasattr(dataset, "scene"):
-                raise ValueError("grounding needs a dataset with scene(index) (ShapesDataset)")
-            if not self.model_config.cross_attention:
-                raise ValueError("grounding needs a model with cross_attention=True")
         torch.manual_seed(config.seed)
         self.model = DiT(self.model_config).to(self.device)
         self.ema = copy.deepcopy(self.model).requires_grad_(False).eval()
@@ -189,27 +174,11 @@ class Trainer:
         images = torch.stack([image for image, _ in items]).to(self.device)
         return images * 2 - 1, [caption for _, caption in items]
 
-    def grounding_targets(
-        self, step: int, length: int, drop: torch.Tensor
-    ) -> tuple[Tensor, Tensor]:
-        """Patch masks ``(B, L, T)`` of the batch's grounded tokens and ``grounded (B, L)``.
-
-        Captions replaced by the null condition (``drop``) have no grounded token.
-        """
-        size = self.config.batch_size
-        scenes = [self.dataset.scene(i) for i in range(step * size, (step + 1) * size)]
-        spans = self.encoder.token_spans([scene.caption for scene in scenes])
-        targets, grounded = batch_targets(scenes, spans, self.model_config.patch_size, length)
-        grounded &= ~drop.to(torch.bool)[:, None]
-        return targets.to(self.device), grounded.to(self.device)
-
     def train_step(self) -> float:
-        """One optimisation step; returns the loss (denoising plus weighted grounding)."""
+        """One optimisation step; returns the loss."""
         x0, captions = self.batch(self.step)
         cond = self.encoder.encode(captions).to(self.device)
         drop = torch.rand(len(captions), generator=self.generator) < self.config.cond_dropout
-        weight = self.config.grounding_weight
-        attention: list[Tensor] | None = [] if weight > 0 else None
         for group in self.optimizer.param_groups:
             group["lr"] = self.learning_rate(self.step)
         self.model.train()
@@ -221,16 +190,13 @@ class Trainer:
         with context:
             cond = self.model.with_null(cond, drop)
             loss = diffusion_loss(
-                partial(self.model, attention=attention),
+                self.model,
                 x0,
                 cond,
                 self.alpha_bar,
                 prediction=self.model_config.prediction,
                 generator=self.generator,
             )
-            if attention is not None:
-                targets, grounded = self.grounding_targets(self.step, cond.tokens.shape[1], drop)
-                loss = loss + weight * grounding_loss(attention, targets, grounded)
         loss.backward()
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
@@ -274,41 +240,32 @@ class Trainer:
 
     def save(self, path: str | Path) -> Path:
         """Write the full training state (for :meth:`resume`) atomically."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        torch.save(self.state_dict(), tmp)
-        tmp.replace(path)
-        return path
+        return save_training_state(self.state_dict(), path)
 
     def initialize_from(self, path: str | Path) -> None:
         """Start from an inference checkpoint's weights (fine-tuning): model and EMA both.
 
         The checkpoint's architecture must be this run's, except that this run may add
-        the text components that start at zero (text position embeddings, the text MLP),
-        so the model starts as exactly the checkpoint's. Optimizer, step and data stream
-        start afresh.
+        text position embeddings (``text_positions``), which start at zero, so the model
+        starts as exactly the checkpoint's. Optimizer, step and data stream start afresh.
 
         Raises:
             ValueError: when the architectures differ in anything else.
         """
         source, _ = read_metadata(path)
-        additive = {"text_positions": 0, "text_mlp": 0}
-        mine = dataclasses.replace(self.model_config, **additive)
-        if dataclasses.replace(source, **additive) != mine:
+        mine = dataclasses.replace(self.model_config, text_positions=0)
+        if dataclasses.replace(source, text_positions=0) != mine:
             raise ValueError(
                 f"{path} holds a different architecture: {source} (this run: {self.model_config})"
             )
-        for name in additive:
-            if getattr(source, name) not in (0, getattr(self.model_config, name)):
-                raise ValueError(
-                    f"{path} has {name}={getattr(source, name)}, "
-                    f"this run {getattr(self.model_config, name)}"
-                )
+        if source.text_positions not in (0, self.model_config.text_positions):
+            raise ValueError(
+                f"{path} has text_positions={source.text_positions}, "
+                f"this run {self.model_config.text_positions}"
+            )
         weights = load_file(str(path), device="cpu")
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        added = {"text_position"} | {k for k in missing if k.startswith("text_mlp.")}
-        if unexpected or set(missing) - added:
+        if unexpected or set(missing) - {"text_position"}:
             raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
         self.ema.load_state_dict(self.model.state_dict())
 

@@ -27,14 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="atelier", description="Style transfer and text-to-image, from the command line."
     )
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"service.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"service.cli.{name}":
-                raise
-            continue  # not built yet
-        module.register(subparsers)
+    for name in COMMAND_MODULES:  # a module that fails to import fails the command line
+        importlib.import_module(f"service.cli.{name}").register(subparsers)
     return parser
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import secrets
 from pathlib import Path
 
 
@@ -29,24 +28,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
     parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from PIL import Image
 
+    from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
     from service.config import get_settings
 
     if args.num_images < 1:
         raise SystemExit("error: -n must be >= 1")
+    try:
+        seeds = consecutive_seeds(args.seed, args.num_images)
+    except ValueError as exc:
+        raise SystemExit(f"error: --seed: {exc}") from None
+    settings = get_settings()
+    device = args.device or settings.device_list()[0]
     if args.checkpoint is not None:
-        pipe = TextToImage.from_checkpoint(args.checkpoint, device=args.device)
+        pipe = TextToImage.from_checkpoint(args.checkpoint, device=device)
     else:
-        pipe = TextToImage.from_pretrained(get_settings().weight_search_path(), device=args.device)
-    first = args.seed if args.seed is not None else secrets.randbelow(2**31)
-    seeds = [first + i for i in range(args.num_images)]
+        pipe = TextToImage.from_pretrained(settings.weight_search_path(), device=device)
     images = pipe.generate(
         [args.prompt] * args.num_images,
         negative_prompts=[args.negative] * args.num_images,

@@ -7,7 +7,7 @@ import json
 import math
 from pathlib import Path
 
-from service.config import PROJECT_WEIGHTS_DIR
+from service.config import PROJECT_WEIGHTS_DIR, Settings
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,12 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=100_000, help="total optimisation steps")
     parser.add_argument("--time-limit", type=float, default=math.inf, help="minutes, then stop")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument(
-        "--text-mlp",
-        type=int,
-        metavar="HIDDEN",
-        help="override the preset's text MLP width (0: none); resume with the same value",
-    )
     parser.add_argument("--lr", type=float, default=6e-4)
     parser.add_argument("--warmup-steps", type=int, default=200)
     parser.add_argument(
@@ -37,15 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--ema-decay", type=float, default=0.998)
     parser.add_argument("--cond-dropout", type=float, default=0.1)
-    parser.add_argument(
-        "--grounding-weight",
-        type=float,
-        default=0.0,
-        help="weight of the token grounding loss on cross-attention (0: off)",
-    )
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="auto", help='"auto", "cpu", "cuda:0", ...')
+    parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.add_argument(
         "--run-dir", type=Path, help="training state folder (default runs/dit-PRESET)"
     )
@@ -73,10 +61,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
-
-    from models.dit.config import get_preset
-    from models.dit.train import TrainConfig, Trainer, resolve_device
+    from models.dit.train import TrainConfig, Trainer
     from models.text_encoder import FakeTextEncoder, MiniLMEncoder
 
     config = TrainConfig(
@@ -87,20 +72,16 @@ def run(args: argparse.Namespace) -> int:
         cooldown_steps=args.cooldown_steps,
         ema_decay=args.ema_decay,
         cond_dropout=args.cond_dropout,
-        grounding_weight=args.grounding_weight,
         precision=args.precision,
         seed=args.seed,
     )
-    device = resolve_device(args.device)
+    device = args.device or Settings().device_list()[0]
     encoder = FakeTextEncoder() if args.fake_text else MiniLMEncoder()
     run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
     export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"
     state_path = run_dir / "train_state.pt"
 
-    architecture = get_preset(args.preset)
-    if args.text_mlp is not None:
-        architecture = dataclasses.replace(architecture, text_mlp=args.text_mlp)
-    trainer = Trainer(config, encoder=encoder, device=device, model_config=architecture)
+    trainer = Trainer(config, encoder=encoder, device=device)
     if args.resume and state_path.exists():
         trainer.resume(state_path)
         print(f"resumed from {state_path} at step {trainer.step}")

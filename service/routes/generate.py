@@ -8,7 +8,6 @@ cost (steps x images) is over ``max_image_steps`` is refused with 422.
 from __future__ import annotations
 
 import base64
-import secrets
 from dataclasses import asdict
 from typing import Annotated
 
@@ -16,6 +15,7 @@ from fastapi import APIRouter, Depends, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.concurrency import run_in_threadpool
 
+from models.diffusion.random import MAX_SEED, consecutive_seeds
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import encode_image
@@ -34,7 +34,6 @@ from service.workers import GenerateJob, WorkerPool
 router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])
 
 GeneratePool = Annotated[WorkerPool[TextToImageModel], Depends(pool_of("dit"))]
-MAX_SEED = 2**31 - 1
 
 
 class GenerateRequest(BaseModel):
@@ -107,8 +106,7 @@ async def generate(
             f"server's budget of {settings.max_image_steps} image-steps per request "
             "(max_image_steps); ask for fewer steps or images"
         )
-    first_seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED - 8)
-    seeds = [(first_seed + i) % (MAX_SEED + 1) for i in range(body.num_images)]
+    seeds = consecutive_seeds(body.seed, body.num_images)
     jobs = [GenerateJob(body.prompt, body.negative_prompt, seed, options) for seed in seeds]
     parameters = {
         "prompt": body.prompt,

@@ -12,13 +12,13 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
+from models.adain.images import resize_max_side
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import (
     ImageLimits,
     decode_image,
     encode_image,
-    resize_max_side,
     resize_to,
     to_grey_mask,
 )

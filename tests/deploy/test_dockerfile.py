@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from deploy_files import (
     COMPOSE_FILE,
-    DOCKERFILE,
     DEPLOYMENT_DOC,
+    DOCKERFILE,
     ROOT,
     Instruction,
     dockerfile_instructions,

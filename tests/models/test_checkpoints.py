@@ -1,4 +1,4 @@
-"""Checkpoint reading: weights-only pickles, safetensors, clear errors."""
+"""Checkpoint reading and writing: weights-only pickles, safetensors, atomic writes, errors."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import pickle
 import pytest
 import torch
 
-from models.checkpoints import load_state_dict, save_state_dict
+from models.checkpoints import (
+    load_state_dict,
+    save_state_dict,
+    save_training_state,
+    write_atomically,
+)
 
 
 def _state() -> dict[str, torch.Tensor]:
@@ -33,6 +38,33 @@ def test_safetensors_round_trip_with_metadata(tmp_path):
     path = save_state_dict(state, tmp_path / "c.safetensors", metadata={"level": "relu3_1"})
     loaded = load_state_dict(path)
     assert all(torch.equal(loaded[k], state[k]) for k in state)
+
+
+def test_training_state_round_trip_is_readable_weights_only(tmp_path):
+    state = {"step": 3, "model": _state(), "name": "run"}
+    path = save_training_state(state, tmp_path / "runs" / "state.pt")
+    loaded = torch.load(path, weights_only=True)
+    assert loaded["step"] == 3 and loaded["name"] == "run"
+    assert torch.equal(loaded["model"]["0.weight"], state["model"]["0.weight"])
+
+
+def test_a_failed_write_leaves_the_old_file_and_no_temporary(tmp_path):
+    path = save_state_dict(_state(), tmp_path / "c.safetensors")
+    before = path.read_bytes()
+
+    def fail(temporary):
+        temporary.write_bytes(b"partial")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        write_atomically(path, fail)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.safetensors"]
+
+
+def test_written_checkpoints_are_world_readable(tmp_path):
+    path = save_state_dict(_state(), tmp_path / "c.safetensors")
+    assert path.stat().st_mode & 0o777 == 0o644
 
 
 class _Exploit:

@@ -249,7 +249,6 @@ def test_null_condition_is_learned():
         ("depth", 0, "depth"),
         ("mlp_ratio", 0.0, "mlp_ratio"),
         ("text_positions", -1, "text_positions"),
-        ("text_mlp", -1, "text_mlp"),
     ],
 )
 def test_config_rejects_bad_values(field, value, match):
@@ -260,30 +259,6 @@ def test_config_rejects_bad_values(field, value, match):
 def test_text_positions_need_cross_attention():
     with pytest.raises(ValueError, match="cross_attention"):
         DiTConfig(cross_attention=False, text_positions=4)
-    with pytest.raises(ValueError, match="cross_attention"):
-        DiTConfig(cross_attention=False, text_mlp=16)
-
-
-def test_text_mlp_starts_at_zero_so_a_model_keeps_its_predictions(encoder):
-    plain = perturbed(DiT(TINY))
-    extended = DiT(dataclasses.replace(TINY, text_mlp=16))
-    missing, unexpected = extended.load_state_dict(plain.state_dict(), strict=False)
-    assert sorted(missing) == sorted(
-        f"text_mlp.{i}.{p}" for i in (0, 1, 3) for p in ("weight", "bias")
-    )
-    assert unexpected == []
-    cond = encoder.encode(["a red circle to the left of a blue square"])
-    x, t = torch.randn(1, 3, 32, 32), torch.tensor([500])
-    torch.testing.assert_close(extended(x, t, cond), plain(x, t, cond))
-
-
-def test_text_mlp_output_is_added_to_the_projected_tokens(encoder):
-    """``context = W LN(h) + b + MLP(h)`` (+ positions when configured)."""
-    model = perturbed(DiT(dataclasses.replace(TINY, text_mlp=16)))
-    h = encoder.encode(["red circle", "blue square"]).tokens
-    extra = model.text_context(h) - model.text_tokens(h)
-    torch.testing.assert_close(extra, model.text_mlp(h))
-    assert extra.abs().max() > 1e-3
 
 
 def test_config_rejects_a_width_the_position_embedding_cannot_split():

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.shapes import eval_prompts, parse_caption, render, score_image
+from evaluation import score_image
+from models.shapes import eval_prompts, parse_caption, render
 from models.shapes.planner import cell_mask, plan_regions
 from models.shapes.vocab import GRID, POSITIONS, Scene, SceneObject
 

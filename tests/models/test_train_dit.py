@@ -8,6 +8,7 @@ import dataclasses
 import pytest
 import torch
 
+from models import devices
 from models.diffusion import diffusion_loss
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.config import DiTConfig, get_preset
@@ -120,12 +121,11 @@ def test_initialize_from_a_checkpoint_starts_from_its_weights(tmp_path):
     assert tuned.step == 1
 
 
-@pytest.mark.parametrize("added", [{"text_positions": 6}, {"text_mlp": 8}])
-def test_initialize_from_may_add_zero_text_components_and_keeps_the_predictions(tmp_path, added):
+def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_path):
     source = make_trainer()
     source.train_step()
     path = source.export(tmp_path / "tiny.safetensors")
-    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), **added))
+    tuned = make_trainer(dataclasses.replace(get_preset("tiny"), text_positions=6))
     tuned.initialize_from(path)
     x0, captions = tuned.batch(0)
     cond = tuned.encoder.encode(captions)
@@ -197,9 +197,19 @@ def test_train_config_rejects_bad_values(field, value):
         TrainConfig(**{field: value})
 
 
-def test_bf16_autocast_where_supported():
-    assert autocast_dtype(torch.device("cpu"), "auto") == torch.bfloat16
-    assert autocast_dtype(torch.device("cpu"), "fp32") is None
+@pytest.mark.parametrize("native", [True, False])
+def test_auto_precision_autocasts_to_bf16_only_where_it_is_native(monkeypatch, native):
+    monkeypatch.setattr(devices, "_cpu_has_native_bf16", lambda: native)
+    cpu = torch.device("cpu")
+    assert autocast_dtype(cpu, "auto") == (torch.bfloat16 if native else None)
+    assert autocast_dtype(cpu, "bf16") == torch.bfloat16  # asked for: emulated if need be
+    assert autocast_dtype(cpu, "fp32") is None
+
+
+def test_bf16_on_a_device_without_it_is_a_clear_error():
+    assert autocast_dtype(torch.device("meta"), "auto") is None
+    with pytest.raises(ValueError, match="bfloat16"):
+        autocast_dtype(torch.device("meta"), "bf16")
 
 
 def test_bf16_training_step_runs_and_keeps_float32_weights():
@@ -235,16 +245,3 @@ def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
     info = read_metadata(export)[1]
     assert info["step"] == 1
     assert info["init_from"] == {"step": 1, "samples": 4, "init_from": None}
-
-
-def test_cli_may_add_a_text_mlp_to_the_preset(tmp_path):
-    source = make_trainer()
-    start = source.export(tmp_path / "start.safetensors")
-    export = tmp_path / "tuned.safetensors"
-    args = ["train-dit", "--preset", "tiny", "--batch-size", "2", "--fake-text", "--no-progress"]
-    args += ["--run-dir", str(tmp_path / "run"), "--export", str(export), "--precision", "fp32"]
-    args += ["--steps", "1", "--text-mlp", "8", "--grounding-weight", "0.1"]
-    assert cli_main([*args, "--init-from", str(start)]) == 0
-    config, info = read_metadata(export)
-    assert config == dataclasses.replace(get_preset("tiny"), text_mlp=8)
-    assert info["train_config"]["grounding_weight"] == 0.1

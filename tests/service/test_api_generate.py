@@ -82,3 +82,12 @@ def test_accept_png_with_several_images_answers_json(client):
     )
     assert response.headers["content-type"].startswith("application/json")
     assert len(response.json()["images"]) == 2
+
+
+def test_seeds_wrap_past_the_largest_seed_and_larger_ones_are_refused(client):
+    from models.diffusion.random import MAX_SEED
+
+    body = {"prompt": "a cat", "num_images": 2, "seed": MAX_SEED}
+    assert client.post("/v1/generate", json=body).json()["seeds"] == [MAX_SEED, 0]
+    body["seed"] = MAX_SEED + 1
+    assert client.post("/v1/generate", json=body).status_code == 422

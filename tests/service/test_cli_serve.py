@@ -119,3 +119,13 @@ def test_malloc_tuning_reuses_large_blocks_instead_of_faulting_them_in():
     default, tuned = page_faults("default"), page_faults("tuned")
     assert default >= 8 * 64 * 1024 * 1024 // 4096 // 2  # every 4 kB page faulted in again
     assert tuned < default // 10
+
+
+def test_every_subcommand_is_registered_and_a_missing_one_fails_loudly(monkeypatch):
+    import service.cli as cli
+
+    listing = build_parser().format_help()
+    assert all(name.replace("_", "-") in listing for name in cli.COMMAND_MODULES)
+    monkeypatch.setattr(cli, "COMMAND_MODULES", (*cli.COMMAND_MODULES, "paint"))
+    with pytest.raises(ModuleNotFoundError, match="service.cli.paint"):
+        build_parser()

@@ -12,12 +12,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from models.adain.images import resize_max_side
 from service.errors import BadImage, PayloadTooLarge, UnsupportedMediaType
 from service.images import (
     ImageLimits,
     decode_image,
     encode_image,
-    resize_max_side,
     resize_to,
     to_grey_mask,
 )
@@ -135,6 +135,14 @@ def test_resize_max_side_bounds_the_longer_side_and_keeps_the_aspect(height, wid
     assert abs(h - height * scale) <= 0.5 or h == 1
     assert abs(w - width * scale) <= 0.5 or w == 1
     assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
+
+
+def test_resize_max_side_resizes_a_batch_as_each_image_alone():
+    batch = torch.rand(2, 3, 50, 70, generator=torch.Generator().manual_seed(0))
+    out = resize_max_side(batch, 20)
+    assert out.shape == (2, 3, 14, 20)
+    for image, resized in zip(batch, out, strict=True):
+        torch.testing.assert_close(resize_max_side(image, 20), resized)
 
 
 def test_resize_to_matches_torch_interpolate_on_a_constant():

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from models.shapes.scorer import ScoreResult, score_image
+from evaluation.scorer import ScoreResult, score_image
 
 #: Categories reported per prompt set; a category counts only prompts that constrain it.
 CATEGORIES: tuple[str, ...] = (
@@ -69,7 +69,7 @@ def evaluate_images(
 
     Shape:
         images: ``(N, 3, 32, 32)`` float in ``[0, 1]`` or a sequence of images that
-        :func:`~models.shapes.scorer.score_image` accepts; ``len(captions) == N``.
+        :func:`~evaluation.scorer.score_image` accepts; ``len(captions) == N``.
     """
     if len(images) != len(captions):
         raise ValueError(f"got {len(images)} images for {len(captions)} captions")

@@ -12,10 +12,6 @@ The used share is the part of what the caption gains over no caption that the co
 binding carries: about 0 when the model ignores it (the contrast denoises as well as the
 truth), about 1 when the contrast is as useless as no caption at all.
 
-:func:`attention_grounding` asks the same of the cross-attention: the grounding loss
-(:mod:`models.dit.grounding`) of each object's words against its true patch mask, and
-against the mask of the other object; without word order the two coincide.
-
 Contrasts: :func:`swap_order` exchanges the two phrases of a relation ("A left of B" ->
 "B left of A": word order only), :func:`swap_shapes` exchanges the shapes of two objects
 ("a red circle and a blue square" -> "a red square and a blue circle": colour-shape
@@ -32,7 +28,6 @@ from torch import Tensor
 
 from models.diffusion.parameterization import to_x0
 from models.diffusion.schedules import add_noise
-from models.dit.grounding import grounding_loss
 from models.dit.model import DiT
 from models.shapes.captions import ParsedCaption
 from models.text_encoder import TextCondition
@@ -102,43 +97,3 @@ def used_share(errors: dict[str, float], contrast: str) -> float:
     """``(error[contrast] - error["true"]) / (error["null"] - error["true"])``."""
     gain = errors["null"] - errors["true"]
     return (errors[contrast] - errors["true"]) / gain if gain > 0 else float("nan")
-
-
-@torch.no_grad()
-def attention_grounding(
-    model: DiT,
-    x0: Tensor,
-    cond: TextCondition,
-    targets: dict[str, Tensor],
-    grounded: Tensor,
-    alpha_bar: Tensor,
-    timesteps: Sequence[int],
-    *,
-    generator: torch.Generator,
-) -> dict[int, dict[str, float]]:
-    """Grounding loss of the cross-attention under ``cond`` against named target masks.
-
-    Args:
-        model: a DiT with cross-attention.
-        x0: clean images in ``[-1, 1]``, ``(B, C, H, W)``.
-        cond: the captions of ``x0``.
-        targets: named ``(B, L, T)`` patch masks per token (e.g. the true assignment of
-            masks to words and the one with two objects exchanged).
-        grounded: ``(B, L)`` bool, the tokens that have a target.
-        alpha_bar: the schedule ``(T,)``.
-        timesteps: the noise levels to probe; one noise tensor per timestep.
-
-    Returns:
-        ``{t: {name: loss}}``: 0 when every grounded word's attention lies on its target.
-    """
-    losses: dict[int, dict[str, float]] = {}
-    for step in timesteps:
-        t = torch.full((x0.shape[0],), int(step), dtype=torch.long)
-        noise = torch.randn(x0.shape, generator=generator, dtype=x0.dtype)
-        attention: list[Tensor] = []
-        model(add_noise(x0, noise, alpha_bar[t]), t, cond, attention=attention)
-        losses[int(step)] = {
-            name: float(grounding_loss(attention, target, grounded))
-            for name, target in targets.items()
-        }
-    return losses

@@ -8,19 +8,17 @@ import math
 import pytest
 import torch
 
-from models.diffusion import get_schedule
-from models.diffusion.parameterization import prediction_target, to_x0
-from models.diffusion.schedules import add_noise
-from models.dit.config import get_preset
-from models.dit.grounding import grounding_loss
-from models.dit.model import DiT
-from models.dit.probe import (
-    attention_grounding,
+from evaluation.probe import (
     denoising_errors,
     swap_order,
     swap_shapes,
     used_share,
 )
+from models.diffusion import get_schedule
+from models.diffusion.parameterization import prediction_target, to_x0
+from models.diffusion.schedules import add_noise
+from models.dit.config import get_preset
+from models.dit.model import DiT
 from models.shapes import compose_caption, parse_caption
 from models.text_encoder import FakeTextEncoder
 
@@ -114,38 +112,3 @@ def test_used_share_is_the_contrast_share_of_the_caption_gain():
     assert used_share({"true": 1.0, "contrast": 1.5, "null": 2.0}, "contrast") == 0.5
     assert used_share({"true": 1.0, "contrast": 1.0, "null": 2.0}, "contrast") == 0.0
     assert math.isnan(used_share({"true": 1.0, "contrast": 1.2, "null": 1.0}, "contrast"))
-
-
-def test_attention_grounding_is_the_grounding_loss_at_each_noise_level():
-    model = perturbed(TINY, seed=4)
-    encoder = FakeTextEncoder(dim=TINY.text_dim)
-    cond = encoder.encode(["a red circle above a blue square", "a green square below a red circle"])
-    x0 = torch.rand(2, 3, 32, 32, generator=torch.Generator().manual_seed(1)) * 2 - 1
-    length, tokens = cond.tokens.shape[1], TINY.num_tokens
-    generator = torch.Generator().manual_seed(2)
-    first = (torch.rand(2, length, tokens, generator=generator) < 0.2).float()
-    second = (torch.rand(2, length, tokens, generator=generator) < 0.2).float()
-    grounded = torch.rand(2, length, generator=generator) < 0.5
-    alpha_bar = get_schedule(TINY.schedule, TINY.num_timesteps)
-    losses = attention_grounding(
-        model,
-        x0,
-        cond,
-        {"a": first, "b": second},
-        grounded,
-        alpha_bar,
-        [900, 100],
-        generator=torch.Generator().manual_seed(5),
-    )
-    noise_source = torch.Generator().manual_seed(5)
-    for step in (900, 100):
-        t = torch.full((2,), step)
-        noise = torch.randn(x0.shape, generator=noise_source)
-        attention: list[torch.Tensor] = []
-        with torch.no_grad():
-            model(add_noise(x0, noise, alpha_bar[t]), t, cond, attention=attention)
-        assert losses[step]["a"] == pytest.approx(float(grounding_loss(attention, first, grounded)))
-        assert losses[step]["b"] == pytest.approx(
-            float(grounding_loss(attention, second, grounded))
-        )
-    assert losses[900]["a"] != losses[900]["b"]

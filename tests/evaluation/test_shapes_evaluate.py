@@ -8,14 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from models.shapes import (
-    CATEGORIES,
-    ScoreResult,
-    ShapesDataset,
-    eval_prompts,
-    evaluate_images,
-    summarize,
-)
+from evaluation import CATEGORIES, ScoreResult, evaluate_images, summarize
+from models.shapes import ShapesDataset, eval_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,6 +9,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from scipy import ndimage
 
+from evaluation import detect_objects, score_image
 from models.shapes import (
     COLOURS,
     FAMILIES,
@@ -17,11 +18,9 @@ from models.shapes import (
     Scene,
     SceneObject,
     ShapesDataset,
-    detect_objects,
     parse_caption,
     render,
     sample_scene,
-    score_image,
 )
 from models.shapes.vocab import JITTER
 

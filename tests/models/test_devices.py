@@ -1,0 +1,55 @@
+"""Device choice: one resolver for the service, the CLIs and training."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models import devices
+from models.adain import StyleTransfer
+from models.devices import bf16_supported, device_list
+from models.dit.train import autocast_dtype
+from service.config import Settings
+
+
+@pytest.mark.parametrize(
+    "cuda,mps,expected",
+    [(2, True, ["cuda:0", "cuda:1"]), (0, True, ["mps"]), (0, False, ["cpu"])],
+)
+def test_auto_prefers_every_cuda_device_then_mps_then_the_cpu(monkeypatch, cuda, mps, expected):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: cuda)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: mps)
+    assert device_list("auto") == device_list(" AUTO ") == expected
+
+
+def test_an_explicit_list_is_kept_in_order_without_blanks():
+    assert device_list("cuda:1, cpu,,") == ["cuda:1", "cpu"]
+
+
+@pytest.mark.parametrize("spec,match", [(" , ", "no device"), ("cpu,gpu7", "gpu7")])
+def test_an_empty_or_unknown_device_is_a_clear_error(spec, match):
+    with pytest.raises(ValueError, match=match):
+        device_list(spec)
+
+
+def test_the_settings_resolve_their_devices_with_it():
+    assert Settings(devices="cpu, cuda:1").device_list() == ["cpu", "cuda:1"]
+    assert Settings(devices="auto").device_list() == device_list("auto")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_bf16_is_supported_where_the_cpu_runs_it_natively(monkeypatch, native):
+    monkeypatch.setattr(devices, "_cpu_has_native_bf16", lambda: native)
+    assert bf16_supported("cpu") is native
+    assert not bf16_supported("meta")
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_style_transfer_and_dit_training_agree_on_bf16(monkeypatch, tiny_networks, native):
+    """One answer for both: the AdaIN fast path's dtype and training's "auto" autocast."""
+    monkeypatch.setattr(devices, "_cpu_has_native_bf16", lambda: native)
+    encoder, decoders = tiny_networks
+    fast = StyleTransfer(encoder, decoders, levels=("relu3_1",), fast=True)
+    assert fast.describe()["dtype"] == ("bfloat16" if native else "float32")
+    assert autocast_dtype(torch.device("cpu"), "auto") == (torch.bfloat16 if native else None)
