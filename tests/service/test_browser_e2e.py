@@ -11,15 +11,11 @@ import base64
 import io
 import os
 import shutil
-import socket
-import threading
-import time
 
 import corpus
 import pytest
-import uvicorn
 from PIL import Image
-from service_fakes import Fakes, make_settings
+from service_fakes import Fakes, make_settings, served
 
 from service.app import create_app
 
@@ -36,29 +32,10 @@ pytestmark = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def server_url():
-    port = _free_port()
-    app = create_app(make_settings(), model_entries=Fakes().entries())
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    for _ in range(300):
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(30)
+    with served(create_app(make_settings(), model_entries=Fakes().entries())) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
