@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from service.auth import require_api_key
 from service.errors import ServiceError
-from service.routes import SettingsDep, pool_of
+from service.routes import ErrorBody, SettingsDep, error_responses, pool_of
 from service.routes.generate import GenerateRequest, generate
 from service.workers import WorkerPool
 
@@ -111,6 +111,19 @@ async def _render_openai_error(request: Request, exc: Exception) -> Response:
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+class OpenAIErrorDetail(BaseModel):
+    message: str
+    type: str = Field(description="invalid_request_error, rate_limit_error or server_error.")
+    param: str | None = Field(description="The request field at fault, when one is.")
+    code: str = Field(description="The service's own error code (service.errors).")
+
+
+class OpenAIErrorBody(BaseModel):
+    """OpenAI's error envelope."""
+
+    error: OpenAIErrorDetail
+
+
 class OpenAIErrorRoute(APIRoute):
     """An ``APIRoute`` whose errors (auth, body validation, the handler's own) are
     answered in OpenAI's envelope; the rest of the service keeps its own."""
@@ -151,8 +164,8 @@ class ImageGenerationRequest(GenerateRequest):
         default=None, description="Only 'b64_json': the service stores no images to link to."
     )
     output_format: Literal["png"] | None = Field(default=None, description="Only 'png'.")
-    stream: Literal[False] | None = Field(
-        default=None, description="Streaming partial images is not supported."
+    stream: bool | None = Field(
+        default=None, description="Only false: streaming partial images is not supported."
     )
     model: str | None = Field(default=None, description="Ignored: one text-to-image model.")
     quality: str | None = Field(default=None, description="Ignored.")
@@ -170,6 +183,15 @@ class ImageGenerationRequest(GenerateRequest):
     def _explain_url(cls, value: Any) -> Any:
         if value == "url":
             raise ValueError("'url' is not supported (no images are stored); use 'b64_json'")
+        return value
+
+    @field_validator("stream")
+    @classmethod
+    def _refuse_streaming(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError(
+                "streaming partial images is not supported; send false or leave it out"
+            )
         return value
 
 
@@ -190,12 +212,13 @@ class ImagesResponse(BaseModel):
     summary="Generate images from a text prompt, OpenAI-compatible (DiT)",
     response_model=ImagesResponse,
     response_model_exclude_none=True,
+    # The drain gate and a declared oversize body are refused before routing, in the
+    # service's envelope: 413 and 503 document both. "4XX" keeps FastAPI from promising
+    # its 422, which this route never sends.
     responses={
-        400: {"description": "a field is invalid or unsupported (OpenAI error envelope)"},
-        401: {"description": "missing or wrong API key"},
-        429: {"description": "overloaded; see Retry-After"},
-        503: {"description": "model not loaded, or shutting down"},
-        504: {"description": "past the request deadline"},
+        **error_responses(400, 401, 429, 504, model=OpenAIErrorBody),
+        **error_responses(413, 503, model=OpenAIErrorBody | ErrorBody),
+        "4XX": {"model": OpenAIErrorBody, "description": "none other: invalid fields answer 400"},
     },
 )
 async def create_images(

@@ -6,11 +6,13 @@ import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import (
+    ACCEPTED_FORMATS,
     ImageLimits,
     decode_image,
     encode_image,
@@ -18,7 +20,7 @@ from service.images import (
     resize_to,
     to_grey_mask,
 )
-from service.routes import SettingsDep, pool_of, remaining_seconds
+from service.routes import SettingsDep, error_responses, pool_of, remaining_seconds
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
@@ -26,6 +28,9 @@ router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require
 MAX_STYLES = 4
 DEFAULT_SIZE = 512
 StylizePool = Annotated[WorkerPool, Depends(pool_of("adain"))]
+#: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
+_IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
+_ONE_TO_FOUR = {"minItems": 1, "maxItems": MAX_STYLES}
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
@@ -88,13 +93,20 @@ def _build_job(
             "content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}},
             "description": "The stylised image, at the content's aspect, longer side <= size.",
         },
-        400: {"description": "an upload is not a usable image"},
-        413: {"description": "upload or image too large"},
-        415: {"description": "not a supported image format"},
-        422: {"description": "a field is invalid"},
-        429: {"description": "overloaded; see Retry-After"},
-        503: {"description": "model not loaded, or shutting down"},
-        504: {"description": "past the request deadline"},
+        **error_responses(400, 401, 413, 415, 422, 429, 503, 504),
+    },
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "encoding": {
+                        "content": _IMAGE_PARTS,
+                        "style": _IMAGE_PARTS,
+                        "mask": _IMAGE_PARTS,
+                    }
+                }
+            }
+        }
     },
 )
 async def stylize(
@@ -102,14 +114,19 @@ async def stylize(
     settings: SettingsDep,
     pool: StylizePool,
     content: Annotated[UploadFile, File(description="The photo.")],
-    style: Annotated[list[UploadFile], File(description="One to four style images.")],
+    style: Annotated[
+        list[UploadFile],
+        File(description="One to four style images.", json_schema_extra=_ONE_TO_FOUR),
+    ],
+    # Multipart has no null: an absent part is "not given", so the schema shows no null.
     style_weights: Annotated[
-        str | None, Form(description="Comma-separated weights, one per style.")
+        str | SkipJsonSchema[None], Form(description="Comma-separated weights, one per style.")
     ] = None,
     alpha: Annotated[float, Form(ge=0.0, le=1.0, description="Style strength.")] = 1.0,
     preserve_color: Annotated[bool, Form(description="Keep the photo's colours.")] = False,
     mask: Annotated[
-        list[UploadFile] | None, File(description="One mask per style (white = apply).")
+        list[UploadFile] | SkipJsonSchema[None],
+        File(description="One mask per style (white = apply).", json_schema_extra=_ONE_TO_FOUR),
     ] = None,
     size: Annotated[
         int, Form(ge=16, description="Longer side of the output, at most max_side.")

@@ -152,6 +152,7 @@ def test_openai_only_fields_are_ignored(sdk, fakes):
         ({"response_format": "url"}, "response_format", "b64_json"),
         ({"n": 9}, "n", "less than or equal to 8"),
         ({"output_format": "jpeg"}, "output_format", "png"),
+        ({"stream": True}, "stream", "not supported"),
         ({"extra_body": {"steps": 0}}, "steps", "greater than or equal to 1"),
         ({"extra_body": {"num_images": 2}}, "num_images", "Extra inputs"),
     ],
