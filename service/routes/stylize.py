@@ -31,6 +31,9 @@ StylizePool = Annotated[WorkerPool, Depends(pool_of("adain"))]
 #: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
 _IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
 _ONE_TO_FOUR = {"minItems": 1, "maxItems": MAX_STYLES}
+_WEIGHT = r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"
+#: What ``style_weights`` looks like, for the schema (``parse_style_weights`` decides).
+_WEIGHTS_PATTERN = {"pattern": rf"^ *{_WEIGHT} *(, *{_WEIGHT} *)*$"}
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
@@ -120,7 +123,11 @@ async def stylize(
     ],
     # Multipart has no null: an absent part is "not given", so the schema shows no null.
     style_weights: Annotated[
-        str | SkipJsonSchema[None], Form(description="Comma-separated weights, one per style.")
+        str | SkipJsonSchema[None],
+        Form(
+            description="Comma-separated weights, one per style.",
+            json_schema_extra=_WEIGHTS_PATTERN,
+        ),
     ] = None,
     alpha: Annotated[float, Form(ge=0.0, le=1.0, description="Style strength.")] = 1.0,
     preserve_color: Annotated[bool, Form(description="Keep the photo's colours.")] = False,

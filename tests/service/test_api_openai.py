@@ -205,3 +205,20 @@ def test_invalid_json_has_no_param(base_url):
     )
     assert response.status_code == 400
     assert response.json()["error"]["param"] is None
+
+
+@pytest.mark.weights
+@pytest.mark.timeout(300)
+def test_real_dit_through_the_sdk_matches_v1_generate(real_models_url):
+    sdk = openai.OpenAI(base_url=f"{real_models_url}/v1", api_key="unused", max_retries=0)
+    extra = {"seed": 11, "steps": 2}
+    result = sdk.images.generate(prompt="a red circle", n=2, size="32x32", extra_body=extra)
+    native = httpx.post(
+        f"{real_models_url}/v1/generate",
+        json={"prompt": "a red circle", "num_images": 2, **extra},
+        timeout=120,
+    )
+    assert [image.b64_json for image in result.data] == native.json()["images"]
+    assert [_pixels(image.b64_json).shape for image in result.data] == [(32, 32, 3)] * 2
+    with pytest.raises(openai.BadRequestError, match="32x32"):
+        sdk.images.generate(prompt="a red circle", size="1024x1024")

@@ -7,6 +7,10 @@ that conforms to the documented schema, and a 4xx for every schema-invalid reque
 Routes join the fuzz by being in the schema. File parts are small random images of the
 media types the schema's ``encoding`` names, so uploads reach the model too.
 
+Once more against the real models (``real_models_url``): a few random valid requests an
+operation, the DiT held to 2 steps and 2 images a request, so that real outputs pass
+through every route within the suite's budget.
+
 Not checked:
 
 - that every schema-valid request succeeds (``positive_data_acceptance``): some limits
@@ -31,6 +35,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from PIL import Image
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
+from schemathesis.config import SchemathesisConfig
 from service_fakes import Fakes, make_settings, served
 
 from service.app import create_app
@@ -60,9 +65,40 @@ for _name in ACCEPTED_FORMATS:
     schemathesis.openapi.media_type(f"image/{_name.lower()}", image_files(_name))
 
 # The schema alone: building the app loads nothing (models load when it starts serving).
-SCHEMA = schemathesis.openapi.from_dict(
-    create_app(make_settings(), model_entries=Fakes().entries()).openapi()
+OPENAPI = create_app(make_settings(), model_entries=Fakes().entries()).openapi()
+SCHEMA = schemathesis.openapi.from_dict(OPENAPI)
+#: For the real models: random valid requests only (invalid ones never reach a model, and
+#: the boundary tour of the coverage phase sends ~200 requests per JSON route).
+RANDOM_VALID_ONLY = SchemathesisConfig.from_dict(
+    {
+        "generation": {"mode": "positive"},
+        "phases": {"coverage": {"enabled": False}, "examples": {"enabled": False}},
+    }
 )
+REAL_SCHEMA = schemathesis.openapi.from_dict(OPENAPI, config=RANDOM_VALID_ONLY)
+#: The most the real models do for one request of the fuzz: DiT steps and images, and
+#: the stylize size (``max_side`` of ``real_models_url``, which the schema cannot say).
+REAL_STEPS, REAL_IMAGES, REAL_SIDE = 2, 2, 64
+
+
+def held_to_budget(case) -> None:
+    """Hold a request to the real models' budget: at most ``REAL_STEPS`` steps (also when
+    the model's default would apply) and ``REAL_IMAGES`` images to generate, a stylize
+    ``size`` of at most ``REAL_SIDE`` (also in place of the default 512)."""
+
+    def at_most(value, limit):
+        return min(value, limit) if type(value) is int else value
+
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    if case.operation.path == "/v1/stylize":
+        body["size"] = at_most(body.get("size", REAL_SIDE), REAL_SIDE)
+    if "prompt" in body:  # a generate body, either spelling
+        body["steps"] = at_most(body.get("steps") or REAL_STEPS, REAL_STEPS)
+        for count in ("num_images", "n"):
+            if count in body:
+                body[count] = at_most(body[count], REAL_IMAGES)
 
 
 def excluded_checks(case) -> list:
@@ -102,4 +138,17 @@ def test_fake_models_answer_every_request_as_documented(case, fake_url):
         headers={"Authorization": f"Bearer {API_KEY}"},
         timeout=30,
         excluded_checks=excluded_checks(case),
+    )
+
+
+@pytest.mark.weights
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@REAL_SCHEMA.parametrize()
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+def test_real_models_answer_every_request_as_documented(case, real_models_url):
+    files_as_arrays(case)
+    held_to_budget(case)
+    case.call_and_validate(
+        base_url=real_models_url, timeout=120, excluded_checks=excluded_checks(case)
     )
