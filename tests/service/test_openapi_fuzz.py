@@ -86,8 +86,8 @@ def held_to_budget(case) -> None:
     the model's default would apply) and ``REAL_IMAGES`` images to generate, a stylize
     ``size`` of at most ``REAL_SIDE`` (also in place of the default 512)."""
 
-    def at_most(value, limit):
-        return min(value, limit) if type(value) is int else value
+    def at_most(value, limit):  # ints and integral floats (5.0 is an integer too)
+        return min(value, limit) if type(value) in (int, float) else value
 
     body = case.body
     if not isinstance(body, dict):
