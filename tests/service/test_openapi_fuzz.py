@@ -145,7 +145,7 @@ def test_fake_models_answer_every_request_as_documented(case, fake_url):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 @REAL_SCHEMA.parametrize()
-@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=8, deadline=None, suppress_health_check=list(HealthCheck))
 def test_real_models_answer_every_request_as_documented(case, real_models_url):
     files_as_arrays(case)
     held_to_budget(case)
