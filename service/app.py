@@ -28,7 +28,7 @@ from service.config import Settings, get_settings
 from service.errors import PayloadTooLarge, error_response, install_error_handlers
 from service.jobs import JobStore
 from service.metrics import Metrics
-from service.routes import generate, health, jobs, models, page, stylize
+from service.routes import generate, health, jobs, models, openai_images, page, stylize
 from service.workers import MODELS, ModelEntry, build_pools, load_models
 
 logger = logging.getLogger("atelier.app")
@@ -212,7 +212,7 @@ def create_app(
     app.state.pools = {}
     app.state.model_status = {}
     install_error_handlers(app)
-    for module in (page, health, models, stylize, generate, jobs):
+    for module in (page, health, models, stylize, generate, jobs, openai_images):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     if settings.cors_origins:

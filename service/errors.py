@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -127,7 +128,22 @@ async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSON
         return error_response(exc.status_code, exc.code, exc.message, exc.headers)
     # Routing errors (404, 405) and FastAPI's own: same envelope, code from the status.
     message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
-    return error_response(exc.status_code, _code_for_status(exc.status_code), message, exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return error_response(exc.status_code, _code_for_status(exc.status_code), message, headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the API documents at this path. Starlette's 405 names only the first
+    route that matched the path, and a path may have one route per method (a job's GET
+    and DELETE)."""
+    methods: set[str] = set()
+    for template, operations in request.app.openapi()["paths"].items():
+        pattern = re.sub(r"\\\{[^/]+?\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods |= {method.upper() for method in operations}
+    return sorted(methods)
 
 
 def _describe_validation(exc: RequestValidationError) -> str:

@@ -99,6 +99,11 @@ class TextToImage:
         self.source = source
         self.info = info or {}
 
+    @property
+    def image_size(self) -> int:
+        """Side of the square images :meth:`generate` returns, in pixels (the DiT's native size)."""
+        return self.config.image_size
+
     @classmethod
     def from_checkpoint(
         cls, path: str | Path, *, device: torch.device | str = "cpu", **kwargs

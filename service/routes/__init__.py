@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
+from pydantic import BaseModel, Field
 
 from service.config import Settings
 from service.errors import ClientClosedRequest, DeadlineExceeded, NotReady
@@ -87,3 +88,41 @@ async def all_or_nothing(*works: Awaitable[T]) -> list[T]:
     finally:
         for task in tasks:
             task.cancel()
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. 'validation_error'.")
+    message: str = Field(description="What was wrong, for a person.")
+
+
+class ErrorBody(BaseModel):
+    """The service's error envelope (``service.errors``), as the OpenAPI schema shows it."""
+
+    error: ErrorDetail
+
+
+#: What each error status means, for the OpenAPI description of every route.
+ERROR_DESCRIPTIONS = {
+    400: "bad input: an upload that is not a usable image, a body that does not parse, "
+    "input the model refused",
+    401: "an API key is configured and the request lacks it",
+    413: "the body is over max_upload_bytes, or an image is over max_pixels",
+    415: "not an image format the service reads, or not multipart",
+    422: "a field of the wrong type, out of range, or the wrong count",
+    429: "a worker queue is full: retry after Retry-After seconds",
+    503: "the model is not loaded, or the service is shutting down",
+    504: "the request waited past request_timeout_s",
+}
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+
+
+def error_responses(*statuses: int, model: type | object = ErrorBody) -> dict[int, dict]:
+    """``responses=`` entries documenting ``statuses`` with the error body ``model``."""
+    return {
+        status: {
+            "model": model,
+            "description": ERROR_DESCRIPTIONS[status],
+            **({"headers": _RETRY_AFTER} if status == 429 else {}),
+        }
+        for status in statuses
+    }

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from service.errors import error_body
+from service.routes import ErrorBody
 
 router = APIRouter(tags=["operations"])
 
@@ -18,7 +19,7 @@ async def healthz() -> dict[str, str]:
 @router.get(
     "/readyz",
     summary="Readiness: at least one model loaded and not shutting down",
-    responses={503: {"description": "not ready (nothing loaded, or draining)"}},
+    responses={503: {"model": ErrorBody, "description": "not ready (nothing loaded, or draining)"}},
 )
 async def readyz(request: Request) -> JSONResponse:
     statuses = request.app.state.model_status
@@ -32,7 +33,12 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready", "models": models})
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
+)
 async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics
     return Response(registry.render(), media_type=registry.content_type)

@@ -10,12 +10,14 @@ import math
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from models.adain.images import resize_max_side
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import (
+    ACCEPTED_FORMATS,
     ImageLimits,
     decode_image,
     encode_image,
@@ -24,7 +26,13 @@ from service.images import (
 )
 from service.jobs import JobResult, Progress
 from service.model_types import StyleTransferModel
-from service.routes import SettingsDep, pool_of, remaining_seconds, unless_disconnected
+from service.routes import (
+    SettingsDep,
+    error_responses,
+    pool_of,
+    remaining_seconds,
+    unless_disconnected,
+)
 from service.routes.jobs import RespondAsync, start_job
 from service.workers import StylizeJob, WorkerPool
 
@@ -33,6 +41,12 @@ router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require
 MAX_STYLES = 4
 DEFAULT_SIZE = 512
 StylizePool = Annotated[WorkerPool[StyleTransferModel], Depends(pool_of("adain"))]
+#: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
+_IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
+_ONE_TO_FOUR = {"minItems": 1, "maxItems": MAX_STYLES}
+_WEIGHT = r"(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?"
+#: What ``style_weights`` looks like, for the schema (``parse_style_weights`` decides).
+_WEIGHTS_PATTERN = {"pattern": rf"^ *{_WEIGHT} *(, *{_WEIGHT} *)*$"}
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
@@ -96,13 +110,20 @@ def _build_job(
             "description": "The stylised image, at the content's aspect, longer side <= size.",
         },
         202: {"description": "with 'Prefer: respond-async': the job started (Location)"},
-        400: {"description": "an upload is not a usable image"},
-        413: {"description": "upload or image too large"},
-        415: {"description": "not a supported image format"},
-        422: {"description": "a field is invalid"},
-        429: {"description": "overloaded; see Retry-After"},
-        503: {"description": "model not loaded, or shutting down"},
-        504: {"description": "past the request deadline"},
+        **error_responses(400, 401, 413, 415, 422, 429, 503, 504),
+    },
+    openapi_extra={
+        "requestBody": {
+            "content": {
+                "multipart/form-data": {
+                    "encoding": {
+                        "content": _IMAGE_PARTS,
+                        "style": _IMAGE_PARTS,
+                        "mask": _IMAGE_PARTS,
+                    }
+                }
+            }
+        }
     },
 )
 async def stylize(
@@ -111,14 +132,23 @@ async def stylize(
     pool: StylizePool,
     respond_async: RespondAsync,
     content: Annotated[UploadFile, File(description="The photo.")],
-    style: Annotated[list[UploadFile], File(description="One to four style images.")],
+    style: Annotated[
+        list[UploadFile],
+        File(description="One to four style images.", json_schema_extra=_ONE_TO_FOUR),
+    ],
+    # Multipart has no null: an absent part is "not given", so the schema shows no null.
     style_weights: Annotated[
-        str | None, Form(description="Comma-separated weights, one per style.")
+        str | SkipJsonSchema[None],
+        Form(
+            description="Comma-separated weights, one per style.",
+            json_schema_extra=_WEIGHTS_PATTERN,
+        ),
     ] = None,
     alpha: Annotated[float, Form(ge=0.0, le=1.0, description="Style strength.")] = 1.0,
     preserve_color: Annotated[bool, Form(description="Keep the photo's colours.")] = False,
     mask: Annotated[
-        list[UploadFile] | None, File(description="One mask per style (white = apply).")
+        list[UploadFile] | SkipJsonSchema[None],
+        File(description="One mask per style (white = apply).", json_schema_extra=_ONE_TO_FOUR),
     ] = None,
     size: Annotated[
         int, Form(ge=16, description="Longer side of the output, at most max_side.")

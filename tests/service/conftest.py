@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 from fastapi.testclient import TestClient
-from service_fakes import Fakes, make_settings
+from service_fakes import Fakes, make_settings, served
 
 from service.app import create_app
+from service.config import PROJECT_WEIGHTS_DIR
 
 
 @pytest.fixture
@@ -36,3 +40,19 @@ def client_factory(fakes):
     yield build
     for test_client in opened:
         test_client.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="session")
+def real_models_url():
+    """uvicorn serving the real AdaIN and DiT with small limits (``max_side`` 64), once a
+    session; skips without the VGG weights in ATELIER_WEIGHTS_DIR or the DiT checkpoint."""
+    weights = os.environ.get("ATELIER_WEIGHTS_DIR")
+    if not weights or not (Path(weights) / "vgg19-normalised").is_dir():
+        pytest.skip("needs the pretrained VGG weights in ATELIER_WEIGHTS_DIR")
+    if not (PROJECT_WEIGHTS_DIR / "dit-shapes32.safetensors").is_file():
+        pytest.skip("needs weights/dit-shapes32.safetensors")
+    settings = make_settings(weights_dir=Path(weights), max_side=64, max_batch_wait_ms=0.0)
+    app = create_app(settings)
+    with served(app) as url:
+        assert set(app.state.pools) == {"adain", "dit"}, app.state.model_status
+        yield url

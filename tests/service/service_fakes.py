@@ -16,12 +16,13 @@ batch between two steps.
 
 from __future__ import annotations
 
-import contextlib
 import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
+import numpy as np
 import torch
 import uvicorn
 
@@ -109,6 +110,7 @@ class FakeTextToImage(Stepper):
         samplers=("ddim", "ddpm"),
         max_steps=1000,
     )
+    image_size = 8
 
     def __init__(self):
         super().__init__()
@@ -141,8 +143,18 @@ class FakeTextToImage(Stepper):
             }
         )
         rows = self.run(len(prompts), steps, control)
-        images = [torch.rand(3, 8, 8, generator=torch.Generator().manual_seed(s)) for s in seeds]
-        return torch.stack(images)[rows]
+        return torch.stack([self.image(seed) for seed in seeds])[rows]
+
+    @classmethod
+    def image(cls, seed: int) -> torch.Tensor:
+        """The ``(3, 8, 8)`` image drawn for ``seed``, in [0, 1]."""
+        size = cls.image_size
+        return torch.rand(3, size, size, generator=torch.Generator().manual_seed(seed))
+
+    @classmethod
+    def pixels(cls, seed: int) -> np.ndarray:
+        """``image(seed)`` as the ``(8, 8, 3)`` uint8 pixels of the PNG the service sends."""
+        return (cls.image(seed) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
 
 class Fakes:
@@ -182,24 +194,27 @@ def make_settings(**overrides) -> Settings:
     return Settings(**options)
 
 
-@contextlib.contextmanager
-def running_server(app) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free 127.0.0.1 port in a thread; yields its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
+@contextmanager
+def served(app) -> Iterator[str]:
+    """Serve ``app`` with uvicorn in a thread on 127.0.0.1 (a free port); yields its base URL.
+
+    The lifespan runs (models load) before the URL is yielded; leaving the block stops
+    the server and waits for its thread.
+    """
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    for _ in range(600):  # startup: up to 30 s on a busy machine
-        if server.started:
-            break
-        time.sleep(0.05)
-    assert server.started, "uvicorn did not start"
     try:
+        for _ in range(600):  # uvicorn has no startup event to wait on
+            if server.started or not thread.is_alive():
+                break
+            time.sleep(0.05)
+        assert server.started, "uvicorn did not start"
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(30)
+        sock.close()

@@ -91,3 +91,15 @@ def test_seeds_wrap_past_the_largest_seed_and_larger_ones_are_refused(client):
     assert client.post("/v1/generate", json=body).json()["seeds"] == [MAX_SEED, 0]
     body["seed"] = MAX_SEED + 1
     assert client.post("/v1/generate", json=body).status_code == 422
+
+
+def test_json_types_are_read_as_the_schema_says(client, fakes):
+    """Strict JSON types (no ``"3"`` for 3, no ``0`` for false), except that an integral
+    number is an integer, as JSON Schema has it."""
+    response = client.post("/v1/generate", json={"prompt": "a", "steps": 3.0, "seed": 2.0})
+    assert response.status_code == 200, response.text
+    assert (fakes.dit["cpu"].calls[-1]["steps"], response.json()["seeds"]) == (3, [2])
+    for wrong in ({"steps": "3"}, {"steps": 3.5}, {"plan_layout": 0}, {"guidance_scale": "1"}):
+        response = client.post("/v1/generate", json={"prompt": "a", **wrong})
+        assert response.status_code == 422, wrong
+        assert next(iter(wrong)) in response.json()["error"]["message"]

@@ -80,6 +80,15 @@ def test_unknown_path_uses_the_envelope(client):
     assert response.json() == {"error": {"code": "not_found", "message": "Not Found"}}
 
 
+def test_wrong_method_lists_every_method_of_the_path(client):
+    """A path served by one route per method (GET and DELETE of a job) answers 405 with
+    all of them in ``Allow``, not only the first route's."""
+    response = client.request("OPTIONS", "/v1/jobs/abc")
+    assert response.status_code == 405
+    assert response.json()["error"]["code"] == "method_not_allowed"
+    assert set(response.headers["allow"].split(", ")) == {"GET", "DELETE"}
+
+
 def test_openapi_and_docs(client):
     schema = client.get("/openapi.json").json()
     assert {"/v1/stylize", "/v1/generate", "/v1/models", "/healthz", "/readyz"} <= set(

@@ -18,7 +18,7 @@ import urllib.request
 import corpus
 import pytest
 from PIL import Image
-from service_fakes import Fakes, make_settings, running_server
+from service_fakes import Fakes, make_settings, served
 
 from service.app import create_app
 
@@ -43,7 +43,7 @@ def fakes() -> Fakes:
 @pytest.fixture(scope="module")
 def server_url(fakes):
     app = create_app(make_settings(), model_entries=fakes.entries())
-    with running_server(app) as url:
+    with served(app) as url:
         yield url
 
 

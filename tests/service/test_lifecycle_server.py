@@ -10,7 +10,7 @@ import time
 import urllib.request
 
 import pytest
-from service_fakes import Fakes, make_settings, running_server
+from service_fakes import Fakes, make_settings, served
 
 from service.app import create_app
 
@@ -28,7 +28,7 @@ def _metric(url: str, name: str, labels: str) -> float:
 def test_disconnected_client_stops_its_work_and_is_logged_as_499():
     fakes = Fakes()
     app = create_app(make_settings(max_batch_size=1), model_entries=fakes.entries())
-    with running_server(app) as url:
+    with served(app) as url:
         urllib.request.urlopen(url + "/readyz", timeout=10)
         model = fakes.dit["cpu"]
         model.step_gate = threading.Semaphore(1)
