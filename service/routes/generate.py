@@ -49,6 +49,11 @@ class GenerateResponse(BaseModel):
     guidance_scale: float
     sampler: str
     plan_layout: bool
+    understood: str | None = Field(
+        description="The prompt as drawn, in the caption grammar (the plan in words); null "
+        "when nothing was understood and the prompt was drawn as given."
+    )
+    ignored: list[str] = Field(description="Words of the prompt that were not understood.")
 
 
 @router.post(
@@ -79,6 +84,7 @@ async def generate(
         body.guidance_scale if body.guidance_scale is not None else model.default_guidance_scale
     )
     plan_layout = body.plan_layout if body.plan_layout is not None else model.default_plan_layout
+    understanding = model.understand(body.prompt)
     first_seed = body.seed if body.seed is not None else secrets.randbelow(MAX_SEED - 8)
     seeds = [(first_seed + i) % (MAX_SEED + 1) for i in range(body.num_images)]
     timeout = remaining_seconds(request, settings)
@@ -99,6 +105,8 @@ async def generate(
         guidance_scale=float(guidance),
         sampler=sampler,
         plan_layout=plan_layout,
+        understood=understanding.caption,
+        ignored=list(understanding.ignored),
     )
 
 

@@ -221,3 +221,16 @@ def test_a_prompt_nothing_of_which_is_understood_is_drawn_as_it_is(pipe):
     assert pipe.understand(prompt).caption is None
     regions = pipe.regions([prompt], [None], [0], plan_layout=True)
     assert torch.equal(regions.cond[0].pooled, pipe.encoder.encode([prompt]).pooled)
+
+
+def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, capsys):
+    options = ["--seed", "1", "--steps", "2", "--checkpoint", str(checkpoint), "-o", str(tmp_path)]
+    assert cli_main(["generate", "Two HUGE red squares and a kitten", *options]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(tmp_path / "seed1.png")]
+    assert err.splitlines() == ["understood: two large red squares", "ignored: kitten"]
+    assert cli_main(["generate", "a sunset", *options]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "understood: nothing; drawn as typed",
+        "ignored: sunset",
+    ]

@@ -5,7 +5,8 @@ fields reach the model and results come back intact:
 
 * ``FakeStyleTransfer``: ``(1 - alpha) * content + alpha * weighted mean style colour``
   per batch element (the content itself when ``preserve_color``).
-* ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``.
+* ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``; it
+  understands prompts as the real pipeline does.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import threading
 
 import torch
 
+from models.shapes.understand import understand
 from service.config import Settings
 from service.workers import ModelEntry, run_generate, run_stylize
 
@@ -56,6 +58,9 @@ class FakeTextToImage:
 
     def describe(self) -> dict:
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
+
+    def understand(self, prompt):
+        return understand(prompt)
 
     def generate(
         self, prompts, *, negative_prompts, steps, guidance_scale, seeds, sampler, plan_layout

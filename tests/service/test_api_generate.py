@@ -82,3 +82,16 @@ def test_accept_png_with_several_images_answers_json(client):
     )
     assert response.headers["content-type"].startswith("application/json")
     assert len(response.json()["images"]) == 2
+
+
+def test_the_answer_says_what_was_understood_and_what_was_ignored(client):
+    body = client.post(
+        "/v1/generate", json={"prompt": "A huge red circle beside a blue square, and a dog"}
+    ).json()
+    assert body["understood"] == "a large red circle and a blue square"
+    assert body["ignored"] == ["beside", "dog"]
+    body = client.post("/v1/generate", json={"prompt": "a beautiful sunset"}).json()
+    assert body["understood"] is None and body["ignored"] == ["beautiful sunset"]
+    grammar = "a red circle to the left of a white square"
+    body = client.post("/v1/generate", json={"prompt": grammar}).json()
+    assert body["understood"] == grammar and body["ignored"] == []
