@@ -123,6 +123,11 @@ class _Item:
     text: str
 
 
+def _tokens(items: list[_Item]) -> set[int]:
+    """The token indices the items cover."""
+    return {t for item in items for t in range(item.start, item.end)}
+
+
 @dataclass
 class _Phrase:
     """A noun phrase: ``[det|num|the] [size|colour]* (shape | "one")``, or "it"."""
@@ -138,7 +143,7 @@ class _Phrase:
 
     @property
     def tokens(self) -> set[int]:
-        return {t for item in self.items for t in range(item.start, item.end)}
+        return _tokens(self.items)
 
 
 @dataclass
@@ -150,7 +155,7 @@ class _Place:
 
     @property
     def tokens(self) -> set[int]:
-        return {t for item in self.items for t in range(item.start, item.end)}
+        return _tokens(self.items)
 
     def cell(self) -> int | None:
         """The grid cell it names (an unstated axis is the middle), ``None`` if contradictory."""
@@ -410,7 +415,7 @@ class _Reader:
             b = earlier[0] if earlier else None
         if b is None or a == b:
             return
-        tokens = set(range(elements[r].start, elements[r].end))
+        tokens = _tokens([elements[r]])
         if name == "beside":
             self.beside = (a, b, tokens)
         elif self.relation is None:
@@ -522,9 +527,7 @@ def understand(prompt: str) -> Understanding:
             reader.read(elements[start:i], start)
             start = i + 1
     parsed = reader.finish()
-    reportable = {
-        t for item in items if item.kind not in _NEUTRAL for t in range(item.start, item.end)
-    }
+    reportable = _tokens([item for item in items if item.kind not in _NEUTRAL])
     ignored_tokens = sorted(reportable - reader.used)
     ignored: list[str] = []
     previous = None
