@@ -28,6 +28,7 @@ from models.dit.model import DiT
 from models.dit.options import GenerateDefaults
 from models.hub import resolve
 from models.shapes.planner import plan_regions
+from models.shapes.understand import Understanding, understand
 from models.shapes.vocab import IMAGE_SIZE
 from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextEncoder
 
@@ -160,10 +161,14 @@ class TextToImage:
                 at planned grid cells and denoise each cell under its own prompt
                 (:func:`~models.shapes.planner.plan_regions`,
                 :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
-                drawn as they are. ``default_plan_layout`` if ``None``.
+                drawn in one piece. ``default_plan_layout`` if ``None``.
             control: asked before each sampler step which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there, and the
                 kept ones come out as they would have without it.
+
+        Each prompt is first read by :meth:`understand`; what was understood is drawn,
+        in the caption grammar the model was trained on (a prompt of which nothing was
+        understood is drawn as it is). Negative prompts are used as they are.
 
         Returns:
             ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU; with ``control``, only the
@@ -199,6 +204,13 @@ class TextToImage:
         )
         return ((images + 1) / 2).clamp(0, 1).float().cpu()
 
+    def understand(self, prompt: str) -> Understanding:
+        """What :meth:`generate` draws for ``prompt``: ``.caption``, the understood prompt
+        in the caption grammar (the plan in words; ``None`` when nothing was understood
+        and the prompt is drawn as it is), and ``.ignored``, the words it did not use
+        (:func:`~models.shapes.understand.understand`)."""
+        return understand(prompt)
+
     def regions(
         self,
         prompts: list[str],
@@ -207,9 +219,10 @@ class TextToImage:
         *,
         plan_layout: bool,
     ) -> Regions:
-        """The regions to denoise: one whole-image region per prompt, or with
-        ``plan_layout`` one region per planned object of a caption naming several (for
-        32 px models: the planner knows the shapes world's 3x3 grid on a 32 px canvas).
+        """The regions to denoise: one whole-image region per prompt (its understood
+        caption), or with ``plan_layout`` one region per planned object of a caption
+        naming several (for 32 px models: the planner knows the shapes world's 3x3 grid
+        on a 32 px canvas).
 
         A planned image's regions are its objects' cells. A region's weight is 1 on its cell
         plus an equal share of the cells no object holds (where every one-object prompt
@@ -230,9 +243,10 @@ class TextToImage:
             zip(prompts, negative_prompts, seeds, strict=True)
         ):
             rng = np.random.default_rng([int(seed), PLAN_STREAM])
-            plan = plan_regions(prompt, rng) if can_plan else None
+            caption = self.understand(prompt).caption or prompt
+            plan = plan_regions(caption, rng) if can_plan else None
             if plan is None:
-                texts.append(prompt)
+                texts.append(caption)
                 masks = np.ones((1, size, size), dtype=np.float32)
                 hidden = np.zeros_like(masks)
             else:

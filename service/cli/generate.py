@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -12,7 +13,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="generate images from a text prompt",
         description="Sample images from the text-to-image DiT and write them as PNGs.",
     )
-    parser.add_argument("prompt", help='e.g. "a red circle to the left of a blue square"')
+    parser.add_argument(
+        "prompt",
+        help='e.g. "a red circle to the left of a blue square"; the understood prompt and '
+        "the words it did not use are printed on stderr",
+    )
     parser.add_argument("-n", "--num-images", type=int, default=1, help="images to generate")
     parser.add_argument("--steps", type=int, help="sampling steps (default: the model's)")
     parser.add_argument("--guidance", type=float, help="guidance scale (default: the model's)")
@@ -51,6 +56,13 @@ def run(args: argparse.Namespace) -> int:
         pipe = TextToImage.from_checkpoint(args.checkpoint, device=device)
     else:
         pipe = TextToImage.from_pretrained(settings.weight_search_path(), device=device)
+    understanding = pipe.understand(args.prompt)
+    if understanding.caption is None:
+        print("understood: nothing; drawn as typed", file=sys.stderr)
+    else:
+        print(f"understood: {understanding.caption}", file=sys.stderr)
+    if understanding.ignored:
+        print(f"ignored: {', '.join(understanding.ignored)}", file=sys.stderr)
     images = pipe.generate(
         [args.prompt] * args.num_images,
         negative_prompts=[args.negative] * args.num_images,

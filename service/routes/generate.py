@@ -88,6 +88,11 @@ class GenerateResponse(BaseModel):
         "negative_prompt, steps, guidance_scale, sampler, plan_layout, model, "
         "checkpoint_sha256; each PNG's own chunks add its seed."
     )
+    understood: str | None = Field(
+        description="The prompt as drawn, in the caption grammar (the plan in words); null "
+        "when nothing was understood and the prompt was drawn as given."
+    )
+    ignored: list[str] = Field(description="Words of the prompt that were not understood.")
 
 
 @router.post(
@@ -125,6 +130,7 @@ async def generate(
             "(max_image_steps); ask for fewer steps or images"
         )
     seeds = consecutive_seeds(body.seed, body.num_images)
+    understanding = pool.model.understand(body.prompt)
     jobs = [GenerateJob(body.prompt, body.negative_prompt, seed, options) for seed in seeds]
     parameters = {
         "prompt": body.prompt,
@@ -133,6 +139,7 @@ async def generate(
         "guidance_scale": options.guidance_scale,
         "sampler": options.sampler,
         "plan_layout": options.plan_layout,
+        "understood": understanding.caption,
         **pool.provenance(),
     }
 
@@ -149,7 +156,13 @@ async def generate(
         )
         return await run_in_threadpool(_encode_all, images, seeds, parameters)
 
-    fields = {"seeds": seeds, **asdict(options), "parameters": parameters}
+    fields = {
+        "seeds": seeds,
+        **asdict(options),
+        "understood": understanding.caption,
+        "ignored": list(understanding.ignored),
+        "parameters": parameters,
+    }
     if respond_async:
 
         async def job_work(progress: Progress) -> JobResult:

@@ -198,7 +198,9 @@ class ImageGenerationRequest(GenerateRequest):
 class GeneratedImage(BaseModel):
     b64_json: str = Field(description="A base64-encoded PNG.")
     revised_prompt: str | None = Field(
-        default=None, description="Not sent: prompts are not rewritten."
+        default=None,
+        description="The prompt as drawn, in the caption grammar the model was trained on "
+        "(absent when nothing of the prompt was understood and it was drawn as given).",
     )
 
 
@@ -233,5 +235,8 @@ async def create_images(
         )
     answer = await generate(body, request, settings, pool, respond_async=False, accept=None)
     return ImagesResponse(
-        created=int(time.time()), data=[GeneratedImage(b64_json=b64) for b64 in answer.images]
+        created=int(time.time()),
+        data=[
+            GeneratedImage(b64_json=b64, revised_prompt=answer.understood) for b64 in answer.images
+        ],
     )

@@ -133,6 +133,18 @@ $("stylize-form").addEventListener("submit", async (event) => {
   }
 });
 
+// Says how the prompt was read: the plan in words, and the words it did not use.
+function showUnderstanding(result) {
+  const element = $("generate-understood");
+  const drawn = result.understood === null
+    ? "Not understood; drawn as typed."
+    : `Drawn as: ${result.understood}.`;
+  const ignored = result.ignored.length ? ` Ignored: ${result.ignored.join(", ")}.` : "";
+  element.textContent = drawn + ignored;
+  element.classList.toggle("partial", result.understood === null || result.ignored.length > 0);
+  element.hidden = false;
+}
+
 $("generate-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const status = $("generate-status");
@@ -161,6 +173,7 @@ $("generate-form").addEventListener("submit", async (event) => {
         return image;
       }),
     );
+    showUnderstanding(result);
     setStatus(status, `Done (seeds ${result.seeds.join(", ")}).`);
   } catch (error) {
     setStatus(status, `Network error: ${error}`, true);

@@ -106,3 +106,30 @@ def test_dit_eval_run_pairs_seeds_with_prompts():
     assert {c[1] for c in calls} == {2.5} and {c[3] for c in calls} == {False}
     assert report.overall == 0.0 and report.n == 7
     assert np.isclose(report.per_category["colour"], 0.0)
+
+
+def test_dit_eval_run_scores_against_the_captions_given():
+    """Images drawn from one text are judged against another caption (paraphrase rows)."""
+    module = _load_benchmark()
+    captions = eval_prompts(6)
+    render_captions = module.ground_truth_generator(0)
+    images_of = [render_captions(captions, 1.0, list(range(6)), None)]
+
+    def generate(chunk, guidance, seeds, plan_layout):
+        return images_of[0][seeds[0] : seeds[0] + len(chunk)]
+
+    report, _, _ = module.run(generate, ["x"] * 6, 1.0, None, 0, 4, captions=captions)
+    assert report.overall == 1.0
+    shifted, _, _ = module.run(generate, ["x"] * 6, 1.0, None, 0, 4, captions=captions[::-1])
+    assert shifted.overall < 1.0
+
+
+def test_dit_eval_paraphrase_rows_sit_beside_the_grammar_rows(capsys):
+    """Only the plumbing: the held-out paraphrases' scores are never asserted in tests."""
+    assert _load_benchmark().main(["--ground-truth", "--paraphrase", "--n", "5", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [row["prompts"] for row in result["rows"]] == ["grammar", "paraphrase"]
+    assert all(row["report"]["n"] == 5 for row in result["rows"])
+    assert {"understood_exactly", "nothing_ignored", "grammar", "paraphrase_minus_grammar"} <= set(
+        result
+    )

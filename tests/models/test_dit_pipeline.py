@@ -194,3 +194,33 @@ def test_generate_cli_can_turn_planning_off(checkpoint, pipe, tmp_path):
         image = pipe.generate([prompt], seeds=[3], plan_layout=plan_layout)[0]
         expected = (image.permute(1, 2, 0) * 255).round().byte().numpy()
         np.testing.assert_array_equal(written, expected)
+
+
+@pytest.mark.parametrize("plan_layout", [True, False])
+def test_a_free_prompt_is_drawn_as_its_understood_caption(pipe, plan_layout):
+    free = ["A big red circle, to the left of a tiny blue square.", "a red circle and a dog"]
+    grammar = ["a large red circle to the left of a small blue square", "a red circle"]
+    assert [pipe.understand(p).caption for p in free] == grammar
+    assert pipe.understand(free[1]).ignored == ("dog",)
+    drawn = pipe.generate(free, seeds=[3, 4], plan_layout=plan_layout)
+    assert torch.equal(drawn, pipe.generate(grammar, seeds=[3, 4], plan_layout=plan_layout))
+
+
+def test_a_prompt_nothing_of_which_is_understood_is_drawn_as_it_is(pipe):
+    prompt = "a beautiful sunset"
+    assert pipe.understand(prompt).caption is None
+    regions = pipe.regions([prompt], [None], [0], plan_layout=True)
+    assert torch.equal(regions.cond[0].pooled, pipe.encoder.encode([prompt]).pooled)
+
+
+def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, capsys):
+    options = ["--seed", "1", "--steps", "2", "--checkpoint", str(checkpoint), "-o", str(tmp_path)]
+    assert cli_main(["generate", "Two HUGE red squares and a kitten", *options]) == 0
+    out, err = capsys.readouterr()
+    assert out.split() == [str(tmp_path / "seed1.png")]
+    assert err.splitlines() == ["understood: two large red squares", "ignored: kitten"]
+    assert cli_main(["generate", "a sunset", *options]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "understood: nothing; drawn as typed",
+        "ignored: sunset",
+    ]

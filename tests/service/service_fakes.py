@@ -6,7 +6,7 @@ fields reach the model and results come back intact:
 * ``FakeStyleTransfer``: ``(1 - alpha) * content + alpha * weighted mean style colour``
   per batch element (the content itself when ``preserve_color``), in ``PASSES`` passes.
 * ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``,
-  in ``steps`` steps.
+  in ``steps`` steps; it understands prompts as the real pipeline does.
 
 Both honour a step control as the real models do (asked before each step and after the
 last; dropped rows leave the batch) and record the rows each step ran on. A ``step_gate``
@@ -27,6 +27,7 @@ import torch
 import uvicorn
 
 from models.control import take_rows, wanted_rows
+from models.shapes.understand import understand
 from service.config import Settings
 from service.model_types import GenerateDefaults
 from service.workers import ModelEntry, run_generate, run_stylize
@@ -118,6 +119,9 @@ class FakeTextToImage(Stepper):
 
     def describe(self) -> dict:
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
+
+    def understand(self, prompt):
+        return understand(prompt)
 
     def generate(
         self,

@@ -103,3 +103,16 @@ def test_json_types_are_read_as_the_schema_says(client, fakes):
         response = client.post("/v1/generate", json={"prompt": "a", **wrong})
         assert response.status_code == 422, wrong
         assert next(iter(wrong)) in response.json()["error"]["message"]
+
+
+def test_the_answer_says_what_was_understood_and_what_was_ignored(client):
+    body = client.post(
+        "/v1/generate", json={"prompt": "A huge red circle beside a blue square, and a dog"}
+    ).json()
+    assert body["understood"] == "a large red circle and a blue square"
+    assert body["ignored"] == ["beside", "dog"]
+    body = client.post("/v1/generate", json={"prompt": "a beautiful sunset"}).json()
+    assert body["understood"] is None and body["ignored"] == ["beautiful sunset"]
+    grammar = "a red circle to the left of a white square"
+    body = client.post("/v1/generate", json={"prompt": grammar}).json()
+    assert body["understood"] == grammar and body["ignored"] == []

@@ -57,9 +57,16 @@ def test_one_image_follows_its_seed(sdk, fakes):
     result = sdk.images.generate(prompt="a red circle", extra_body={"seed": 41})
     assert before <= result.created <= int(time.time())
     assert len(result.data) == 1
-    assert result.data[0].url is None and result.data[0].revised_prompt is None
+    assert result.data[0].url is None
     np.testing.assert_array_equal(_pixels(result.data[0].b64_json), FakeTextToImage.pixels(41))
     assert fakes.dit["cpu"].calls[-1]["prompts"] == ["a red circle"]
+
+
+def test_revised_prompt_is_the_prompt_as_understood(sdk):
+    result = sdk.images.generate(prompt="A HUGE red circle, and a dog", extra_body={"seed": 1})
+    assert result.data[0].revised_prompt == "a large red circle"
+    result = sdk.images.generate(prompt="a beautiful sunset", extra_body={"seed": 1})
+    assert result.data[0].revised_prompt is None  # nothing understood: drawn as typed
 
 
 def test_n_images_use_consecutive_seeds(sdk):

@@ -1,0 +1,552 @@
+"""Prompt understanding: free phrasing -> the caption grammar's :class:`ParsedCaption`.
+
+Users type "a big yellow triangle above a small green circle", "to the left of a blue
+square, a red circle" or "A red circle next to a blue square, with the circle on the
+left." The planner and the model know only the caption grammar
+(:mod:`models.shapes.captions`). :func:`understand` reads a prompt in three passes:
+
+1. **Words.** Lower-case, split hyphens, cut into words, numerals and punctuation.
+2. **Lexicon** (longest match first). Synonyms fold onto the grammar's words: big, huge,
+   large -> large; tiny, little, small -> small; beneath, under, below -> below; on top
+   of, over, above -> above; left of, to the left of -> left of; next to, beside ->
+   "beside" (the side comes from another clause); top, upper / bottom, lower / left /
+   right / centre, center, middle make grid places; a, an, one, single / two, 2, a pair
+   of / three, 3 make counts; "it", "its" and "the X" refer back. Filler words ("there
+   is", "draw", "in", "the") carry nothing; every other word is unknown.
+3. **Reading.** Counts, sizes and colours up to a shape (or "one") make a noun phrase;
+   an indefinite phrase names a new object (or the one of the same colour and shape named
+   before; "another" adds one),
+   a definite one ("the circle", "the red one", "it") refers back. Per sentence: a
+   relation relates the phrase before it to the one after it; fronted ("to the left of
+   B, A") it relates the next two; with no object after it ("B with A to its left") it
+   relates the phrase before it to the object mentioned before that. A place goes to the
+   phrase it touches, else the next phrase, else the last one. A referring phrase given
+   one side ("with the circle on the left", "the square is on top") while exactly two
+   single objects are named sets their relation instead of a grid cell.
+
+What cannot be read (unknown words, colours or sizes without a shape, a second relation,
+"beside" without a side, a fourth object, a place of a counted object) is dropped and
+reported in :attr:`Understanding.ignored`, in the prompt's words. The result satisfies
+:class:`ParsedCaption`'s rules, so :func:`~models.shapes.captions.compose_caption` writes
+it back in the grammar: the plan in words.
+
+Why hand-written rules: the vocabulary is closed (8 colours, 3 shapes, 2 sizes, 9 places,
+4 relations), a rule reads it exactly and names each word it did not use, in
+microseconds and with no weights. A mapping learned from MiniLM states would have to
+recover which object each word binds to, which those states hold only non-linearly
+(``benchmarks/text_order_probe.py``: a linear probe 0.79), and could not say which
+words it ignored. No parser library is needed for a grammar of this size.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from models.shapes.captions import ObjectSpec, ParsedCaption, compose_caption
+from models.shapes.vocab import COLOURS, GRID, POSITIONS, SHAPES
+
+_INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
+
+
+def _entries() -> dict[tuple[str, ...], tuple[str, object]]:
+    """The lexicon: word sequence -> (kind, value)."""
+    lexicon: dict[tuple[str, ...], tuple[str, object]] = {}
+
+    def add(kind: str, value: object, *phrases: str) -> None:
+        for phrase in phrases:
+            lexicon[tuple(phrase.split())] = (kind, value)
+
+    add("det", 1, "a", "an", "one", "single", "a single", "one single")
+    add("det", "another", "another")
+    add("num", 2, "two", "2", "a pair of", "pair of", "a couple of", "couple of")
+    add("num", 3, "three", "3", "a trio of", "trio of")
+    add("the", None, "the", "this", "that")
+    add("size", "small", "small", "tiny", "little", "mini", "smaller", "smallish", "wee")
+    add("size", "large", "large", "big", "huge", "giant", "bigger", "larger", "enormous")
+    for colour in COLOURS:
+        add("colour", colour, colour)
+    for shape in SHAPES:
+        add("shape", (shape, False), shape)
+        add("shape", (shape, True), shape + "s")
+    add("it", None, "it", "its", "itself")
+    for side, rel in (("left", "left of"), ("right", "right of")):
+        add(
+            "rel",
+            (rel, False),
+            f"to the {side} of",
+            f"{side} of",
+            f"on the {side} of",
+            f"at the {side} of",
+            f"on the {side} side of",
+            f"to the {side} side of",
+            f"{side} side of",
+        )
+        add("rel", (rel, True), f"to its {side}", f"on its {side}", f"at its {side}")
+    add("rel", ("above", False), "above", "over", "on top of", "atop", "higher than")
+    add("rel", ("below", False), "below", "under", "beneath", "underneath", "lower than")
+    add("rel", ("beside", False), "next to", "beside", "alongside", "by the side of")
+    add("row", 0, "top", "upper", "on top")
+    add("row", 2, "bottom", "lower")
+    add("col", 0, "left", "lefthand", "left hand")
+    add("col", 2, "right", "righthand", "right hand")
+    add("mid", None, "center", "centre", "middle", "central", "centred", "centered")
+    add("conn", None, "and", "plus", "&", "with", "as well as", "also", "along with")
+    add("conn", None, "together with", "while", "has", "have", "then", "next")
+    add("break", None, ".", ";", "!", "?")
+    add("comma", None, ",", ":")
+    fillers = (
+        "there is are s be being sits sitting sit lies lying placed located positioned "
+        "stands standing draw paint show render make create generate give me i want would "
+        "like please just in at on to of corner side edge part area half which that who "
+        "picture image scene canvas background black exactly only"
+    )
+    add("filler", None, *fillers.split())
+    return lexicon
+
+
+_LEXICON = _entries()
+_LONGEST = max(len(phrase) for phrase in _LEXICON)
+_TOKEN = re.compile(r"[a-z]+|\d+|[.,;:!?&]")
+#: Token kinds that are never reported as ignored (function words and punctuation).
+_NEUTRAL = {"det", "the", "it", "conn", "break", "comma", "filler"}
+
+
+@dataclass
+class _Item:
+    """A lexicon match over tokens ``start:end``."""
+
+    kind: str
+    value: object
+    start: int
+    end: int
+    text: str
+
+
+def _tokens(items: list[_Item]) -> set[int]:
+    """The token indices the items cover."""
+    return {t for item in items for t in range(item.start, item.end)}
+
+
+@dataclass
+class _Phrase:
+    """A noun phrase: ``[det|num|the] [size|colour]* (shape | "one")``, or "it"."""
+
+    items: list[_Item]
+    count: int | None = None
+    definite: bool = False
+    size: str | None = None
+    colour: str | None = None
+    shape: str | None = None
+    pronoun: bool = False
+    another: bool = False
+
+    @property
+    def tokens(self) -> set[int]:
+        return _tokens(self.items)
+
+
+@dataclass
+class _Place:
+    items: list[_Item]
+    rows: set[int] = field(default_factory=set)
+    cols: set[int] = field(default_factory=set)
+    mid: bool = False
+
+    @property
+    def tokens(self) -> set[int]:
+        return _tokens(self.items)
+
+    def cell(self) -> int | None:
+        """The grid cell it names (an unstated axis is the middle), ``None`` if contradictory."""
+        if len(self.rows) > 1 or len(self.cols) > 1:
+            return None
+        row = next(iter(self.rows), GRID // 2)
+        col = next(iter(self.cols), GRID // 2)
+        return row * GRID + col
+
+    def side(self) -> str | None:
+        """The relation a single direction word gives ("left" -> "left of"), else ``None``."""
+        if self.mid or len(self.rows) + len(self.cols) != 1:
+            return None
+        if self.rows:
+            return "above" if 0 in self.rows else "below"
+        return "left of" if 0 in self.cols else "right of"
+
+
+@dataclass
+class _Object:
+    colour: str
+    shape: str
+    count: int = 1
+    size: str | None = None
+    position: str | None = None
+    tokens: set[int] = field(default_factory=set)
+    place_tokens: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True)
+class Understanding:
+    """What a prompt was read as.
+
+    Args:
+        prompt: the prompt as given.
+        parsed: the scene specification read from it, ``None`` when nothing was understood.
+        ignored: the prompt's words that were not used, as phrases in prompt order.
+    """
+
+    prompt: str
+    parsed: ParsedCaption | None
+    ignored: tuple[str, ...]
+
+    @property
+    def caption(self) -> str | None:
+        """The understood prompt in the caption grammar (what is planned and drawn)."""
+        return None if self.parsed is None else compose_caption(self.parsed)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every content word of the prompt was used."""
+        return self.parsed is not None and not self.ignored
+
+
+def _lex(tokens: list[str]) -> list[_Item]:
+    items, i = [], 0
+    while i < len(tokens):
+        for length in range(min(_LONGEST, len(tokens) - i), 0, -1):
+            entry = _LEXICON.get(tuple(tokens[i : i + length]))
+            if entry is not None:
+                items.append(_Item(*entry, i, i + length, " ".join(tokens[i : i + length])))
+                i += length
+                break
+        else:
+            items.append(_Item("unknown", None, i, i + 1, tokens[i]))
+            i += 1
+    return items
+
+
+def _group(items: list[_Item]) -> list[object]:
+    """Items -> noun phrases, places and the remaining items (fillers dropped)."""
+    out: list[object] = []
+    i = 0
+    while i < len(items):
+        item = items[i]
+        if item.kind == "it":
+            out.append(_Phrase([item], pronoun=True, definite=True))
+            i += 1
+        elif item.kind in ("det", "num", "the", "size", "colour", "shape"):
+            i = _read_phrase(items, i, out)
+        elif item.kind in ("row", "col", "mid"):
+            place = _Place([])
+            while i < len(items) and items[i].kind in ("row", "col", "mid", "filler"):
+                part = items[i]
+                if part.kind == "filler" and not (
+                    i + 1 < len(items) and items[i + 1].kind in ("row", "col", "mid")
+                ):
+                    break
+                place.items.append(part)
+                if part.kind == "row":
+                    place.rows.add(part.value)
+                elif part.kind == "col":
+                    place.cols.add(part.value)
+                elif part.kind == "mid":
+                    place.mid = True
+                i += 1
+            out.append(place)
+        else:
+            if item.kind != "filler":
+                out.append(item)
+            i += 1
+    return out
+
+
+def _read_phrase(items: list[_Item], i: int, out: list[object]) -> int:
+    """Read one noun phrase from ``items[i]``; append it (or its loose items) to ``out``."""
+    phrase = _Phrase([])
+    start = i
+    while i < len(items):
+        item = items[i]
+        kind = item.kind
+        if item.text == "one" and _is_pronoun_one(items, i, phrase):
+            phrase.items.append(item)
+            phrase.count = phrase.count or 1
+            out.append(phrase)
+            return i + 1
+        if kind in ("det", "num", "the") and phrase.size is None and phrase.colour is None:
+            if item.value == "another":
+                phrase.another, phrase.count = True, 1
+            elif kind != "the":
+                phrase.count = item.value
+            phrase.definite = phrase.definite or kind == "the"
+        elif kind == "size" and phrase.size is None:
+            phrase.size = item.value
+        elif kind == "colour" and phrase.colour is None:
+            phrase.colour = item.value
+        elif kind == "shape":
+            phrase.items.append(item)
+            phrase.shape = item.value[0]
+            phrase.count = phrase.count or 1
+            out.append(phrase)
+            return i + 1
+        elif kind == "unknown" and phrase.items:
+            out.append(item)  # "a fluffy red circle": the phrase reads on past "fluffy"
+            i += 1
+            continue
+        else:
+            break
+        phrase.items.append(item)
+        i += 1
+    out.extend(phrase.items)  # no shape: the words stay loose (reported if they mean something)
+    return max(i, start + 1)
+
+
+def _is_pronoun_one(items: list[_Item], i: int, phrase: _Phrase) -> bool:
+    """Whether "one" at ``items[i]`` is the head of "the red one" rather than a count:
+    it follows a colour or size and no colour, size or shape follows it."""
+    nxt = items[i + 1].kind if i + 1 < len(items) else None
+    return nxt not in ("size", "colour", "shape") and any(
+        it.kind in ("size", "colour") for it in phrase.items
+    )
+
+
+class _Reader:
+    """Reads the grouped elements sentence by sentence into objects and one relation."""
+
+    def __init__(self) -> None:
+        self.objects: list[_Object] = []
+        self.mentions: list[tuple[int, int]] = []  # (element index, object index)
+        self.resolved: dict[int, int | None] = {}  # element index -> object index
+        self.relation: tuple[int, str, int] | None = None
+        self.relation_tokens: set[int] = set()
+        self.beside: tuple[int, int, set[int]] | None = None
+        self.sides: list[tuple[int, _Place]] = []
+        self.used: set[int] = set()
+        self.dropped_relations: list[set[int]] = []
+
+    # ------------------------------------------------------------------ objects
+    def resolve(self, index: int, phrase: _Phrase, exclude: int | None = None) -> int | None:
+        """The object a phrase names (creating it when new); ``None`` when unresolved."""
+        if index in self.resolved and not phrase.pronoun:
+            return self.resolved[index]
+        found: int | None = None
+        if phrase.pronoun or phrase.shape is None and phrase.definite:
+            earlier = [obj for pos, obj in reversed(self.mentions) if pos < index]
+            for obj in earlier:
+                if obj != exclude and self._matches(obj, phrase):
+                    found = obj
+                    break
+        elif phrase.shape is None:  # "a blue one": the last phrase's shape
+            earlier = [obj for pos, obj in reversed(self.mentions) if pos < index]
+            if earlier and phrase.colour is not None:
+                found = self._new_or_merge(
+                    phrase, self.objects[earlier[0]].shape, count=phrase.count or 1
+                )
+        elif phrase.definite:
+            matches = [
+                obj
+                for obj in range(len(self.objects))
+                if self._matches(obj, phrase) and obj != exclude
+            ]
+            if matches:
+                found = matches[-1]
+            elif phrase.colour is not None:
+                found = self._new_or_merge(phrase, phrase.shape, count=1)
+        elif phrase.colour is not None:
+            found = self._new_or_merge(phrase, phrase.shape, count=phrase.count or 1)
+        if found is not None:
+            self.used |= phrase.tokens
+            self.objects[found].tokens |= phrase.tokens
+            if phrase.definite and phrase.size and not self.objects[found].size:
+                self.objects[found].size = phrase.size
+            self.mentions.append((index, found))
+        self.resolved[index] = found
+        return found
+
+    def _matches(self, obj: int, phrase: _Phrase) -> bool:
+        o = self.objects[obj]
+        return (
+            (phrase.shape is None or o.shape == phrase.shape)
+            and (phrase.colour is None or o.colour == phrase.colour)
+            and (phrase.size is None or o.size in (None, phrase.size))
+        )
+
+    def _new_or_merge(self, phrase: _Phrase, shape: str, *, count: int) -> int:
+        for index, obj in enumerate(self.objects):
+            if (obj.colour, obj.shape) == (phrase.colour, shape):
+                obj.count = obj.count + count if phrase.another else max(obj.count, count)
+                if phrase.size and obj.size != phrase.size:
+                    obj.size = None if obj.size else phrase.size
+                return index
+        self.objects.append(_Object(phrase.colour, shape, count, phrase.size))
+        return len(self.objects) - 1
+
+    # --------------------------------------------------------------- sentences
+    def read(self, elements: list[object], offset: int) -> None:
+        """One sentence: ``elements`` with global indices ``offset + i``."""
+        phrases = [i for i, e in enumerate(elements) if isinstance(e, _Phrase)]
+        for i in phrases:
+            if not elements[i].pronoun:
+                self.resolve(offset + i, elements[i])
+        for i, element in enumerate(elements):
+            if isinstance(element, _Item) and element.kind == "rel":
+                self._relate(elements, offset, i, phrases)
+        for i, element in enumerate(elements):
+            if isinstance(element, _Place):
+                self._place(elements, offset, i, phrases)
+        for i in phrases:  # a pronoun nothing used still names an object
+            if elements[i].pronoun and offset + i not in self.resolved:
+                self.resolve(offset + i, elements[i])
+
+    def _relate(self, elements: list[object], offset: int, r: int, phrases: list[int]) -> None:
+        name, implied_it = elements[r].value
+        before = [i for i in phrases if i < r]
+        after = [i for i in phrases if i > r]
+        subject = before[-1] if before else (after[1] if len(after) > 1 else None)
+        obj = None if implied_it else (after[0] if after else None)
+        if subject is None:
+            return
+        a = self.resolve(offset + subject, elements[subject])
+        if a is None:
+            return
+        if obj is not None:
+            b = self.resolve(offset + obj, elements[obj], exclude=a)
+        else:  # "B with A to its left", "B ... A above": the object before A
+            earlier = [o for pos, o in reversed(self.mentions) if o != a]
+            b = earlier[0] if earlier else None
+        if b is None or a == b:
+            return
+        tokens = _tokens([elements[r]])
+        if name == "beside":
+            self.beside = (a, b, tokens)
+        elif self.relation is None:
+            self.relation = (a, name, b)
+            self.relation_tokens = tokens
+            self.used |= tokens
+        else:
+            self.dropped_relations.append(tokens)
+
+    def _place(self, elements: list[object], offset: int, p: int, phrases: list[int]) -> None:
+        place = elements[p]
+        before = [i for i in phrases if i < p]
+        after = [i for i in phrases if i > p]
+        if before and before[-1] == p - 1:
+            target = before[-1]
+        elif after and all(
+            isinstance(e, _Item) and e.kind == "comma" for e in elements[p + 1 : after[0]]
+        ):
+            target = after[0]
+        elif before:
+            target = before[-1]
+        else:
+            return
+        phrase = elements[target]
+        obj = self.resolve(offset + target, phrase)
+        if obj is None:
+            return
+        if phrase.definite and place.side() is not None:
+            self.sides.append((obj, place))
+            return
+        self._set_position(obj, place)
+
+    def _set_position(self, obj: int, place: _Place) -> None:
+        cell = place.cell()
+        target = self.objects[obj]
+        if cell is None or target.position is not None:
+            return
+        target.position = POSITIONS[cell]
+        target.place_tokens = place.tokens
+
+    # --------------------------------------------------------------- the result
+    def finish(self) -> ParsedCaption | None:
+        singles = [i for i, o in enumerate(self.objects) if o.count == 1]
+        for obj, place in self.sides:
+            other = 1 - obj
+            claim = (obj, place.side(), other)
+            if self.relation is None and len(self.objects) == 2 and len(singles) == 2:
+                self.relation = claim
+                self.relation_tokens = place.tokens
+                self.used |= place.tokens
+                if self.beside is not None and {obj, other} == set(self.beside[:2]):
+                    self.used |= self.beside[2]
+            elif self.relation in (claim, (other, _INVERSE[claim[1]], obj)):
+                self.used |= place.tokens  # restates the relation
+            else:
+                self._set_position(obj, place)
+        kept: list[int] = []
+        total = 0
+        for index, obj in enumerate(self.objects):
+            count = min(obj.count, 3)
+            if total + count > 3 or len(kept) == 3:
+                self.used -= obj.tokens
+                continue
+            obj.count = count
+            total += count
+            kept.append(index)
+        if self.relation is not None:
+            a, _, b = self.relation
+            if a not in kept or b not in kept or len(kept) != 2 or total != 2:
+                self.used -= self.relation_tokens
+                self.relation = None
+        for index in kept:
+            obj = self.objects[index]
+            if obj.position is not None and (obj.count != 1 or self.relation is not None):
+                obj.position = None
+            elif obj.position is not None:
+                self.used |= obj.place_tokens
+        if not kept:
+            return None
+        order = kept
+        relation = None
+        if self.relation is not None:
+            a, relation, b = self.relation
+            order = [a, b]
+        specs = tuple(
+            ObjectSpec(o.colour, o.shape, o.count, o.size, o.position)
+            for o in (self.objects[i] for i in order)
+        )
+        return ParsedCaption(specs, relation)
+
+
+def understand(prompt: str) -> Understanding:
+    """Read a free-form prompt onto the caption grammar (see the module docstring).
+
+    Args:
+        prompt: any text.
+
+    Returns:
+        :class:`Understanding`: the scene specification (``None`` when no object was
+        understood) and the prompt's words that were not used.
+    """
+    tokens = _TOKEN.findall(prompt.lower().replace("-", " ").replace("_", " "))
+    items = _lex(tokens)
+    elements = _group(items)
+    reader = _Reader()
+    start = 0
+    for i, element in enumerate([*elements, None]):
+        if element is None or (isinstance(element, _Item) and element.kind == "break"):
+            reader.read(elements[start:i], start)
+            start = i + 1
+    parsed = reader.finish()
+    reportable = _tokens([item for item in items if item.kind not in _NEUTRAL])
+    ignored_tokens = sorted(reportable - reader.used)
+    ignored: list[str] = []
+    previous = None
+    for t in ignored_tokens:
+        if previous is not None and t == previous + 1:
+            ignored[-1] += " " + tokens[t]
+        else:
+            ignored.append(tokens[t])
+        previous = t
+    return Understanding(prompt, parsed, tuple(ignored))
+
+
+def same_constraints(a: ParsedCaption, b: ParsedCaption) -> bool:
+    """Whether two specifications ask for the same scenes: the same object phrases in any
+    order, and the same relation read either way ("A left of B" is "B right of A")."""
+    if a.relation is None or b.relation is None:
+        return a.relation == b.relation and sorted(a.objects, key=repr) == sorted(
+            b.objects, key=repr
+        )
+    if a.objects == b.objects:
+        return a.relation == b.relation
+    return a.objects == b.objects[::-1] and a.relation == _INVERSE[b.relation]

@@ -1,0 +1,248 @@
+"""understand: free phrasing onto the caption grammar, and what was ignored.
+
+The paraphrases here are the parser's development set. The held-out paraphrases of
+``benchmarks/paraphrase_heldout.py`` are never used here (they measure the parser).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.shapes import COLOURS, ObjectSpec, ParsedCaption, compose_caption, parse_caption
+from models.shapes.splits import FAMILIES, sample_caption
+from models.shapes.understand import same_constraints, understand
+
+# ------------------------------------------------------------ hand-written cases
+DEVELOPMENT = [
+    # the issue's prompts
+    ("a big yellow triangle above a small green circle", "a large yellow triangle above a small green circle"),
+    ("a cyan square beneath an orange triangle", "a cyan square below an orange triangle"),
+    ("a red circle next to a blue square, with the circle on the left", "a red circle to the left of a blue square"),
+    ("to the left of a blue square, a red circle", "a red circle to the left of a blue square"),
+    # synonyms
+    ("A HUGE magenta square", "a large magenta square"),
+    ("a little white circle in the middle", "a small white circle in the center"),
+    ("one giant green square, centre", "a large green square in the center"),
+    ("a tiny blue triangle under a red square", "a small blue triangle below a red square"),
+    ("a red square on top of a yellow circle", "a red square above a yellow circle"),
+    ("a red square over a white triangle", "a red square above a white triangle"),
+    ("a green circle beside an orange square; the square is on the right", "an orange square to the right of a green circle"),
+    # numerals, number words, plurals
+    ("2 yellow squares", "two yellow squares"),
+    ("three big red circles", "three large red circles"),
+    ("a couple of cyan triangles and one white circle", "two cyan triangles and a white circle"),
+    ("a single orange circle", "an orange circle"),
+    # word order, several sentences, pronouns
+    ("Below a green square, a magenta triangle.", "a magenta triangle below a green square"),
+    ("There is a white square. A blue triangle is above it.", "a blue triangle above a white square"),
+    ("a yellow circle with a red square to its right", "a red square to the right of a yellow circle"),
+    ("a blue circle and a red one", "a blue circle and a red circle"),
+    ("The red circle is left of the green square.", "a red circle to the left of a green square"),
+    ("Top-left: a small cyan circle!", "a small cyan circle in the top left"),
+    ("an orange square. It sits in the lower right corner.", "an orange square in the bottom right"),
+    ("a green triangle, placed at the top", "a green triangle at the top"),
+    ("Draw a red circle, a green square and a blue triangle.", "a red circle, a green square and a blue triangle"),
+    ("a red circle as well as a white square", "a red circle and a white square"),
+    ("the blue square on the left and the red circle on the right", "a blue square to the left of a red circle"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("prompt", "caption"), DEVELOPMENT)
+def test_development_paraphrases_read_as_their_caption(prompt, caption):
+    understood = understand(prompt)
+    assert understood.caption == caption
+    assert understood.ignored == ()
+    assert understood.complete
+
+
+@pytest.mark.parametrize(
+    ("prompt", "caption", "ignored"),
+    [
+        ("a red circle and a dog", "a red circle", ("dog",)),
+        ("a fluffy red circle", "a red circle", ("fluffy",)),
+        ("a purple circle and a blue square", "a blue square", ("purple circle",)),
+        ("five red circles", "a red circle", ("five",)),
+        # "beside" without a side: both objects, no relation, and it says so
+        ("a red circle next to a blue square", "a red circle and a blue square", ("next to",)),
+        # the grammar relates two single objects: the relation goes, the objects stay
+        ("two red circles above a blue square", "two red circles and a blue square", ("above",)),
+        # a relation caption fixes no grid cell
+        (
+            "a red circle in the top left above a blue square",
+            "a red circle above a blue square",
+            ("top left",),
+        ),
+        # one relation per caption
+        (
+            "a red circle left of a blue square, a blue square above a red circle",
+            "a red circle to the left of a blue square",
+            ("above",),
+        ),
+        # at most three objects
+        (
+            "a red circle, a blue square, a green triangle and a white circle",
+            "a red circle, a blue square and a green triangle",
+            ("white circle",),
+        ),
+    ],
+)
+def test_what_cannot_be_read_is_reported_as_ignored(prompt, caption, ignored):
+    understood = understand(prompt)
+    assert understood.caption == caption
+    assert understood.ignored == ignored
+    assert not understood.complete
+
+
+@pytest.mark.parametrize("prompt", ["", "   ", "a beautiful sunset", "draw something nice!"])
+def test_nothing_understood(prompt):
+    understood = understand(prompt)
+    assert understood.parsed is None and understood.caption is None
+    assert not understood.complete
+    content = [w for w in prompt.lower().replace("!", "").split() if w not in ("a", "draw")]
+    assert " ".join(understood.ignored).split() == content
+
+
+# ------------------------------------------------------------------ properties
+@settings(max_examples=150, deadline=None)
+@given(
+    st.integers(0, 2**32 - 1),
+    st.sampled_from(("train", "heldout")),
+    st.sampled_from(tuple(FAMILIES)),
+)
+def test_every_grammar_caption_reads_as_itself(seed, split, family):
+    caption = compose_caption(sample_caption(np.random.default_rng(seed), split, family=family))
+    understood = understand(caption)
+    assert understood.caption == caption
+    assert understood.ignored == ()
+
+
+_SIZE = {
+    "small": ("tiny", "little", "mini", "small"),
+    "large": ("big", "giant", "enormous", "large"),
+}
+_COUNT = {2: ("2", "two", "a couple of"), 3: ("3", "three")}
+_VERTICAL = {0: ("top", "upper"), 2: ("bottom", "lower")}
+_NEAR = {"left of": "left", "right of": "right", "above": "top", "below": "bottom"}
+_RELATION = {
+    "left of": ("is to the left of", "sits left of", "on the left side of"),
+    "right of": ("is to the right of", "right of", "on the right side of"),
+    "above": ("is above", "sits on top of", "over"),
+    "below": ("is below", "beneath", "under"),
+}
+_INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
+
+
+def _place(position: str, pick) -> str:
+    """A development phrasing of a grid position."""
+    if position == "center":
+        return pick(("in the middle", "in the centre", "at the center"))
+    words = " ".join(
+        pick(_VERTICAL[0 if w == "top" else 2]) if w in ("top", "bottom") else w
+        for w in position.split()
+    )
+    return pick((f"in the {words}", f"at the {words}", f"{words}", f"in the {words} corner"))
+
+
+def _phrase(spec: ObjectSpec, pick, *, place: bool = True) -> str:
+    size = pick(_SIZE[spec.size]) if spec.size else None
+    determiner = pick(_COUNT[spec.count]) if spec.count > 1 else pick(("a", "one", "a single"))
+    noun = spec.shape + ("s" if spec.count > 1 else "")
+    text = " ".join(w for w in (determiner, size, spec.colour, noun) if w)
+    if place and spec.position:
+        text += pick((" ", ", ", " placed ")) + _place(spec.position, pick)
+    return text
+
+
+def development_paraphrase(parsed: ParsedCaption, rng: np.random.Generator) -> str:
+    """One development phrasing of ``parsed`` (templates of this file only)."""
+
+    def pick(options):
+        return options[rng.integers(len(options))]
+
+    if parsed.relation is not None:
+        a, b = (_phrase(s, pick) for s in parsed.objects)
+        rel = parsed.relation
+        frame = rng.integers(5)
+        if frame == 0:
+            text = f"{a} {pick(_RELATION[rel])} {b}"
+        elif frame == 1:
+            text = f"{b} {pick(_RELATION[_INVERSE[rel]])} {a}"
+        elif frame == 2:
+            text = f"{pick(_RELATION[rel]).removeprefix('is ').removeprefix('sits ')} {b}: {a}"
+        elif frame == 3:
+            text = f"draw {b}. {a} {pick(_RELATION[rel])} it"
+        else:
+            first, second = parsed.objects
+            ref = f"the {first.colour} one" if first.shape == second.shape else f"the {first.shape}"
+            text = f"{a} beside {b}; {ref} is on the {_NEAR[rel]}"
+    else:
+        phrases = [_phrase(s, pick) for s in parsed.objects]
+        if len(phrases) == 1:
+            text = pick(("{}", "please draw {}", "{} on a black background")).format(phrases[0])
+        else:
+            order = rng.permutation(len(phrases))
+            phrases = [phrases[i] for i in order]
+            frame = rng.integers(3)
+            if frame == 0:
+                text = (
+                    ", ".join(phrases[:-1])
+                    + pick((" and ", " as well as ", " along with "))
+                    + phrases[-1]
+                )
+            elif frame == 1:
+                text = ". ".join(phrases)
+            else:
+                text = "draw " + " with ".join(phrases)
+    return text.capitalize() + pick(("", ".", "!"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(tuple(FAMILIES)))
+def test_a_paraphrase_of_a_scene_reads_as_the_same_scene(seed, family):
+    rng = np.random.default_rng(seed)
+    parsed = sample_caption(rng, "heldout", family=family)
+    prompt = development_paraphrase(parsed, rng)
+    understood = understand(prompt)
+    assert understood.parsed is not None, prompt
+    assert same_constraints(understood.parsed, parsed), (prompt, understood.caption)
+    assert understood.ignored == (), prompt
+
+
+_UNKNOWN = ("zorblax", "quickly", "photograph", "wobbly", "kitten", "velvet")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from(_UNKNOWN), st.data())
+def test_an_unknown_word_is_ignored_and_reported(seed, word, data):
+    caption = compose_caption(sample_caption(np.random.default_rng(seed), "heldout"))
+    words = caption.split()
+    # between phrases, or inside one before its colour (not inside "to the left of")
+    gaps = [i for i, w in enumerate(words) if w in ("a", "an", "two", "three", *COLOURS)]
+    where = data.draw(st.sampled_from([*gaps, len(words)]))
+    prompt = " ".join([*words[:where], word, *words[where:]])
+    understood = understand(prompt)
+    assert word in " ".join(understood.ignored).split()
+    assert not understood.complete
+    assert understood.caption == caption, prompt
+
+
+def test_same_constraints_reads_relations_both_ways_and_lists_in_any_order():
+    assert same_constraints(
+        parse_caption("a red circle to the left of a blue square"),
+        parse_caption("a blue square to the right of a red circle"),
+    )
+    assert not same_constraints(
+        parse_caption("a red circle to the left of a blue square"),
+        parse_caption("a blue square to the left of a red circle"),
+    )
+    assert same_constraints(
+        parse_caption("a red circle and two blue squares"),
+        parse_caption("two blue squares and a red circle"),
+    )
+    assert not same_constraints(
+        parse_caption("a red circle and a blue square"),
+        parse_caption("a red circle above a blue square"),
+    )
