@@ -10,8 +10,17 @@
 #   docker build -t atelier --build-arg FETCH_WEIGHTS="NAME ..." .   # bake third-party weights in
 #   docker run --gpus all -p 8000:8000 -v atelier-weights:/weights atelier
 #
+# Behind a mirror or offline, name the base image and the package index (see "Build
+# arguments" below; deploy/smoke.py builds this way from a local base and index):
+#
+#   docker build -t atelier --network host \
+#       --build-arg PYTHON_IMAGE=atelier-base:bookworm \
+#       --build-arg PIP_INDEX_URL=http://127.0.0.1:8765/simple .
+#
 # The install steps are the README's bare-metal install (tests/deploy checks it).
 
+# Any image with Python 3.11 as `python` and the `venv` module (Debian's python3-venv
+# and python-is-python3 on a plain Debian image); both stages start from it.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # ---------------------------------------------------------------- builder: venv + code
@@ -23,6 +32,14 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
 WORKDIR /app
+
+# Where pip finds packages. Unset (the default) is pip's own default, PyPI; a corporate
+# mirror or a local index goes here. pip reads them from the environment of the RUN
+# steps below, and build arguments are not kept in the runtime image.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_TRUSTED_HOST
 
 # Dependencies first, from pyproject.toml alone: editing the code keeps this (large) layer.
 COPY pyproject.toml ./
