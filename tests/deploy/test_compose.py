@@ -246,3 +246,13 @@ def test_load_balancer_image_is_traefik_unless_named():
     image = SERVICES["lb"]["image"]
     assert interpolate(image) == "traefik:v3.7"
     assert interpolate(image, {"ATELIER_LB_IMAGE": "atelier-traefik:3.7"}) == "atelier-traefik:3.7"
+
+
+def test_requests_that_reach_no_replica_are_resent():
+    dynamic = load_yaml(TRAEFIK_DIR / "dynamic.yml")
+    router = dynamic["http"]["routers"]["atelier"]
+    (middleware,) = router["middlewares"]
+    retry = dynamic["http"]["middlewares"][middleware]["retry"]
+    # More attempts than replicas: a pick of the stopped replica is followed by others.
+    assert retry["attempts"] > len(SCALE_REPLICAS)
+    assert retry["initialInterval"].endswith("ms")
