@@ -277,7 +277,7 @@ def serve_folder(folder: Path, port: int) -> Iterator[str]:
 def build(report: Report, tag: str, dockerfile: Path, context: Path, index_url: str) -> float:
     """``docker build`` from the local base image and index; seconds it took."""
     started = time.monotonic()
-    # The legacy builder: BuildKit would fetch the `# syntax=` frontend from Docker Hub.
+    # The legacy builder: Debian's docker.io has no buildx, which BuildKit builds need.
     # --network host lets the RUN steps reach the index on 127.0.0.1; a fixed index URL
     # keeps the layer cache valid from one run to the next.
     run("docker", "build", "--network", "host", "-t", tag, "-f", str(dockerfile),
