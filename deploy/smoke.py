@@ -1,6 +1,6 @@
 """Build the image and run it, then the compose deployment, for real, on this machine.
 
-    python deploy/smoke.py                      # everything (root; about 25 min cold here)
+    python deploy/smoke.py                      # everything: root; 21 min cold, 5 min cached
     python deploy/smoke.py --skip-compose       # the image alone
 
 Needs root, a Debian host (apt, debootstrap) and no container registry: the base image
