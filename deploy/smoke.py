@@ -274,7 +274,7 @@ def serve_folder(folder: Path, port: int) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def build(report: Report, tag: str, dockerfile: Path, context: Path, index_url: str) -> float:
+def build(tag: str, dockerfile: Path, context: Path, index_url: str) -> float:
     """``docker build`` from the local base image and index; seconds it took."""
     started = time.monotonic()
     # The legacy builder: Debian's docker.io has no buildx, which BuildKit builds need.
@@ -623,14 +623,14 @@ def stop_under_load(compose: Compose, replica: str, base: str, samples: Samples)
 
 def build_images(report: Report, tag: str, index_url: str, skip_compose: bool) -> None:
     report.step(f"docker build {tag} (index {index_url})")
-    seconds = build(report, tag, ROOT / "Dockerfile", ROOT, index_url)
+    seconds = build(tag, ROOT / "Dockerfile", ROOT, index_url)
     report.figure("build", f"{seconds:.0f} s")
     report.figure("image size", f"{image_size_gb(tag):.2f} GB")
     if skip_compose:
         return
     report.step(f"docker build {LB_IMAGE} (deploy/traefik)")
     traefik = ROOT / "deploy" / "traefik"
-    seconds = build(report, LB_IMAGE, traefik / "Dockerfile", traefik, index_url)
+    seconds = build(LB_IMAGE, traefik / "Dockerfile", traefik, index_url)
     report.figure(f"{LB_IMAGE} build, size", f"{seconds:.0f} s, {image_size_gb(LB_IMAGE):.2f} GB")
 
 
