@@ -1,17 +1,29 @@
-# syntax=docker/dockerfile:1
-#
 # Atelier image: one Python 3.11 image that serves on NVIDIA GPUs and on plain CPUs.
 # The pinned torch==2.14.1 wheel from PyPI is a CUDA build that also runs on the CPU, so
 # no CUDA base image is needed: on a GPU host run it through the NVIDIA container runtime
 # (`docker run --gpus all ...`, or the GPU reservation in docker-compose.yml); on a
-# CPU-only host run it as it is and the service falls back to the CPU.
+# CPU-only host run it as it is and the service falls back to the CPU. That wheel is
+# most of the image (6.5 GB, measured): the CUDA libraries of the nvidia-* wheels 3.4 GB,
+# torch 1.2 GB, triton 0.9 GB (a torch dependency for torch.compile, which the service
+# does not use), the rest of the venv 0.8 GB, the base image 0.1-0.3 GB.
 #
 #   docker build -t atelier .
 #   docker build -t atelier --build-arg FETCH_WEIGHTS="NAME ..." .   # bake third-party weights in
 #   docker run --gpus all -p 8000:8000 -v atelier-weights:/weights atelier
 #
+# Behind a mirror or offline, name the base image and the package index (the ARGs
+# below; deploy/smoke.py builds this way, from a debootstrap base and a local index):
+#
+#   docker build -t atelier --network host \
+#       --build-arg PYTHON_IMAGE=atelier-base:bookworm \
+#       --build-arg PIP_INDEX_URL=http://127.0.0.1:8765/simple .
+#
 # The install steps are docs/deployment.md's bare-metal install (tests/deploy checks it).
+# No `# syntax=` line: BuildKit would pull that frontend image from Docker Hub, which an
+# offline or mirror-only build cannot reach; the built-in frontend reads everything here.
 
+# Any image with Python 3.11 as `python` and the `venv` module (Debian's python3-venv
+# and python-is-python3 on a plain Debian image); both stages start from it.
 ARG PYTHON_IMAGE=python:3.11-slim
 
 # ---------------------------------------------------------------- builder: venv + code
@@ -23,6 +35,14 @@ ENV PIP_NO_CACHE_DIR=1 \
     PATH=/opt/venv/bin:$PATH
 RUN python -m venv /opt/venv
 WORKDIR /app
+
+# Where pip finds packages. Unset (the default) is pip's own default, PyPI; a corporate
+# mirror or a local index goes here. pip reads them from the environment of the RUN
+# steps below, and build arguments are not kept in the runtime image.
+ARG PIP_INDEX_URL
+ARG PIP_EXTRA_INDEX_URL
+ARG PIP_FIND_LINKS
+ARG PIP_TRUSTED_HOST
 
 # Dependencies first, from pyproject.toml alone: editing the code keeps this (large) layer.
 COPY pyproject.toml ./

@@ -230,3 +230,29 @@ def test_stop_grace_period_covers_the_drain():
     for name, service in ATELIER.items():
         grace = service["stop_grace_period"]
         assert grace.endswith("s") and float(grace[:-1]) > timeout_s, name
+
+
+def test_cpu_override_runs_the_scale_replicas_on_the_cpu():
+    merged = merge_compose(COMPOSE, load_yaml(COMPOSE_CPU_OVERRIDE))
+    for name in SCALE_REPLICAS:
+        replica = merged["services"][name]
+        assert "deploy" not in replica, name
+        assert _environment(replica)["ATELIER_DEVICES"] == "cpu"
+        assert replica["profiles"] == ["scale"]  # still only in the scale profile
+        assert replica["healthcheck"] == SERVICES[name]["healthcheck"]
+
+
+def test_load_balancer_image_is_traefik_unless_named():
+    image = SERVICES["lb"]["image"]
+    assert interpolate(image) == "traefik:v3.7"
+    assert interpolate(image, {"ATELIER_LB_IMAGE": "atelier-traefik:3.7"}) == "atelier-traefik:3.7"
+
+
+def test_requests_that_reach_no_replica_are_resent():
+    dynamic = load_yaml(TRAEFIK_DIR / "dynamic.yml")
+    router = dynamic["http"]["routers"]["atelier"]
+    (middleware,) = router["middlewares"]
+    retry = dynamic["http"]["middlewares"][middleware]["retry"]
+    # More attempts than replicas: a pick of the stopped replica is followed by others.
+    assert retry["attempts"] > len(SCALE_REPLICAS)
+    assert retry["initialInterval"].endswith("ms")

