@@ -36,12 +36,42 @@ class Settings(BaseSettings):
     queue_size: int = Field(default=64, ge=1, description="Bound of each worker's queue.")
     request_timeout_s: float = Field(default=60.0, gt=0.0)
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0.0,
+        description="A connection whose request line and headers are not complete this "
+        "long after it opened (or after its previous answer) is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="The whole body must arrive this long after the headers; else 408.",
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0, gt=0.0, description="An idle keep-alive connection is closed after this."
+    )
+    max_connections: int = Field(
+        default=128,
+        ge=1,
+        description="Open connections (or requests in progress) beyond which a request "
+        "gets 503 and its connection is closed.",
+    )
     max_pixels: int = Field(
         default=40_000_000, ge=1, description="Largest decoded image, in pixels."
     )
     max_side: int = Field(default=1024, ge=16, description="Largest output side for stylize.")
+    max_concurrent_decodes: int = Field(
+        default=2,
+        ge=1,
+        description="Uploads decoded at once; each may hold a full-size decode of up to "
+        "max_pixels in its own mode (1 to 4 bytes a pixel) until it is shrunk.",
+    )
     api_key: str | None = Field(
         default=None, description="When set, /v1 routes need 'Authorization: Bearer <key>'."
+    )
+    protect_metrics_and_docs: bool = Field(
+        default=True,
+        description="With api_key set, /metrics, /docs, /redoc and /openapi.json need it too.",
     )
     cors_origins: list[str] = Field(default_factory=list)
     load_models: str = Field(

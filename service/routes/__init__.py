@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Annotated
+from typing import Annotated, TypeVar
 
-from fastapi import Depends, Request
+import anyio
+import anyio.to_thread
+from fastapi import Depends, FastAPI, Request
 
 from service.config import Settings
 from service.errors import DeadlineExceeded, NotReady
@@ -44,3 +46,33 @@ def remaining_seconds(request: Request, settings: Settings) -> float:
     if left <= 0:
         raise DeadlineExceeded(f"no time left of the {settings.request_timeout_s:g} s deadline")
     return left
+
+
+T = TypeVar("T")
+
+
+def _decode_slots(app: FastAPI) -> anyio.CapacityLimiter:
+    """The app's limiter of concurrent decodes (made on first use: it needs a running loop)."""
+    slots = getattr(app.state, "decode_slots", None)
+    if slots is None:
+        slots = anyio.CapacityLimiter(app.state.settings.max_concurrent_decodes)
+        app.state.decode_slots = slots
+    return slots
+
+
+async def run_decode(request: Request, work: Callable[[], T]) -> T:
+    """Run image decoding ``work`` in a thread, at most ``max_concurrent_decodes`` at once.
+
+    Decoding is the one step whose memory grows with what a client sends (a full-size
+    decode of a ``max_pixels`` upload), so bounding how many run at once bounds that
+    memory. A slot is held until its thread finishes, even when the request is
+    cancelled meanwhile. Waiting for a slot counts against the request's deadline (504).
+    """
+    settings = request.app.state.settings
+    try:
+        with anyio.fail_after(remaining_seconds(request, settings)):
+            return await anyio.to_thread.run_sync(work, limiter=_decode_slots(request.app))
+    except TimeoutError:
+        raise DeadlineExceeded(
+            f"no time left of the {settings.request_timeout_s:g} s deadline"
+        ) from None

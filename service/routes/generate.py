@@ -8,7 +8,7 @@ import secrets
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Request, Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import require_api_key
@@ -30,7 +30,7 @@ class GenerateRequest(BaseModel):
     negative_prompt: str | None = Field(default=None, max_length=500)
     num_images: int = Field(default=1, ge=1, le=8)
     steps: int | None = Field(default=None, ge=1, le=1000, description="Model default if unset.")
-    guidance_scale: float | None = Field(default=None, ge=0.0, le=50.0)
+    guidance_scale: float | None = Field(default=None, ge=0.0, le=50.0, allow_inf_nan=False)
     seed: int | None = Field(
         default=None, ge=0, le=MAX_SEED, description="Image i uses seed + i; random if unset."
     )
@@ -40,6 +40,13 @@ class GenerateRequest(BaseModel):
         description="Plan a caption naming several objects into one-object prompts at grid "
         "cells and denoise each cell under its own prompt; model default (on) if unset.",
     )
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_has_text(cls, prompt: str) -> str:
+        if not prompt.strip():
+            raise ValueError("the prompt is only whitespace")
+        return prompt
 
 
 class GenerateResponse(BaseModel):

@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import math
+from functools import partial
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
 from service.auth import require_api_key
-from service.errors import ValidationFailed
-from service.images import (
-    ImageLimits,
-    decode_image,
-    encode_image,
-    resize_max_side,
-    resize_to,
-    to_grey_mask,
-)
-from service.routes import SettingsDep, pool_of, remaining_seconds
+from service.errors import ValidationFailed, shorten
+from service.images import ImageLimits, decode_image, encode_image, to_grey_mask
+from service.routes import SettingsDep, pool_of, remaining_seconds, run_decode
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
@@ -29,20 +23,27 @@ StylizePool = Annotated[WorkerPool, Depends(pool_of("adain"))]
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
-    """``"1,2.5"`` -> ``(1.0, 2.5)``: one finite non-negative weight per style, sum > 0."""
+    """``"1,2.5"`` -> ``(0.4, 1.0)``: one finite non-negative weight per style, not all 0.
+
+    The weights are scaled by their maximum (the model only uses their ratios), so
+    huge ones such as ``1e308,1e308`` cannot overflow when the model sums them, and
+    requests whose weights differ by a factor batch together.
+    """
     if text is None or not text.strip():
         return None
+    parts = text.split(",")
+    if len(parts) != count:
+        raise ValidationFailed(f"style_weights: {len(parts)} weights for {count} styles")
     try:
-        weights = tuple(float(part) for part in text.split(","))
+        weights = tuple(float(part) for part in parts)
     except ValueError:
         raise ValidationFailed(
-            f"style_weights: expected comma-separated numbers, got {text!r}"
+            f"style_weights: expected comma-separated numbers, got {shorten(text)}"
         ) from None
-    if len(weights) != count:
-        raise ValidationFailed(f"style_weights: {len(weights)} weights for {count} styles")
-    if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+    if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
         raise ValidationFailed("style_weights: weights must be finite, >= 0 and not all 0")
-    return weights
+    peak = max(weights)
+    return tuple(w / peak for w in weights)
 
 
 def _build_job(
@@ -57,16 +58,15 @@ def _build_job(
     preserve_color: bool,
 ) -> StylizeJob:
     """Decode and resize every upload (CPU work: runs in the thread pool)."""
-    content_image = resize_max_side(decode_image(content, limits, name="content"), size)
+    content_image = decode_image(content, limits, name="content", size=size)
     style_images = tuple(
-        resize_max_side(decode_image(data, limits, name=f"style[{i}]"), size)
-        for i, data in enumerate(styles)
+        decode_image(data, limits, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
     )
     mask_images = None
     if masks is not None:
-        height, width = content_image.shape[-2:]
+        shape = tuple(content_image.shape[-2:])
         mask_images = tuple(
-            resize_to(to_grey_mask(decode_image(data, limits, name=f"mask[{i}]")), (height, width))
+            to_grey_mask(decode_image(data, limits, name=f"mask[{i}]", size=shape))
             for i, data in enumerate(masks)
         )
     return StylizeJob(
@@ -106,13 +106,20 @@ async def stylize(
     style_weights: Annotated[
         str | None, Form(description="Comma-separated weights, one per style.")
     ] = None,
-    alpha: Annotated[float, Form(ge=0.0, le=1.0, description="Style strength.")] = 1.0,
+    alpha: Annotated[
+        float, Form(ge=0.0, le=1.0, allow_inf_nan=False, description="Style strength.")
+    ] = 1.0,
     preserve_color: Annotated[bool, Form(description="Keep the photo's colours.")] = False,
     mask: Annotated[
         list[UploadFile] | None, File(description="One mask per style (white = apply).")
     ] = None,
     size: Annotated[
-        int, Form(ge=16, description="Longer side of the output, at most max_side.")
+        int,
+        Form(
+            ge=16,
+            description="Longer side of the output, at most max_side; raised where needed so "
+            "that the shorter side is at least 16 px.",
+        ),
     ] = DEFAULT_SIZE,
     format: Annotated[Literal["png", "jpeg", "webp"], Form()] = "png",
 ) -> Response:
@@ -126,16 +133,19 @@ async def stylize(
             raise ValidationFailed(f"mask: one mask per style: {len(mask)} for {len(style)}")
         if weights is not None:
             raise ValidationFailed("mask: masks and style_weights cannot be combined")
-    job = await run_in_threadpool(
-        _build_job,
-        await content.read(),
-        [await upload.read() for upload in style],
-        None if mask is None else [await upload.read() for upload in mask],
-        size=size,
-        limits=ImageLimits(max_pixels=settings.max_pixels),
-        style_weights=weights,
-        alpha=alpha,
-        preserve_color=preserve_color,
+    job = await run_decode(
+        request,
+        partial(
+            _build_job,
+            await content.read(),
+            [await upload.read() for upload in style],
+            None if mask is None else [await upload.read() for upload in mask],
+            size=size,
+            limits=ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
+            style_weights=weights,
+            alpha=alpha,
+            preserve_color=preserve_color,
+        ),
     )
     image = await pool.submit(job, timeout_s=remaining_seconds(request, settings))
     data, media_type = await run_in_threadpool(encode_image, image, format)
