@@ -34,6 +34,7 @@ from service.errors import (
     error_response,
     install_error_handlers,
 )
+from service.images import DecodeSlots
 from service.metrics import Metrics
 from service.routes import generate, health, models, page, stylize
 from service.workers import MODELS, ModelEntry, build_pools, load_models
@@ -234,6 +235,9 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.lifecycle = lifecycle
+    app.state.decode_slots = DecodeSlots(
+        settings.max_concurrent_decodes, settings.large_image_pixels
+    )
     app.state.pools = {}
     app.state.model_status = {}
     install_error_handlers(app)

@@ -63,8 +63,14 @@ class Settings(BaseSettings):
     max_concurrent_decodes: int = Field(
         default=2,
         ge=1,
-        description="Uploads decoded at once; each may hold a full-size decode of up to "
-        "max_pixels in its own mode (1 to 4 bytes a pixel) until it is shrunk.",
+        description="Large uploads decoded at once; each may hold a full-size decode of up "
+        "to max_pixels in its own mode (1 to 4 bytes a pixel) until it is shrunk.",
+    )
+    large_image_pixels: int = Field(
+        default=4_000_000,
+        ge=0,
+        description="Uploads above this many pixels (a JPEG: after its draft scale) wait "
+        "for one of max_concurrent_decodes; smaller ones decode at once.",
     )
     api_key: str | None = Field(
         default=None, description="When set, /v1 routes need 'Authorization: Bearer <key>'."

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import io
 import logging
+import threading
+import time
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
 
-from service.errors import BadImage, PayloadTooLarge, UnsupportedMediaType
+from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
 ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -50,6 +54,55 @@ class ImageLimits:
     max_pixels: int
     min_side: int = 16
     max_side: int = 1024
+
+
+class DecodeSlots:
+    """At most ``slots`` large images decoded at once, across threads.
+
+    A decode holds the image's full-size pixels (its own mode: 1 to 4 bytes each, up
+    to ``max_pixels``) until it is shrunk, so this bounds that memory at about
+    ``slots * max_pixels * 4`` bytes. Images of at most ``large_pixels`` (after a
+    JPEG's draft scale) skip the gate: their memory is small, and they never queue
+    behind a flood of large ones. A slot is held by the decoding thread itself, so a
+    cancelled request still holds it until its decode ends.
+
+    Args:
+        slots: how many large decodes may run at once.
+        large_pixels: images above this many pixels need a slot.
+    """
+
+    def __init__(self, slots: int, large_pixels: int) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.large_pixels = large_pixels
+        self._semaphore = threading.BoundedSemaphore(slots)
+        self._lock = threading.Lock()
+        self.waiting = 0
+
+    @contextmanager
+    def hold(self, pixels: int, deadline: float | None = None) -> Iterator[None]:
+        """Hold a slot while decoding ``pixels`` pixels (none needed for small images).
+
+        Raises:
+            DeadlineExceeded: no slot came free before ``deadline`` (``time.monotonic``).
+        """
+        if pixels <= self.large_pixels:
+            yield
+            return
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        with self._lock:
+            self.waiting += 1
+        try:
+            acquired = self._semaphore.acquire(timeout=timeout)
+        finally:
+            with self._lock:
+                self.waiting -= 1
+        if not acquired:
+            raise DeadlineExceeded("the request deadline passed while waiting to decode")
+        try:
+            yield
+        finally:
+            self._semaphore.release()
 
 
 #: Pillow shrinks by an integer factor (box filter, cheap) down to at most this many
@@ -123,6 +176,8 @@ def decode_image(
     *,
     name: str = "image",
     size: int | tuple[int, int] | None = None,
+    slots: DecodeSlots | None = None,
+    deadline: float | None = None,
 ) -> torch.Tensor:
     """Decode an upload to an RGB float tensor in [0, 1], EXIF orientation applied.
 
@@ -141,6 +196,8 @@ def decode_image(
         name: the form field, for error messages.
         size: ``None`` keeps the decoded size; an int is the requested longer side
             (see :func:`output_size`); ``(height, width)`` is an exact size.
+        slots: bounds concurrent large decodes (see :class:`DecodeSlots`); none if unset.
+        deadline: ``time.monotonic()`` past which waiting for a slot gives up (504).
 
     Shape:
         Output: ``(3, H, W)``, ``float32``.
@@ -181,11 +238,13 @@ def decode_image(
             target = _target(shown, size, limits, name)
             if target is not None and swapped:
                 target = (target[1], target[0])  # in the stored orientation
+            if target is not None and image.format == "JPEG":
+                image.draft(image.mode, target)
+            pixels = image.size[0] * image.size[1]
             try:
-                if target is not None and image.format == "JPEG":
-                    image.draft(image.mode, target)
-                image.load()
-                small = _shrink(image, target)
+                with slots.hold(pixels, deadline) if slots is not None else nullcontext():
+                    image.load()
+                    small = _shrink(image, target)
             except (OSError, SyntaxError, ValueError, EOFError) as exc:
                 logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
                 raise BadImage(
@@ -194,6 +253,23 @@ def decode_image(
     if transpose is not None:
         small = small.transpose(transpose)
     return torch.from_numpy(_to_rgb_array(small)).permute(2, 0, 1).contiguous()
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How one request decodes its uploads: its limits, the shared slots, its deadline."""
+
+    limits: ImageLimits
+    slots: DecodeSlots | None = None
+    deadline: float | None = None
+
+    def decode(
+        self, data: bytes, *, name: str, size: int | tuple[int, int] | None = None
+    ) -> torch.Tensor:
+        """:func:`decode_image` with this request's limits, slots and deadline."""
+        return decode_image(
+            data, self.limits, name=name, size=size, slots=self.slots, deadline=self.deadline
+        )
 
 
 def _open(data: bytes, name: str) -> Image.Image:

@@ -7,11 +7,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Annotated, TypeVar
+from typing import Annotated
 
-import anyio
-import anyio.to_thread
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, Request
 
 from service.config import Settings
 from service.errors import DeadlineExceeded, NotReady
@@ -39,6 +37,11 @@ def pool_of(name: str) -> Callable[[Request], WorkerPool]:
     return dependency
 
 
+def deadline_of(request: Request, settings: Settings) -> float:
+    """The ``time.monotonic()`` at which the request's ``request_timeout_s`` runs out."""
+    return time.monotonic() + remaining_seconds(request, settings)
+
+
 def remaining_seconds(request: Request, settings: Settings) -> float:
     """What is left of ``request_timeout_s`` since the request arrived (504 when none)."""
     started = getattr(request.state, "started", None) or time.monotonic()
@@ -46,33 +49,3 @@ def remaining_seconds(request: Request, settings: Settings) -> float:
     if left <= 0:
         raise DeadlineExceeded(f"no time left of the {settings.request_timeout_s:g} s deadline")
     return left
-
-
-T = TypeVar("T")
-
-
-def _decode_slots(app: FastAPI) -> anyio.CapacityLimiter:
-    """The app's limiter of concurrent decodes (made on first use: it needs a running loop)."""
-    slots = getattr(app.state, "decode_slots", None)
-    if slots is None:
-        slots = anyio.CapacityLimiter(app.state.settings.max_concurrent_decodes)
-        app.state.decode_slots = slots
-    return slots
-
-
-async def run_decode(request: Request, work: Callable[[], T]) -> T:
-    """Run image decoding ``work`` in a thread, at most ``max_concurrent_decodes`` at once.
-
-    Decoding is the one step whose memory grows with what a client sends (a full-size
-    decode of a ``max_pixels`` upload), so bounding how many run at once bounds that
-    memory. A slot is held until its thread finishes, even when the request is
-    cancelled meanwhile. Waiting for a slot counts against the request's deadline (504).
-    """
-    settings = request.app.state.settings
-    try:
-        with anyio.fail_after(remaining_seconds(request, settings)):
-            return await anyio.to_thread.run_sync(work, limiter=_decode_slots(request.app))
-    except TimeoutError:
-        raise DeadlineExceeded(
-            f"no time left of the {settings.request_timeout_s:g} s deadline"
-        ) from None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
@@ -11,8 +10,8 @@ from starlette.concurrency import run_in_threadpool
 
 from service.auth import require_api_key
 from service.errors import ValidationFailed, shorten
-from service.images import ImageLimits, decode_image, encode_image, to_grey_mask
-from service.routes import SettingsDep, pool_of, remaining_seconds, run_decode
+from service.images import Decoding, ImageLimits, encode_image, to_grey_mask
+from service.routes import SettingsDep, deadline_of, pool_of, remaining_seconds
 from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
@@ -52,21 +51,21 @@ def _build_job(
     masks: list[bytes] | None,
     *,
     size: int,
-    limits: ImageLimits,
+    decoding: Decoding,
     style_weights: tuple[float, ...] | None,
     alpha: float,
     preserve_color: bool,
 ) -> StylizeJob:
     """Decode and resize every upload (CPU work: runs in the thread pool)."""
-    content_image = decode_image(content, limits, name="content", size=size)
+    content_image = decoding.decode(content, name="content", size=size)
     style_images = tuple(
-        decode_image(data, limits, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
+        decoding.decode(data, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
     )
     mask_images = None
     if masks is not None:
         shape = tuple(content_image.shape[-2:])
         mask_images = tuple(
-            to_grey_mask(decode_image(data, limits, name=f"mask[{i}]", size=shape))
+            to_grey_mask(decoding.decode(data, name=f"mask[{i}]", size=shape))
             for i, data in enumerate(masks)
         )
     return StylizeJob(
@@ -133,19 +132,20 @@ async def stylize(
             raise ValidationFailed(f"mask: one mask per style: {len(mask)} for {len(style)}")
         if weights is not None:
             raise ValidationFailed("mask: masks and style_weights cannot be combined")
-    job = await run_decode(
-        request,
-        partial(
-            _build_job,
-            await content.read(),
-            [await upload.read() for upload in style],
-            None if mask is None else [await upload.read() for upload in mask],
-            size=size,
-            limits=ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-            style_weights=weights,
-            alpha=alpha,
-            preserve_color=preserve_color,
+    job = await run_in_threadpool(
+        _build_job,
+        await content.read(),
+        [await upload.read() for upload in style],
+        None if mask is None else [await upload.read() for upload in mask],
+        size=size,
+        decoding=Decoding(
+            ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
+            request.app.state.decode_slots,
+            deadline_of(request, settings),
         ),
+        style_weights=weights,
+        alpha=alpha,
+        preserve_color=preserve_color,
     )
     image = await pool.submit(job, timeout_s=remaining_seconds(request, settings))
     data, media_type = await run_in_threadpool(encode_image, image, format)

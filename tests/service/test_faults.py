@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from service_fakes import FakeStyleTransfer, make_settings
 
-import service.routes.stylize as stylize_route
+import service.images as images
 from service.app import create_app
 from service.workers import ModelEntry, run_stylize
 
@@ -159,40 +159,75 @@ def test_a_large_upload_is_shrunk_before_it_becomes_float(client):
     assert peak < 8 * 1024 * 1024
 
 
-def test_concurrent_decodes_are_bounded_by_the_setting(client_factory, monkeypatch):
-    client = client_factory(max_concurrent_decodes=1)
-    gate, running, most = threading.Event(), [0], [0]
-    lock = threading.Lock()
-    build = stylize_route._build_job
+class GatedShrink:
+    """Wraps ``service.images._shrink``: images wider than ``min_width`` wait for ``gate``;
+    counts how many are inside at once."""
 
-    def gated_build(*args, **kwargs):
-        with lock:
-            running[0] += 1
-            most[0] = max(most[0], running[0])
-        gate.wait(30)
+    def __init__(self, min_width: int):
+        self.min_width = min_width
+        self.gate, self.entered = threading.Event(), threading.Event()
+        self.inside = self.most = 0
+        self.lock = threading.Lock()
+        self.shrink = images._shrink
+
+    def __call__(self, image, target):
+        if image.size[0] < self.min_width:
+            return self.shrink(image, target)
+        with self.lock:
+            self.inside += 1
+            self.most = max(self.most, self.inside)
+        self.entered.set()
         try:
-            return build(*args, **kwargs)
+            assert self.gate.wait(30)
+            return self.shrink(image, target)
         finally:
-            with lock:
-                running[0] -= 1
+            with self.lock:
+                self.inside -= 1
 
-    monkeypatch.setattr(stylize_route, "_build_job", gated_build)
-    answers = []
-    threads = [
-        threading.Thread(
-            target=lambda: answers.append(_stylize(client, corpus.png(), corpus.png(seed=1)))
-        )
-        for _ in range(3)
-    ]
-    for thread in threads:
-        thread.start()
-    for _ in range(3000):  # until two requests wait for the one slot
-        slots = getattr(client.app.state, "decode_slots", None)
-        if slots is not None and slots.statistics().tasks_waiting == 2:
-            break
+
+def _in_thread(target) -> tuple[threading.Thread, list]:
+    out: list = []
+    thread = threading.Thread(target=lambda: out.append(target()))
+    thread.start()
+    return thread, out
+
+
+def _wait_for(condition) -> None:
+    for _ in range(3000):
+        if condition():
+            return
         threading.Event().wait(0.01)
-    gate.set()
-    for thread in threads:
+    pytest.fail("condition never held")
+
+
+def test_large_decodes_are_bounded_by_the_setting(client_factory, monkeypatch):
+    client = client_factory(max_concurrent_decodes=1, large_image_pixels=1000)
+    gated = GatedShrink(min_width=40)  # the 48 x 32 contents; the 32 x 32 styles pass
+    monkeypatch.setattr(images, "_shrink", gated)
+    slots = client.app.state.decode_slots
+    started = [_in_thread(lambda: _stylize(client, corpus.png(), corpus.png(32, 32, 1)))]
+    assert gated.entered.wait(30)  # the first content holds the one slot
+    started += [
+        _in_thread(lambda: _stylize(client, corpus.png(), corpus.png(32, 32, 1))) for _ in range(2)
+    ]
+    _wait_for(lambda: slots.waiting == 2)
+    gated.gate.set()
+    for thread, _ in started:
         thread.join(30)
-    assert most[0] == 1
-    assert [a.status_code for a in answers] == [200, 200, 200]
+    assert gated.most == 1
+    assert [out[0].status_code for _, out in started] == [200, 200, 200]
+
+
+def test_small_images_do_not_queue_behind_large_decodes(client_factory, monkeypatch):
+    client = client_factory(max_concurrent_decodes=1, large_image_pixels=10_000)
+    gated = GatedShrink(min_width=200)
+    monkeypatch.setattr(images, "_shrink", gated)
+    large, out = _in_thread(lambda: _stylize(client, corpus.png(200, 200), corpus.png(seed=1)))
+    try:
+        assert gated.entered.wait(30)  # a large decode holds the only slot
+        small = _stylize(client, corpus.png(), corpus.png(seed=1))
+        assert small.status_code == 200  # served meanwhile
+    finally:
+        gated.gate.set()
+        large.join(30)
+    assert out[0].status_code == 200
