@@ -5,6 +5,7 @@ Every knob of the service lives here; nothing else reads environment variables.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -61,10 +62,11 @@ class Settings(BaseSettings):
     )
     max_side: int = Field(default=1024, ge=16, description="Largest output side for stylize.")
     max_concurrent_decodes: int = Field(
-        default=2,
+        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
         ge=1,
-        description="Large uploads decoded at once; each may hold a full-size decode of up "
-        "to max_pixels in its own mode (1 to 4 bytes a pixel) until it is shrunk.",
+        description="Large uploads decoded at once (default: half the CPU cores, at least "
+        "1, so a flood of them leaves CPU for other requests); each may hold a full-size "
+        "decode of up to max_pixels in its own mode (1 to 4 bytes a pixel) until shrunk.",
     )
     large_image_pixels: int = Field(
         default=4_000_000,

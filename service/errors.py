@@ -65,12 +65,9 @@ class Unauthorized(ServiceError):
 
 
 class RequestTimeout(ServiceError):
-    """The body came too slowly; the connection is closed after the answer."""
+    """The body came too slowly (``service.protocol`` then closes the connection)."""
 
     status_code, code = 408, "body_timeout"
-
-    def __init__(self, message: str):
-        super().__init__(message, headers={"Connection": "close"})
 
 
 class PayloadTooLarge(ServiceError):

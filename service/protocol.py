@@ -1,4 +1,4 @@
-"""uvicorn's HTTP/1.1 protocol with a deadline on the request head.
+"""uvicorn's HTTP/1.1 protocol with a deadline on the request head and on late bodies.
 
 uvicorn times out idle keep-alive connections (``timeout_keep_alive``) but has no
 timeout for a request whose line and headers arrive slowly: measured with uvicorn
@@ -9,7 +9,13 @@ connection opened, or after the first byte of a later request on a keep-alive
 connection (the idle wait before that byte is ``timeout_keep_alive``'s job). The
 answer is a bare ``408`` and the connection is closed.
 
-Bodies are the app's business: see the body deadline in ``service.app``.
+Bodies are the app's business (the body deadline in ``service.app``), except after
+an answer sent before the body ended (a 401, 408, 413 or a refused upload): uvicorn
+then reads and drops the rest of the body for as long as the client sends it, so a
+client trickling a byte at a time keeps the connection forever. Here it gets
+``timeout_keep_alive`` seconds to finish, as an idle connection would, then the
+connection is closed. (Closing at once would often reset the connection before the
+client has read the answer.)
 """
 
 from __future__ import annotations
@@ -39,7 +45,8 @@ _HEAD_TIMEOUT_RESPONSE = _bare_response(
 
 
 class HeadTimeoutProtocol(H11Protocol):
-    """``H11Protocol`` plus a deadline for each request's line and headers.
+    """``H11Protocol`` plus a deadline for each request's head and for a body that is
+    still arriving after its answer.
 
     Args:
         header_timeout_s: seconds a request head may take to arrive.
@@ -50,6 +57,7 @@ class HeadTimeoutProtocol(H11Protocol):
         super().__init__(*args, **kwargs)
         self.header_timeout_s = header_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
+        self._late_body_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -62,9 +70,21 @@ class HeadTimeoutProtocol(H11Protocol):
         if self.conn.their_state is not h11.IDLE:
             self._disarm_head_timer()  # the head is complete: the request is the app's now
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
+            self._late_body_timer = self.loop.call_later(self.timeout_keep_alive, self._late_body)
+
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        if self._late_body_timer is not None:
+            self._late_body_timer.cancel()
         super().connection_lost(exc)
+
+    def _late_body(self) -> None:
+        if self.conn.their_state is h11.SEND_BODY and not self.transport.is_closing():
+            self.logger.info("closing a connection whose body went on after its answer")
+            self.transport.close()
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 
 import httpx
 import pytest
@@ -28,7 +29,8 @@ def _body(response: bytes) -> dict:
 
 @pytest.fixture(scope="module")
 def strict_server():
-    with live_server({"header_timeout_s": "1", "body_timeout_s": "1"}) as server:
+    settings = {"header_timeout_s": "1", "body_timeout_s": "1", "keep_alive_timeout_s": "1"}
+    with live_server(settings) as server:
         yield server
 
 
@@ -63,6 +65,33 @@ def test_a_body_that_stalls_answers_408_and_closes(strict_server):
     assert _status(response) == 408
     assert _body(response)["error"]["code"] == "body_timeout"
     assert httpx.get(f"{strict_server.url}/healthz").status_code == 200
+
+
+def test_an_early_answer_closes_a_connection_whose_body_is_still_coming(strict_server):
+    """A bad upload is refused before its body ends; a client that keeps trickling the
+    rest must not keep the connection (uvicorn would read the body to its end)."""
+    with strict_server.connect() as sock:
+        sock.sendall(
+            b"POST /v1/stylize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
+            b"Content-Type: multipart/form-data; boundary=x\r\n\r\nnot multipart"
+        )
+        stop = threading.Event()
+
+        def trickle() -> None:
+            while not stop.wait(0.2):
+                try:
+                    sock.sendall(b"b")
+                except OSError:
+                    return
+
+        sender = threading.Thread(target=trickle)
+        sender.start()
+        try:
+            response = read_until_closed(sock)
+        finally:
+            stop.set()
+            sender.join()
+    assert _status(response) == 400
 
 
 def test_connections_beyond_the_cap_get_503():
