@@ -20,7 +20,8 @@ script measures it from outside, with the figures read from ``/proc/<pid>``:
 3. **Slow clients.** ``--slow-headers`` connections trickling an endless header line
    and ``--slow-bodies`` connections trickling a body (one byte every 0.5 s), with
    the valid request's latency meanwhile; reported: how many were closed by the server
-   and when (the shipped ``header_timeout_s`` = 10 s and ``body_timeout_s`` = 30 s).
+   and when (the shipped ``header_timeout_s`` = 10 s; ``body_timeout_s`` = 30 s, then
+   ``keep_alive_timeout_s`` = 5 s for a client still sending after its 408).
 
 Prints a table and one ``RESULT {...}`` JSON line. Usage::
 
@@ -177,9 +178,11 @@ async def slow_client(port: int, head: bytes, trickle: bytes, give_up_s: float) 
 
 async def slow_clients(url: str, port: int, valid, args) -> dict:
     header = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
-    body_head = (
+    body_head = (  # a well-formed upload whose file part never ends
         b"POST /v1/stylize HTTP/1.1\r\nHost: 127.0.0.1\r\n"
         b"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 100000\r\n\r\n"
+        b'--x\r\nContent-Disposition: form-data; name="content"; filename="c.png"\r\n'
+        b"Content-Type: image/png\r\n\r\n"
     )
     give_up = args.slow_give_up_s
     tasks = [slow_client(port, header, b"a" * 1000, give_up) for _ in range(args.slow_headers)]

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import io
 import logging
+import os
+import sys
 import threading
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -35,6 +39,8 @@ OUTPUT_FORMATS = {
 }
 
 logger = logging.getLogger("atelier.images")
+
+T = TypeVar("T")
 
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N"}
 
@@ -57,52 +63,72 @@ class ImageLimits:
 
 
 class DecodeSlots:
-    """At most ``slots`` large images decoded at once, across threads.
+    """Large images are decoded on ``slots`` low-priority threads; small ones at once.
 
     A decode holds the image's full-size pixels (its own mode: 1 to 4 bytes each, up
-    to ``max_pixels``) until it is shrunk, so this bounds that memory at about
-    ``slots * max_pixels * 4`` bytes. Images of at most ``large_pixels`` (after a
-    JPEG's draft scale) skip the gate: their memory is small, and they never queue
-    behind a flood of large ones. A slot is held by the decoding thread itself, so a
-    cancelled request still holds it until its decode ends.
+    to ``max_pixels``) until it is shrunk, so running large decodes on a pool of
+    ``slots`` threads bounds that memory at about ``slots * max_pixels * 4`` bytes.
+    The pool's threads run at a lower OS priority (``niceness``; Linux applies nice
+    values per thread), so a flood of large uploads takes only the CPU that other
+    requests leave. Images of at most ``large_pixels`` (after a JPEG's draft scale)
+    are decoded by the caller's thread right away: their memory is small, and they
+    never queue behind large ones. A large decode still queued when its request's
+    deadline passes is dropped without running.
 
     Args:
         slots: how many large decodes may run at once.
-        large_pixels: images above this many pixels need a slot.
+        large_pixels: images above this many pixels go to the pool.
+        niceness: added to the pool threads' nice value (0 leaves them as they are).
     """
 
-    def __init__(self, slots: int, large_pixels: int) -> None:
+    def __init__(self, slots: int, large_pixels: int, *, niceness: int = 10) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.large_pixels = large_pixels
-        self._semaphore = threading.BoundedSemaphore(slots)
+        self._pool = ThreadPoolExecutor(
+            max_workers=slots,
+            thread_name_prefix="large-decode",
+            initializer=_lower_thread_priority,
+            initargs=(niceness,),
+        )
         self._lock = threading.Lock()
         self.waiting = 0
 
-    @contextmanager
-    def hold(self, pixels: int, deadline: float | None = None) -> Iterator[None]:
-        """Hold a slot while decoding ``pixels`` pixels (none needed for small images).
+    def run(self, pixels: int, work: Callable[[], T], deadline: float | None = None) -> T:
+        """``work()``: at once for a small image, else on the pool; its result.
 
         Raises:
-            DeadlineExceeded: no slot came free before ``deadline`` (``time.monotonic``).
+            DeadlineExceeded: a large decode did not finish before ``deadline``
+                (``time.monotonic``); dropped if it had not started.
         """
         if pixels <= self.large_pixels:
-            yield
-            return
-        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+            return work()
         with self._lock:
             self.waiting += 1
+        future = self._pool.submit(self._started, work)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
         try:
-            acquired = self._semaphore.acquire(timeout=timeout)
-        finally:
-            with self._lock:
-                self.waiting -= 1
-        if not acquired:
-            raise DeadlineExceeded("the request deadline passed while waiting to decode")
+            return future.result(timeout=timeout)
+        except FutureTimeout:
+            if future.cancel():
+                with self._lock:
+                    self.waiting -= 1
+            raise DeadlineExceeded("the request deadline passed while decoding") from None
+
+    def _started(self, work: Callable[[], T]) -> T:
+        with self._lock:
+            self.waiting -= 1
+        return work()
+
+
+def _lower_thread_priority(niceness: int) -> None:
+    """Raise the calling thread's nice value (Linux: per thread; elsewhere a no-op)."""
+    if niceness and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
         try:
-            yield
-        finally:
-            self._semaphore.release()
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
+        except OSError:
+            logger.warning("could not lower the priority of a decode thread")
 
 
 #: Pillow shrinks by an integer factor (box filter, cheap) down to at most this many
@@ -242,9 +268,10 @@ def decode_image(
                 image.draft(image.mode, target)
             pixels = image.size[0] * image.size[1]
             try:
-                with slots.hold(pixels, deadline) if slots is not None else nullcontext():
-                    image.load()
-                    small = _shrink(image, target)
+                if slots is None:
+                    small = _load_and_shrink(image, target)
+                else:
+                    small = slots.run(pixels, lambda: _load_and_shrink(image, target), deadline)
             except (OSError, SyntaxError, ValueError, EOFError) as exc:
                 logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
                 raise BadImage(
@@ -307,6 +334,11 @@ def _target(
         height, width = size
         return (width, height)
     return output_size(*shown, size, limits, name=name)
+
+
+def _load_and_shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
+    image.load()
+    return _shrink(image, target)
 
 
 def _shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import sys
+import threading
 import time
 
 import corpus
@@ -199,10 +202,30 @@ def test_output_size_keeps_the_minimum_side_or_refuses(width, height, size):
         assert max(out_w, out_h) == size  # the requested longer side when it allows
 
 
-def test_a_large_decode_gives_up_at_the_deadline():
+def test_a_queued_large_decode_gives_up_at_the_deadline_and_small_ones_pass():
     slots = DecodeSlots(1, large_pixels=300)
-    with slots.hold(10**6):
+    busy, release = threading.Event(), threading.Event()
+    holder = threading.Thread(
+        target=lambda: slots.run(10**6, lambda: (busy.set(), release.wait(30)))
+    )
+    holder.start()
+    try:
+        assert busy.wait(30)  # the one pool thread is taken
         with pytest.raises(DeadlineExceeded):
-            decode_image(corpus.png(), LIMITS, slots=slots, deadline=time.monotonic() - 1.0)
+            decode_image(corpus.png(), LIMITS, slots=slots, deadline=time.monotonic() + 0.05)
+        assert slots.waiting == 0  # the queued decode was dropped, not left to run
         small = decode_image(corpus.png(16, 16), LIMITS, slots=slots, deadline=0.0)
-        assert small.shape == (3, 16, 16)  # under large_pixels: no slot needed
+        assert small.shape == (3, 16, 16)  # under large_pixels: decoded at once
+    finally:
+        release.set()
+        holder.join(30)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_large_decodes_run_at_a_lower_priority():
+    slots = DecodeSlots(1, large_pixels=0, niceness=5)
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert slots.run(1, nice) == min(19, nice() + 5)
