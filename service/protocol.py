@@ -2,9 +2,10 @@
 
 uvicorn times out idle keep-alive connections (``timeout_keep_alive``) but has no
 timeout for a request whose line and headers arrive slowly: measured with uvicorn
-0.54, a connection sending one header byte every few seconds stays open for as long
-as it keeps sending, and so does one that connects and sends nothing. ``HeadTimeoutProtocol``
-closes a connection whose request head is not complete ``header_timeout_s`` after the
+0.54 (``tests/service/test_slow_clients.py`` run against the code before this
+module), a connection that sent nothing, one that sent half a head, and a keep-alive
+connection that began a second head were all still open when the test gave up after
+30 s. ``HeadTimeoutProtocol`` closes a connection whose request head is not complete ``header_timeout_s`` after the
 connection opened, or after the first byte of a later request on a keep-alive
 connection (the idle wait before that byte is ``timeout_keep_alive``'s job). The
 answer is a bare ``408`` and the connection is closed.
