@@ -46,10 +46,13 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(
         default=30.0,
         gt=0.0,
-        description="The whole body must arrive this long after the headers; else 408.",
+        description="The whole body must arrive this long after the request began; else 408.",
     )
     keep_alive_timeout_s: float = Field(
-        default=5.0, gt=0.0, description="An idle keep-alive connection is closed after this."
+        default=5.0,
+        gt=0.0,
+        description="An idle keep-alive connection is closed after this; so is one still "
+        "sending a body this long after its answer (a 401, 408, 413 or refused upload).",
     )
     max_connections: int = Field(
         default=128,
@@ -71,8 +74,9 @@ class Settings(BaseSettings):
     large_image_pixels: int = Field(
         default=4_000_000,
         ge=0,
-        description="Uploads above this many pixels (a JPEG: after its draft scale) wait "
-        "for one of max_concurrent_decodes; smaller ones decode at once.",
+        description="Uploads above this many pixels (a JPEG: after its draft scale) are "
+        "decoded on the pool of max_concurrent_decodes low-priority threads; smaller ones "
+        "at once.",
     )
     api_key: str | None = Field(
         default=None, description="When set, /v1 routes need 'Authorization: Bearer <key>'."
