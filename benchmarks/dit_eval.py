@@ -11,7 +11,7 @@ default guidance without layout planning (``plan_layout=False``: the caption in 
 which is the model alone; ``--no-plan`` draws every row that way.
 
 ``--paraphrase`` draws the same held-out scenes from free phrasings of their captions
-(``benchmarks/paraphrase_heldout.py``: templates written before the prompt parser and
+(``evaluation/paraphrase_heldout.py``: templates written before the prompt parser and
 never used in its development) and scores each image against the scene's grammar
 caption. Rows at the default guidance: grammar captions and paraphrases, planned and
 unplanned (the model alone, given the understood caption), and the paraphrases drawn as
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         "--paraphrase",
         action="store_true",
         help="also draw the held-out scenes from free phrasings of their captions "
-        "(benchmarks/paraphrase_heldout.py) and score them beside the grammar captions",
+        "(evaluation/paraphrase_heldout.py) and score them beside the grammar captions",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument(
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     header: dict = {"prompts": len(prompts), "split": args.split}
     texts = {"grammar": prompts}
     if args.paraphrase:
-        from paraphrase_heldout import heldout_paraphrases
+        from evaluation.paraphrase_heldout import heldout_paraphrases
 
         texts["paraphrase"] = heldout_paraphrases(prompts, seed=args.prompt_seed)
         header.update(understanding_figures(texts["paraphrase"], prompts))

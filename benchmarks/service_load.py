@@ -102,7 +102,15 @@ class DirectModel:
 class Server:
     """``atelier serve`` in a subprocess, stopped with SIGTERM."""
 
-    def __init__(self, weights_dir: Path, batch_size: int, wait_ms: float, queue: int):
+    def __init__(
+        self,
+        weights_dir: Path,
+        batch_size: int,
+        wait_ms: float,
+        queue: int,
+        settings: dict[str, str] | None = None,
+    ):
+        """``settings``: more ``ATELIER_*`` settings by field name (``{"body_timeout_s": "5"}``)."""
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         command = [
@@ -117,8 +125,10 @@ class Server:
             "--request-timeout-s", "600",
             "--log-level", "warning",
         ]  # fmt: skip
+        env = {**os.environ}
+        env.update({f"ATELIER_{key.upper()}": value for key, value in (settings or {}).items()})
         self.process = subprocess.Popen(
-            command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:

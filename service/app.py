@@ -2,8 +2,10 @@
 
 Models load in ``lifespan`` (never at import), one ``WorkerPool`` per model. The
 outermost middleware gives every request an id (``X-Request-ID``, echoed or made up),
-one structured log line, metrics, the streamed upload cap, and the drain gate: once
-shutdown begins new requests get 503 while the ones in flight finish.
+one structured log line, metrics, the drain gate (once shutdown begins new requests
+get 503 while the ones in flight finish), the API key check, and the body limits
+(the streamed upload cap and the body deadline), in that order and before the app
+reads any of the body.
 """
 
 from __future__ import annotations
@@ -24,8 +26,15 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.auth import has_valid_key, needs_api_key, unauthorized
 from service.config import Settings, get_settings
-from service.errors import PayloadTooLarge, error_response, install_error_handlers
+from service.errors import (
+    PayloadTooLarge,
+    RequestTimeout,
+    error_response,
+    install_error_handlers,
+)
+from service.images import DecodeSlots
 from service.jobs import JobStore
 from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, stylize
@@ -54,15 +63,16 @@ class Lifecycle:
 
 
 class RequestContextMiddleware:
-    """Request id, access log, metrics, upload cap and drain gate (pure ASGI)."""
+    """Request id, access log, metrics, drain gate, API key, body limits (pure ASGI)."""
 
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, lifecycle: Lifecycle, max_body_bytes: int
+        self, app: ASGIApp, *, metrics: Metrics, lifecycle: Lifecycle, settings: Settings
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.lifecycle = lifecycle
-        self.max_body_bytes = max_body_bytes
+        self.settings = settings
+        self.max_body_bytes = settings.max_upload_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -111,6 +121,12 @@ class RequestContextMiddleware:
     def _reject_early(self, scope: Scope, headers: Headers):
         if self.lifecycle.draining and scope["path"] not in _ALWAYS_OPEN:
             return error_response(503, "shutting_down", "the service is shutting down")
+        expected = self.settings.api_key
+        if needs_api_key(scope["path"], scope["method"], self.settings) and not has_valid_key(
+            headers, expected
+        ):
+            refusal = unauthorized()
+            return error_response(401, refusal.code, refusal.message, refusal.headers)
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             return error_response(
@@ -119,15 +135,32 @@ class RequestContextMiddleware:
         return None
 
     def _capped(self, receive: Receive) -> Receive:
-        """``receive`` that raises ``PayloadTooLarge`` as soon as the body passes the cap."""
+        """``receive`` that enforces the body limits while the body streams in.
+
+        Raises ``PayloadTooLarge`` as soon as the body passes ``max_upload_bytes``, and
+        ``RequestTimeout`` when the whole body has not arrived ``body_timeout_s`` after
+        the request began (a total, so a client trickling a byte at a time cannot hold
+        the request open). Once the body is complete, ``receive`` passes through
+        untouched (it then only reports a disconnect).
+        """
         received = 0
         limit = self.max_body_bytes
+        timeout_s = self.settings.body_timeout_s
+        deadline = time.monotonic() + timeout_s
+        body_done = False
 
         async def capped_receive() -> Message:
-            nonlocal received
-            message = await receive()
+            nonlocal received, body_done
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout(deadline - time.monotonic()):
+                    message = await receive()
+            except TimeoutError:
+                raise RequestTimeout(f"the body did not arrive within {timeout_s:g} s") from None
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
+                body_done = not message.get("more_body", False)
                 if received > limit:
                     raise PayloadTooLarge(f"the body is over {limit} bytes")
             return message
@@ -199,6 +232,7 @@ def create_app(
         version="0.1.0",
         summary="Arbitrary style transfer and text-to-image generation.",
         lifespan=lifespan,
+        redirect_slashes=False,  # a redirect would be built from the client's Host header
     )
     app.state.settings = settings
     app.state.metrics = metrics
@@ -208,6 +242,9 @@ def create_app(
         ttl_s=settings.job_ttl_s,
         results_max_bytes=settings.job_results_max_bytes,
         timeout_s=settings.job_timeout_s,
+    )
+    app.state.decode_slots = DecodeSlots(
+        settings.max_concurrent_decodes, settings.large_image_pixels
     )
     app.state.pools = {}
     app.state.model_status = {}
@@ -227,6 +264,6 @@ def create_app(
         RequestContextMiddleware,
         metrics=metrics,
         lifecycle=lifecycle,
-        max_body_bytes=settings.max_upload_bytes,
+        settings=settings,
     )
     return app

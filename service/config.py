@@ -5,6 +5,7 @@ Every knob of the service lives here; nothing else reads environment variables.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 
@@ -51,12 +52,53 @@ class Settings(BaseSettings):
     )
     job_timeout_s: float = Field(default=600.0, gt=0.0, description="An async job's deadline.")
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0.0,
+        description="A connection whose request line and headers are not complete this "
+        "long after it opened (or after its previous answer) is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="The whole body must arrive this long after the request began; else 408.",
+    )
+    keep_alive_timeout_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        description="An idle keep-alive connection is closed after this; so is one still "
+        "sending a body this long after its answer (a 401, 408, 413 or refused upload).",
+    )
+    max_connections: int = Field(
+        default=128,
+        ge=1,
+        description="Open connections (or requests in progress) beyond which a request "
+        "gets 503 and its connection is closed.",
+    )
     max_pixels: int = Field(
         default=40_000_000, ge=1, description="Largest decoded image, in pixels."
     )
     max_side: int = Field(default=1024, ge=16, description="Largest output side for stylize.")
+    max_concurrent_decodes: int = Field(
+        default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
+        ge=1,
+        description="Large uploads decoded at once (default: half the CPU cores, at least "
+        "1, so a flood of them leaves CPU for other requests); each may hold a full-size "
+        "decode of up to max_pixels in its own mode (1 to 4 bytes a pixel) until shrunk.",
+    )
+    large_image_pixels: int = Field(
+        default=4_000_000,
+        ge=0,
+        description="Uploads above this many pixels (a JPEG: after its draft scale) are "
+        "decoded on the pool of max_concurrent_decodes low-priority threads; smaller ones "
+        "at once.",
+    )
     api_key: str | None = Field(
         default=None, description="When set, /v1 routes need 'Authorization: Bearer <key>'."
+    )
+    protect_metrics_and_docs: bool = Field(
+        default=True,
+        description="With api_key set, /metrics, /docs, /redoc and /openapi.json need it too.",
     )
     cors_origins: list[str] = Field(default_factory=list)
     load_models: str = Field(

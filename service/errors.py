@@ -6,6 +6,7 @@ a status that says whose fault it was:
 ====  ===========================  ==================================================
 400   ``bad_image`` and friends    an upload that is not a usable image, a bad field
 401   ``unauthorized``             an API key is configured and the request lacks it
+408   ``body_timeout``             the body did not arrive within ``body_timeout_s``
 413   ``payload_too_large``        body over ``max_upload_bytes``; image over ``max_pixels``
 415   ``unsupported_media_type``   not an image format the service reads; not multipart
 422   ``validation_error``         a field of the wrong type, out of range, wrong count
@@ -29,6 +30,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+import reprlib
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -63,6 +65,12 @@ class BadImage(ServiceError):
 
 class Unauthorized(ServiceError):
     status_code, code = 401, "unauthorized"
+
+
+class RequestTimeout(ServiceError):
+    """The body came too slowly (``service.protocol`` then closes the connection)."""
+
+    status_code, code = 408, "body_timeout"
 
 
 class PayloadTooLarge(ServiceError):
@@ -106,6 +114,18 @@ class DeadlineExceeded(ServiceError):
     status_code, code = 504, "deadline_exceeded"
 
 
+#: Client input quoted in a message is cut to this many characters.
+MAX_ECHOED_CHARS = 80
+
+_echo = reprlib.Repr()
+_echo.maxstring = _echo.maxother = MAX_ECHOED_CHARS
+
+
+def shorten(value: object) -> str:
+    """``repr(value)`` cut to about ``MAX_ECHOED_CHARS`` characters, for quoting input."""
+    return _echo.repr(value)
+
+
 def error_body(code: str, message: str) -> dict:
     return {"error": {"code": code, "message": message}}
 
@@ -146,11 +166,21 @@ def _allowed_methods(request: Request) -> list[str]:
     return sorted(methods)
 
 
+#: At most this many field errors are listed in one 422 message.
+MAX_LISTED_ERRORS = 5
+
+
 def _describe_validation(exc: RequestValidationError) -> str:
+    """``field: problem; ...``, with field names cut and at most ``MAX_LISTED_ERRORS``."""
+    errors = exc.errors()
     parts = []
-    for err in exc.errors():
+    for err in errors[:MAX_LISTED_ERRORS]:
         where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query"))
+        if len(where) > MAX_ECHOED_CHARS:
+            where = where[: MAX_ECHOED_CHARS - 3] + "..."
         parts.append(f"{where}: {err.get('msg', 'invalid')}" if where else err.get("msg", ""))
+    if len(errors) > MAX_LISTED_ERRORS:
+        parts.append(f"and {len(errors) - MAX_LISTED_ERRORS} more")
     return "; ".join(parts) or "invalid request"
 
 

@@ -10,17 +10,25 @@ from __future__ import annotations
 
 import io
 import json
+import logging
+import os
+import sys
+import threading
+import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 from PIL.PngImagePlugin import PngInfo
 
-from service.errors import BadImage, PayloadTooLarge, UnsupportedMediaType
+from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
 ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -32,6 +40,10 @@ OUTPUT_FORMATS = {
     "webp": ("WEBP", "image/webp", {"quality": 90}),
 }
 
+logger = logging.getLogger("atelier.images")
+
+T = TypeVar("T")
+
 _SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N"}
 
 
@@ -41,29 +53,186 @@ class ImageLimits:
 
     Args:
         max_pixels: largest ``width * height`` accepted, checked from the header.
-        min_side: smallest side accepted (the encoder's pooling needs a few pixels).
+        min_side: smallest side accepted, and the smallest side an output is shrunk to
+            (the encoder's pooling needs a few pixels).
+        max_side: largest side an output may have; with ``min_side`` it bounds the
+            aspect ratio an image may have (``max_side / min_side``, 64:1 by default).
     """
 
     max_pixels: int
     min_side: int = 16
+    max_side: int = 1024
 
 
-def decode_image(data: bytes, limits: ImageLimits, *, name: str = "image") -> torch.Tensor:
+class DecodeSlots:
+    """Large images are decoded on ``slots`` low-priority threads; small ones at once.
+
+    A decode holds the image's full-size pixels (its own mode: 1 to 4 bytes each, up
+    to ``max_pixels``) until it is shrunk, so running large decodes on a pool of
+    ``slots`` threads bounds that memory at about ``slots * max_pixels * 4`` bytes.
+    The pool's threads run at a lower OS priority (``niceness``; Linux applies nice
+    values per thread), so a flood of large uploads takes only the CPU that other
+    requests leave. Images of at most ``large_pixels`` (after a JPEG's draft scale)
+    are decoded by the caller's thread right away: their memory is small, and they
+    never queue behind large ones. A large decode still queued when its request's
+    deadline passes is dropped without running.
+
+    Args:
+        slots: how many large decodes may run at once.
+        large_pixels: images above this many pixels go to the pool.
+        niceness: added to the pool threads' nice value (0 leaves them as they are).
+    """
+
+    def __init__(self, slots: int, large_pixels: int, *, niceness: int = 10) -> None:
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.large_pixels = large_pixels
+        self._pool = ThreadPoolExecutor(
+            max_workers=slots,
+            thread_name_prefix="large-decode",
+            initializer=_lower_thread_priority,
+            initargs=(niceness,),
+        )
+        self._lock = threading.Lock()
+        self.waiting = 0
+
+    def run(self, pixels: int, work: Callable[[], T], deadline: float | None = None) -> T:
+        """``work()``: at once for a small image, else on the pool; its result.
+
+        Raises:
+            DeadlineExceeded: a large decode did not finish before ``deadline``
+                (``time.monotonic``); dropped if it had not started.
+        """
+        if pixels <= self.large_pixels:
+            return work()
+        with self._lock:
+            self.waiting += 1
+        future = self._pool.submit(self._started, work)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            return future.result(timeout=timeout)
+        except FutureTimeout:
+            if future.cancel():
+                with self._lock:
+                    self.waiting -= 1
+            raise DeadlineExceeded("the request deadline passed while decoding") from None
+
+    def _started(self, work: Callable[[], T]) -> T:
+        with self._lock:
+            self.waiting -= 1
+        return work()
+
+
+def _lower_thread_priority(niceness: int) -> None:
+    """Raise the calling thread's nice value (Linux: per thread; elsewhere a no-op)."""
+    if niceness and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
+        try:
+            tid = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
+        except OSError:
+            logger.warning("could not lower the priority of a decode thread")
+
+
+#: Pillow shrinks by an integer factor (box filter, cheap) down to at most this many
+#: times the target before the bilinear pass (``Image.resize(reducing_gap=...)``).
+REDUCING_GAP = 2.0
+
+#: EXIF orientation -> the transpose that displays the image upright (EXIF 2.3, 0x0112).
+_ORIENTATION_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+
+#: Modes Pillow resizes as they are; any other is converted to RGB(A) first.
+_RESIZABLE_MODES = {"L", "LA", "RGB", "RGBA", "CMYK", "I", "F", "I;16"}
+
+#: File signatures of ``ACCEPTED_FORMATS``: a file that starts with one of them is an
+#: image of that format, so a failure to read it is a corrupt image (400), not 415.
+_SIGNATURES = (
+    b"\x89PNG\r\n\x1a\n",
+    b"\xff\xd8\xff",
+    b"GIF87a",
+    b"GIF89a",
+    b"BM",
+)
+
+
+def _looks_like_accepted_format(data: bytes) -> bool:
+    is_webp = data[:4] == b"RIFF" and data[8:12] == b"WEBP"
+    return is_webp or data.startswith(_SIGNATURES)
+
+
+def output_size(
+    width: int, height: int, size: int, limits: ImageLimits, *, name: str = "image"
+) -> tuple[int, int]:
+    """The ``(width, height)`` an image is shrunk to for a requested longer side ``size``.
+
+    The scale is ``s = min(1, size / max(w, h))``, raised to ``min_side / min(w, h)``
+    when the shorter side would fall under ``min_side``: the output never has a side
+    under ``min_side`` and is never enlarged. Raising ``s`` can push the longer side
+    past ``size``; past ``max_side`` the image is refused, so the accepted aspect
+    ratios are those up to ``max_side / min_side``.
+
+    Raises:
+        BadImage: the aspect ratio is above ``max_side / min_side``
+            (code ``aspect_ratio_too_large``).
+    """
+    longer, shorter = max(width, height), min(width, height)
+    scale = min(1.0, size / longer)
+    if shorter * scale < limits.min_side:
+        scale = min(1.0, limits.min_side / shorter)
+    out = (max(1, round(width * scale)), max(1, round(height * scale)))
+    if max(out) > limits.max_side:
+        ratio = limits.max_side // limits.min_side
+        raise BadImage(
+            f"{name}: {width}x{height} is too elongated; the aspect ratio may be at most "
+            f"{ratio}:1 (at least {limits.min_side} px on the short side, at most "
+            f"{limits.max_side} px on the long side)",
+            code="aspect_ratio_too_large",
+        )
+    return out
+
+
+def decode_image(
+    data: bytes,
+    limits: ImageLimits,
+    *,
+    name: str = "image",
+    size: int | tuple[int, int] | None = None,
+    slots: DecodeSlots | None = None,
+    deadline: float | None = None,
+) -> torch.Tensor:
     """Decode an upload to an RGB float tensor in [0, 1], EXIF orientation applied.
 
     Palette (with or without transparency), alpha, CMYK, greyscale and 16-bit inputs
     are converted; transparency is composited over white.
 
+    Memory: the image is shrunk before it becomes float. A JPEG is decoded at the
+    smallest of 1/1, 1/2, 1/4, 1/8 scale still at least the target (``draft``); other
+    formats decode at full size in their own mode (a greyscale 6300 x 6300 PNG is
+    40 MB of uint8), are shrunk by Pillow in that mode, and only the small result is
+    converted to RGB and float32.
+
     Args:
         data: the file bytes.
         limits: pixel and size limits.
         name: the form field, for error messages.
+        size: ``None`` keeps the decoded size; an int is the requested longer side
+            (see :func:`output_size`); ``(height, width)`` is an exact size.
+        slots: bounds concurrent large decodes (see :class:`DecodeSlots`); none if unset.
+        deadline: ``time.monotonic()`` past which waiting for a slot gives up (504).
 
     Shape:
         Output: ``(3, H, W)``, ``float32``.
 
     Raises:
-        BadImage: empty, truncated or corrupt file, animated image, too small.
+        BadImage: empty, truncated or corrupt file, animated image, too small, too
+            elongated for ``size``.
         PayloadTooLarge: more than ``limits.max_pixels`` pixels (header check).
         UnsupportedMediaType: not a PNG, JPEG, WebP, GIF or BMP image.
     """
@@ -71,19 +240,7 @@ def decode_image(data: bytes, limits: ImageLimits, *, name: str = "image") -> to
         raise BadImage(f"{name}: the file is empty", code="empty_file")
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
-        try:
-            image = Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
-        except UnidentifiedImageError:
-            raise UnsupportedMediaType(
-                f"{name}: not an image in a supported format ({', '.join(ACCEPTED_FORMATS)})",
-                code="unsupported_image_type",
-            ) from None
-        except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-            raise PayloadTooLarge(
-                f"{name}: image dimensions exceed the pixel limit", code="image_too_large"
-            ) from None
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise BadImage(f"{name}: corrupt image header ({exc})", code="corrupt_image") from None
+        image = _open(data, name)
         with image:
             width, height = image.size
             if width * height > limits.max_pixels:
@@ -93,21 +250,109 @@ def decode_image(data: bytes, limits: ImageLimits, *, name: str = "image") -> to
                 )
             if getattr(image, "is_animated", False) or getattr(image, "n_frames", 1) > 1:
                 raise BadImage(f"{name}: animated images are not accepted", code="animated_image")
-            try:
-                image.load()
-                image = ImageOps.exif_transpose(image)
-            except (OSError, SyntaxError, ValueError, EOFError) as exc:
+            transpose = _ORIENTATION_TRANSPOSE.get(_orientation(image))
+            swapped = transpose in (
+                Image.Transpose.TRANSPOSE,
+                Image.Transpose.ROTATE_270,
+                Image.Transpose.TRANSVERSE,
+                Image.Transpose.ROTATE_90,
+            )
+            shown = (height, width) if swapped else (width, height)
+            if min(shown) < limits.min_side:
                 raise BadImage(
-                    f"{name}: truncated or corrupt image ({exc})", code="corrupt_image"
+                    f"{name}: {shown[0]}x{shown[1]} is smaller than {limits.min_side} px on a side",
+                    code="image_too_small",
+                )
+            target = _target(shown, size, limits, name)
+            if target is not None and swapped:
+                target = (target[1], target[0])  # in the stored orientation
+            if target is not None and image.format == "JPEG":
+                image.draft(image.mode, target)
+            pixels = image.size[0] * image.size[1]
+            try:
+                if slots is None:
+                    small = _load_and_shrink(image, target)
+                else:
+                    small = slots.run(pixels, lambda: _load_and_shrink(image, target), deadline)
+            except (OSError, SyntaxError, ValueError, EOFError) as exc:
+                logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
+                raise BadImage(
+                    f"{name}: the image is truncated or corrupt", code="corrupt_image"
                 ) from None
-            array = _to_rgb_array(image)
-    if min(array.shape[0], array.shape[1]) < limits.min_side:
-        raise BadImage(
-            f"{name}: {array.shape[1]}x{array.shape[0]} is smaller than "
-            f"{limits.min_side} px on a side",
-            code="image_too_small",
+    if transpose is not None:
+        small = small.transpose(transpose)
+    return torch.from_numpy(_to_rgb_array(small)).permute(2, 0, 1).contiguous()
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """How one request decodes its uploads: its limits, the shared slots, its deadline."""
+
+    limits: ImageLimits
+    slots: DecodeSlots | None = None
+    deadline: float | None = None
+
+    def decode(
+        self, data: bytes, *, name: str, size: int | tuple[int, int] | None = None
+    ) -> torch.Tensor:
+        """:func:`decode_image` with this request's limits, slots and deadline."""
+        return decode_image(
+            data, self.limits, name=name, size=size, slots=self.slots, deadline=self.deadline
         )
-    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+def _open(data: bytes, name: str) -> Image.Image:
+    """Read the header only (Pillow is lazy); map its failures to the API's errors."""
+    try:
+        return Image.open(io.BytesIO(data), formats=ACCEPTED_FORMATS)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise PayloadTooLarge(
+            f"{name}: image dimensions exceed the pixel limit", code="image_too_large"
+        ) from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        if _looks_like_accepted_format(data):
+            logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
+            raise BadImage(f"{name}: corrupt image header", code="corrupt_image") from None
+        raise UnsupportedMediaType(
+            f"{name}: not an image in a supported format ({', '.join(ACCEPTED_FORMATS)})",
+            code="unsupported_image_type",
+        ) from None
+
+
+def _orientation(image: Image.Image) -> int:
+    try:
+        return int(image.getexif().get(0x0112, 1))
+    except (OSError, SyntaxError, ValueError, TypeError):
+        return 1  # unreadable EXIF: shown as stored
+
+
+def _target(
+    shown: tuple[int, int], size: int | tuple[int, int] | None, limits: ImageLimits, name: str
+) -> tuple[int, int] | None:
+    """The output ``(width, height)`` as displayed, or ``None`` to keep the decoded size."""
+    if size is None:
+        return None
+    if isinstance(size, tuple):
+        height, width = size
+        return (width, height)
+    return output_size(*shown, size, limits, name=name)
+
+
+def _load_and_shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
+    image.load()
+    return _shrink(image, target)
+
+
+def _shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
+    """Resize to ``target`` in the image's own (uint8 or 16-bit) mode."""
+    if image.mode in _SIXTEEN_BIT_MODES and image.mode not in _RESIZABLE_MODES:
+        image = image.convert("I")
+    elif image.mode not in _RESIZABLE_MODES:
+        has_alpha = "A" in image.mode or "transparency" in image.info
+        image = image.convert("RGBA" if has_alpha else "RGB")
+    if target is None or image.size == target:
+        return image
+    return image.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)
 
 
 def _to_rgb_array(image: Image.Image) -> np.ndarray:

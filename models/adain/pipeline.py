@@ -15,6 +15,7 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -382,9 +383,12 @@ class StyleTransfer(nn.Module):
             return [1.0 / len(styles)] * len(styles)
         if len(style_weights) != len(styles):
             raise ValueError(f"got {len(style_weights)} style weights for {len(styles)} styles")
-        if any(weight < 0 for weight in style_weights) or sum(style_weights) <= 0:
-            raise ValueError(
-                f"style weights must be >= 0 with a positive sum, got {list(style_weights)}"
-            )
-        total = float(sum(style_weights))
-        return [float(weight) / total for weight in style_weights]
+        weights = [float(weight) for weight in style_weights]
+        if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
+            raise ValueError(f"style weights must be finite, >= 0 and not all 0, got {weights}")
+        # w_i / sum(w) computed as (w_i / max w) / sum(w / max w): the sum of the scaled
+        # weights lies in [1, n], so it cannot overflow (1e308 + 1e308 would be inf).
+        peak = max(weights)
+        scaled = [w / peak for w in weights]
+        total = math.fsum(scaled)
+        return [w / total for w in scaled]

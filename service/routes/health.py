@@ -33,6 +33,12 @@ async def readyz(request: Request) -> JSONResponse:
     return JSONResponse({"status": "ready", "models": models})
 
 
+# Probes answer HEAD as well (same status, no body); kept out of the schema, where a
+# second method on one function would repeat its operation id.
+for _path, _probe in (("/healthz", healthz), ("/readyz", readyz)):
+    router.add_api_route(_path, _probe, methods=["HEAD"], include_in_schema=False)
+
+
 @router.get(
     "/metrics",
     summary="Prometheus metrics",

@@ -14,11 +14,10 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 
-from service.auth import require_api_key
 from service.errors import ServiceError
 from service.jobs import Job, JobResult, JobStore, JobWork
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"], dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 
 #: Seconds between keep-alive comments on an idle event stream.
 HEARTBEAT_S = 15.0

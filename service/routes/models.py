@@ -1,13 +1,29 @@
-"""``GET /v1/models``: what is loaded, on which devices, from which weights."""
+"""``GET /v1/models``: what is loaded, on which devices, from which weights.
+
+Host filesystem paths never leave the service: a weight file is named by its path
+inside the weights folder it was found in (or its file name) and identified by its
+SHA-256 (``details.sha256``); any other absolute path in a detail or an error message
+is cut to its last component.
+"""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+import hashlib
+import re
+from collections.abc import Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
 
-from service.auth import require_api_key
+from fastapi import APIRouter, Request
+from starlette.concurrency import run_in_threadpool
+
 from service.routes import error_responses
 
-router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/v1", tags=["models"])
+
+#: An absolute POSIX path inside free text: a slash-led run of path characters.
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[\w.~+@%=-]+(?:/[\w.~+@%=-]+)*/?")
 
 
 @router.get(
@@ -16,5 +32,51 @@ router = APIRouter(prefix="/v1", tags=["models"], dependencies=[Depends(require_
     responses=error_responses(401, 503),
 )
 async def list_models(request: Request) -> dict:
-    statuses = request.app.state.model_status.values()
-    return {"models": [status.as_dict() for status in statuses]}
+    statuses = [status.as_dict() for status in request.app.state.model_status.values()]
+    folders = request.app.state.settings.weight_search_path()
+    public = await run_in_threadpool(lambda: [public_status(s, folders) for s in statuses])
+    return {"models": public}
+
+
+def public_status(status: dict[str, Any], folders: Sequence[Path]) -> dict[str, Any]:
+    """``status`` without host paths; weight files named and hashed (see the module doc)."""
+    hashes: dict[str, str] = {}
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {key: clean(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [clean(item) for item in value]
+        if isinstance(value, str) and value.startswith("/") and "\n" not in value:
+            name = _public_name(Path(value), folders)
+            digest = _sha256(value)
+            if digest is not None:
+                hashes[name] = digest
+            return name
+        if isinstance(value, str):
+            return _ABSOLUTE_PATH.sub(lambda match: Path(match.group()).name or "/", value)
+        return value
+
+    public = clean(status)
+    if hashes:
+        public.setdefault("details", {})["sha256"] = hashes
+    return public
+
+
+def _public_name(path: Path, folders: Sequence[Path]) -> str:
+    for folder in folders:
+        for base in (folder, folder.resolve()):
+            if path.is_relative_to(base):
+                return path.relative_to(base).as_posix()
+    return path.name
+
+
+@lru_cache(maxsize=64)
+def _sha256(path: str) -> str | None:
+    """The file's SHA-256, or ``None`` when it is not a readable file (cached: weight
+    files do not change while the service runs)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None

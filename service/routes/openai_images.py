@@ -35,7 +35,6 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
 
-from service.auth import require_api_key
 from service.errors import ServiceError
 from service.routes import ErrorBody, SettingsDep, error_responses, pool_of
 from service.routes.generate import GenerateRequest, generate
@@ -143,7 +142,6 @@ class OpenAIErrorRoute(APIRoute):
 router = APIRouter(
     prefix="/v1",
     tags=["openai"],
-    dependencies=[Depends(require_api_key)],
     route_class=OpenAIErrorRoute,
 )
 

@@ -13,21 +13,19 @@ from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFil
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
-from models.adain.images import resize_max_side
-from service.auth import require_api_key
-from service.errors import ValidationFailed
+from service.errors import ValidationFailed, shorten
 from service.images import (
     ACCEPTED_FORMATS,
+    Decoding,
     ImageLimits,
-    decode_image,
     encode_image,
-    resize_to,
     to_grey_mask,
 )
 from service.jobs import JobResult, Progress
 from service.model_types import StyleTransferModel
 from service.routes import (
     SettingsDep,
+    deadline_of,
     error_responses,
     pool_of,
     remaining_seconds,
@@ -36,7 +34,7 @@ from service.routes import (
 from service.routes.jobs import RespondAsync, start_job
 from service.workers import StylizeJob, WorkerPool
 
-router = APIRouter(prefix="/v1", tags=["stylize"], dependencies=[Depends(require_api_key)])
+router = APIRouter(prefix="/v1", tags=["stylize"])
 
 MAX_STYLES = 4
 DEFAULT_SIZE = 512
@@ -50,20 +48,27 @@ _WEIGHTS_PATTERN = {"pattern": rf"^ *{_WEIGHT} *(, *{_WEIGHT} *)*$"}
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
-    """``"1,2.5"`` -> ``(1.0, 2.5)``: one finite non-negative weight per style, sum > 0."""
+    """``"1,2.5"`` -> ``(0.4, 1.0)``: one finite non-negative weight per style, not all 0.
+
+    The weights are scaled by their maximum (the model only uses their ratios), so
+    huge ones such as ``1e308,1e308`` cannot overflow when the model sums them, and
+    requests whose weights differ by a factor batch together.
+    """
     if text is None or not text.strip():
         return None
+    parts = text.split(",")
+    if len(parts) != count:
+        raise ValidationFailed(f"style_weights: {len(parts)} weights for {count} styles")
     try:
-        weights = tuple(float(part) for part in text.split(","))
+        weights = tuple(float(part) for part in parts)
     except ValueError:
         raise ValidationFailed(
-            f"style_weights: expected comma-separated numbers, got {text!r}"
+            f"style_weights: expected comma-separated numbers, got {shorten(text)}"
         ) from None
-    if len(weights) != count:
-        raise ValidationFailed(f"style_weights: {len(weights)} weights for {count} styles")
-    if any(not math.isfinite(w) or w < 0 for w in weights) or sum(weights) <= 0:
+    if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
         raise ValidationFailed("style_weights: weights must be finite, >= 0 and not all 0")
-    return weights
+    peak = max(weights)
+    return tuple(w / peak for w in weights)
 
 
 def _build_job(
@@ -72,22 +77,21 @@ def _build_job(
     masks: list[bytes] | None,
     *,
     size: int,
-    limits: ImageLimits,
+    decoding: Decoding,
     style_weights: tuple[float, ...] | None,
     alpha: float,
     preserve_color: bool,
 ) -> StylizeJob:
     """Decode and resize every upload (CPU work: runs in the thread pool)."""
-    content_image = resize_max_side(decode_image(content, limits, name="content"), size)
+    content_image = decoding.decode(content, name="content", size=size)
     style_images = tuple(
-        resize_max_side(decode_image(data, limits, name=f"style[{i}]"), size)
-        for i, data in enumerate(styles)
+        decoding.decode(data, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
     )
     mask_images = None
     if masks is not None:
-        height, width = content_image.shape[-2:]
+        shape = tuple(content_image.shape[-2:])
         mask_images = tuple(
-            resize_to(to_grey_mask(decode_image(data, limits, name=f"mask[{i}]")), (height, width))
+            to_grey_mask(decoding.decode(data, name=f"mask[{i}]", size=shape))
             for i, data in enumerate(masks)
         )
     return StylizeJob(
@@ -144,14 +148,21 @@ async def stylize(
             json_schema_extra=_WEIGHTS_PATTERN,
         ),
     ] = None,
-    alpha: Annotated[float, Form(ge=0.0, le=1.0, description="Style strength.")] = 1.0,
+    alpha: Annotated[
+        float, Form(ge=0.0, le=1.0, allow_inf_nan=False, description="Style strength.")
+    ] = 1.0,
     preserve_color: Annotated[bool, Form(description="Keep the photo's colours.")] = False,
     mask: Annotated[
         list[UploadFile] | SkipJsonSchema[None],
         File(description="One mask per style (white = apply).", json_schema_extra=_ONE_TO_FOUR),
     ] = None,
     size: Annotated[
-        int, Form(ge=16, description="Longer side of the output, at most max_side.")
+        int,
+        Form(
+            ge=16,
+            description="Longer side of the output, at most max_side; raised where needed so "
+            "that the shorter side is at least 16 px.",
+        ),
     ] = DEFAULT_SIZE,
     format: Annotated[Literal["png", "jpeg", "webp"], Form()] = "png",
 ) -> Response:
@@ -171,7 +182,11 @@ async def stylize(
         [await upload.read() for upload in style],
         None if mask is None else [await upload.read() for upload in mask],
         size=size,
-        limits=ImageLimits(max_pixels=settings.max_pixels),
+        decoding=Decoding(
+            ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
+            request.app.state.decode_slots,
+            deadline_of(request, settings),
+        ),
         style_weights=weights,
         alpha=alpha,
         preserve_color=preserve_color,

@@ -144,6 +144,16 @@ def test_one_hot_weights_equal_the_single_style(model):
     )
 
 
+def test_huge_weights_are_normalised_without_overflow(model):
+    """1e308 + 1e308 is inf in float: the weights are scaled by their maximum first."""
+    content = _images(1, 3, 16, 16, seed=1)
+    s1, s2 = _images(1, 3, 16, 16, seed=2), _images(1, 3, 16, 16, seed=3)
+    torch.testing.assert_close(
+        model.stylize(content, [s1, s2], style_weights=[1e308, 1e308]),
+        model.stylize(content, [s1, s2], style_weights=[1.0, 1.0]),
+    )
+
+
 def test_per_item_styles_in_one_batch_match_separate_calls(model):
     contents = _images(2, 3, 16, 16, seed=1)
     styles = _images(2, 3, 16, 16, seed=2)
@@ -202,6 +212,7 @@ def test_describe(model):
     [
         ({"style_weights": [1.0, 2.0]}, "style weights"),
         ({"style_weights": [-1.0]}, ">= 0"),
+        ({"style_weights": [float("nan")]}, "finite"),
         ({"alpha": 1.5}, "alpha"),
         ({"alpha": -0.1}, "alpha"),
         ({"masks": [torch.ones(1, 1, 16, 16)] * 2}, "masks"),

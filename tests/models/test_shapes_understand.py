@@ -1,7 +1,7 @@
 """understand: free phrasing onto the caption grammar, and what was ignored.
 
 The paraphrases here are the parser's development set. The held-out paraphrases of
-``benchmarks/paraphrase_heldout.py`` are never used here (they measure the parser).
+``evaluation/paraphrase_heldout.py`` are never used here (they measure the parser).
 """
 
 from __future__ import annotations

@@ -39,6 +39,8 @@ def test_stylize_corpus(client, case):
     else:
         error = response.json()["error"]
         assert set(error) == {"code", "message"} and error["message"]
+        assert len(error["message"]) <= 300  # echoed input is capped
+        assert "PIL" not in error["message"] and "Pillow" not in error["message"]
         if case.code is not None:
             assert error["code"] == case.code
     _assert_healthy(client)
@@ -54,6 +56,8 @@ def test_generate_corpus(client, case):
         response = client.post("/v1/generate", json=case.body)
     assert response.status_code == case.status, response.text
     assert response.json()["error"]["code"] == "validation_error"
+    if case.message is not None:
+        assert case.message in response.json()["error"]["message"]
     assert client.post("/v1/generate", json={"prompt": "fine"}).status_code == 200
 
 

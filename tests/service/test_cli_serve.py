@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
+from live_server import ROOT, live_server
 
 from service.cli import build_parser
 from service.cli.serve import settings_from_args
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_flags_override_settings(monkeypatch):
@@ -35,49 +30,22 @@ def test_bad_flag_value_is_rejected():
         build_parser().parse_args(["serve", "--port", "eighty"])
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.mark.timeout(60)
 def test_real_server_answers_probes_and_stops_on_sigterm():
-    port = _free_port()
-    env = {**os.environ, "ATELIER_LOAD_MODELS": "nothing"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "service.cli", "serve", "--port", str(port), "--devices", "cpu"],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        base = f"http://127.0.0.1:{port}"
-        for _ in range(300):
-            try:
-                health = httpx.get(f"{base}/healthz", timeout=1.0)
-                break
-            except httpx.TransportError:
-                time.sleep(0.1)
-        else:
-            pytest.fail("the server never answered")
+    with live_server() as server:
+        health = httpx.get(f"{server.url}/healthz")
         assert health.json() == {"status": "ok"}
-        ready = httpx.get(f"{base}/readyz")
+        ready = httpx.get(f"{server.url}/readyz")
         assert ready.status_code == 503  # "nothing" is not a model: not ready, not a crash
         assert "unknown model" in ready.json()["models"]["nothing"]
-        process.send_signal(signal.SIGTERM)
+        server.process.send_signal(signal.SIGTERM)
         # uvicorn finishes its shutdown, then re-raises the signal it caught
-        assert process.wait(timeout=30) in (0, -signal.SIGTERM)
-        log = process.stdout.read().decode()
+        assert server.process.wait(timeout=30) in (0, -signal.SIGTERM)
+        log = server.log()
         assert '"message": "workers stopped"' in log
         assert "Application shutdown complete" in log
         assert '"message": "draining: new requests get 503"' in log
         assert '"route": "/readyz", "status": 503' in log
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
 
 
 _FAULTS_SCRIPT = """

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import io
+import os
+import sys
+import threading
+import time
 
 import corpus
 import numpy as np
@@ -13,11 +17,13 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from models.adain.images import resize_max_side
-from service.errors import BadImage, PayloadTooLarge, UnsupportedMediaType
+from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 from service.images import (
+    DecodeSlots,
     ImageLimits,
     decode_image,
     encode_image,
+    output_size,
     resize_to,
     to_grey_mask,
 )
@@ -181,3 +187,53 @@ def test_encode_rejects_bad_arguments():
         encode_image(torch.rand(3, 4, 4), "gif")
     with pytest.raises(ValueError, match=r"\(3, H, W\)"):
         encode_image(torch.rand(4, 4), "png")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    width=st.integers(16, 5000),
+    height=st.integers(16, 5000),
+    size=st.integers(16, 1024),
+)
+def test_output_size_keeps_the_minimum_side_or_refuses(width, height, size):
+    limits = ImageLimits(max_pixels=10**9, min_side=16, max_side=1024)
+    try:
+        out_w, out_h = output_size(width, height, size, limits)
+    except BadImage as error:
+        assert error.code == "aspect_ratio_too_large" and "64:1" in error.message
+        assert 16 * max(width, height) / min(width, height) > 1024 - 1
+        return
+    assert min(out_w, out_h) >= 16
+    assert max(out_w, out_h) <= 1024
+    assert out_w <= width and out_h <= height  # never enlarged
+    if max(width, height) > size and min(width, height) * size / max(width, height) >= 16:
+        assert max(out_w, out_h) == size  # the requested longer side when it allows
+
+
+def test_a_queued_large_decode_gives_up_at_the_deadline_and_small_ones_pass():
+    slots = DecodeSlots(1, large_pixels=300)
+    busy, release = threading.Event(), threading.Event()
+    holder = threading.Thread(
+        target=lambda: slots.run(10**6, lambda: (busy.set(), release.wait(30)))
+    )
+    holder.start()
+    try:
+        assert busy.wait(30)  # the one pool thread is taken
+        with pytest.raises(DeadlineExceeded):
+            decode_image(corpus.png(), LIMITS, slots=slots, deadline=time.monotonic() + 0.05)
+        assert slots.waiting == 0  # the queued decode was dropped, not left to run
+        small = decode_image(corpus.png(16, 16), LIMITS, slots=slots, deadline=0.0)
+        assert small.shape == (3, 16, 16)  # under large_pixels: decoded at once
+    finally:
+        release.set()
+        holder.join(30)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
+def test_large_decodes_run_at_a_lower_priority():
+    slots = DecodeSlots(1, large_pixels=0, niceness=5)
+
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    assert slots.run(1, nice) == min(19, nice() + 5)

@@ -77,6 +77,17 @@ def png_header(width: int, height: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
 
 
+def png_with_bad_ihdr_crc() -> bytes:
+    """A PNG (right signature) whose IHDR checksum is wrong."""
+    data = bytearray(png(32, 32))
+    data[29] ^= 0xFF  # the IHDR CRC: 8 signature + 4 length + 4 type + 13 data bytes
+    return bytes(data)
+
+
+def elongated(width: int = 16, height: int = 2000) -> bytes:
+    return png(width, height)
+
+
 def huge_header() -> bytes:
     return png_header(30_000, 30_000)
 
@@ -167,6 +178,24 @@ STYLIZE_CASES: tuple[StylizeCase, ...] = (
     StylizeCase("weights_wrong_count", 422, png(), _style() * 2, fields={"style_weights": "1"}),
     StylizeCase("weights_negative", 422, png(), _style() * 2, fields={"style_weights": "1,-1"}),
     StylizeCase("masks_wrong_count", 422, png(), _style() * 2, masks=(png(),)),
+    StylizeCase("png_bad_ihdr_crc", 400, png_with_bad_ihdr_crc(), _style(), code="corrupt_image"),
+    StylizeCase(
+        "too_elongated",
+        400,
+        elongated(),
+        _style(),
+        fields={"size": "64"},
+        code="aspect_ratio_too_large",
+    ),
+    StylizeCase(
+        "weights_100k_commas",
+        422,
+        png(),
+        _style() * 2,
+        fields={"style_weights": "," * 100_000},
+        code="validation_error",
+    ),
+    StylizeCase("alpha_nan", 422, png(), _style(), fields={"alpha": "nan"}),
 )
 
 
@@ -177,6 +206,7 @@ class GenerateCase:
     name: str
     status: int
     body: dict | str
+    message: str | None = None  # a phrase the error message must contain
 
 
 GENERATE_CASES: tuple[GenerateCase, ...] = (
@@ -192,4 +222,11 @@ GENERATE_CASES: tuple[GenerateCase, ...] = (
     GenerateCase("negative_seed", 422, {"prompt": "a cat", "seed": -5}),
     GenerateCase("unknown_field", 422, {"prompt": "a cat", "colour": "red"}),
     GenerateCase("not_json", 422, "{this is not json"),
+    GenerateCase("whitespace_prompt", 422, {"prompt": " \t\n "}, "only whitespace"),
+    GenerateCase(
+        "nan_guidance", 422, '{"prompt": "a cat", "guidance_scale": NaN}', "finite number"
+    ),
+    GenerateCase(
+        "infinite_guidance", 422, '{"prompt": "a cat", "guidance_scale": Infinity}', "finite"
+    ),
 )

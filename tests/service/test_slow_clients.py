@@ -1,0 +1,146 @@
+"""Slow and surplus clients against a real uvicorn (``atelier serve``) on 127.0.0.1.
+
+Each test blocks on the server's answer or on it closing the connection (reads time
+out after 30 s, far above the limits set here, so a missing limit fails the test).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+
+import httpx
+import pytest
+from live_server import live_server, read_until_closed
+
+pytestmark = pytest.mark.timeout(120)
+
+_HEAD = b"POST /v1/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+
+
+def _status(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+def _body(response: bytes) -> dict:
+    return json.loads(response.partition(b"\r\n\r\n")[2])
+
+
+@pytest.fixture(scope="module")
+def strict_server():
+    settings = {"header_timeout_s": "1", "body_timeout_s": "1", "keep_alive_timeout_s": "1"}
+    with live_server(settings) as server:
+        yield server
+
+
+def test_a_connection_that_sends_nothing_is_closed(strict_server):
+    with strict_server.connect() as sock:
+        response = read_until_closed(sock)
+    assert _status(response) == 408
+    assert _body(response)["error"]["code"] == "header_timeout"
+
+
+def test_headers_that_never_end_are_closed(strict_server):
+    with strict_server.connect() as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: 1\r\n")
+        response = read_until_closed(sock)
+    assert _status(response) == 408
+
+
+def test_a_slow_second_request_on_a_keep_alive_connection_is_closed(strict_server):
+    with strict_server.connect() as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        first = sock.recv(65536)
+        assert _status(first) == 200
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next head starts, then stalls
+        rest = read_until_closed(sock)
+    assert _status(rest) == 408
+
+
+def test_a_body_that_stalls_answers_408_and_closes(strict_server):
+    with strict_server.connect() as sock:
+        sock.sendall(_HEAD + b"Content-Length: 100\r\n\r\n" + b'{"prompt": ')
+        response = read_until_closed(sock)
+    assert _status(response) == 408
+    assert _body(response)["error"]["code"] == "body_timeout"
+    assert httpx.get(f"{strict_server.url}/healthz").status_code == 200
+
+
+def test_an_early_answer_closes_a_connection_whose_body_is_still_coming(strict_server):
+    """A bad upload is refused before its body ends; a client that keeps trickling the
+    rest must not keep the connection (uvicorn would read the body to its end)."""
+    with strict_server.connect() as sock:
+        sock.sendall(
+            b"POST /v1/stylize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100000\r\n"
+            b"Content-Type: multipart/form-data; boundary=x\r\n\r\nnot multipart"
+        )
+        stop = threading.Event()
+
+        def trickle() -> None:
+            while not stop.wait(0.2):
+                try:
+                    sock.sendall(b"b")
+                except OSError:
+                    return
+
+        sender = threading.Thread(target=trickle)
+        sender.start()
+        try:
+            response = read_until_closed(sock)
+        finally:
+            stop.set()
+            sender.join()
+    assert _status(response) == 400
+
+
+def test_connections_beyond_the_cap_get_503():
+    with live_server({"max_connections": "3"}) as server:
+        idle = [server.connect() for _ in range(3)]
+        try:
+            with server.connect() as sock:
+                sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                response = read_until_closed(sock)
+        finally:
+            for connection in idle:
+                connection.close()
+        assert _status(response) == 503
+        with server.connect() as sock:  # the idle ones are gone: served again
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert _status(read_until_closed(sock)) == 200
+
+
+def _in_flight(url: str) -> float:
+    """The ``atelier_http_requests_in_flight`` gauge, the scrape itself included."""
+    for line in httpx.get(f"{url}/metrics").text.splitlines():
+        if line.startswith("atelier_http_requests_in_flight "):
+            return float(line.split()[-1])
+    raise AssertionError("no in-flight gauge")
+
+
+def test_sigterm_drains_new_connections_get_503_until_in_flight_work_ends():
+    with live_server({"body_timeout_s": "60"}) as server:
+        slow = server.connect()
+        slow.sendall(_HEAD + b"Content-Length: 20\r\n\r\n" + b'{"prompt"')  # in flight
+        for _ in range(300):
+            if _in_flight(server.url) >= 2:
+                break
+        else:
+            pytest.fail("the slow request never reached the app")
+        server.process.send_signal(signal.SIGTERM)
+        for _ in range(300):  # until the signal handler has run
+            late = httpx.get(f"{server.url}/v1/models")  # a ConnectError fails the test
+            if late.status_code == 503:
+                break
+        assert late.json()["error"]["code"] == "shutting_down"
+        assert httpx.get(f"{server.url}/readyz").status_code == 503
+        assert server.process.poll() is None  # still serving the request in flight
+        slow.sendall(b': "a"}' + b" " * 5)
+        answer = read_until_closed(slow)
+        slow.close()
+        # served by the app (it came in before the drain): no model is loaded here
+        assert _body(answer)["error"]["code"] == "model_not_loaded"
+        assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"{server.url}/healthz", timeout=2.0)
+    assert "drain over" in server.log()
