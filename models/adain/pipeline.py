@@ -24,6 +24,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
+from models.adain.presets import get_preset, restore_detail, scale_image
 from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import region_labels, transfer
 from models.checkpoints import load_state_dict
@@ -108,6 +109,8 @@ class StyleTransfer(nn.Module):
             accumulated in float32 by ``norms``. Casting the weights once beats autocast,
             which re-casts every weight at every call.
         cache_size: style statistics kept (entries of one image at one level); 0 disables.
+        preset: the default preset of :meth:`stylize` (``"quality"`` or ``"realtime"``,
+            see :mod:`models.adain.presets`).
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class StyleTransfer(nn.Module):
         weight_files: Sequence[Path] = (),
         fast: bool = False,
         cache_size: int = 64,
+        preset: str = "quality",
     ) -> None:
         super().__init__()
         self.encoder = encoder.eval().requires_grad_(False)
@@ -130,6 +134,7 @@ class StyleTransfer(nn.Module):
         self.weight_files = [Path(path) for path in weight_files]
         self.fast = fast
         self.cache = StyleStatsCache(cache_size)
+        self.preset = get_preset(preset)
         if fast:
             self.to(memory_format=torch.channels_last)
 
@@ -142,6 +147,7 @@ class StyleTransfer(nn.Module):
         levels: Sequence[str] | None = None,
         fast: bool = False,
         cache_size: int = 64,
+        preset: str = "quality",
         manifest: Manifest | None = None,
     ) -> StyleTransfer:
         """Load the shared normalised VGG-19 (to relu3_1) and its three decoders.
@@ -150,7 +156,8 @@ class StyleTransfer(nn.Module):
         the AdaIN release's pair (``adain/vgg_normalised.pth``, ``adain/decoder.pth``,
         see ``atelier weights fetch adain-relu4_1``) is found too, its deeper encoder
         replaces the relu3_1 one and ``"relu4_1"`` becomes available as a level.
-        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``).
+        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``); ``preset``
+        the default preset (``"quality"`` runs that pass at full resolution).
 
         Raises:
             WeightsNotFoundError: a file is in none of ``search_path`` (the message names
@@ -180,6 +187,7 @@ class StyleTransfer(nn.Module):
             weight_files=[encoder_path, *decoder_paths.values()],
             fast=fast,
             cache_size=cache_size,
+            preset=preset,
         )
         return model.to(device)
 
@@ -188,11 +196,12 @@ class StyleTransfer(nn.Module):
         return next(self.encoder.parameters()).device
 
     def describe(self) -> dict[str, Any]:
-        """What is loaded: mode, default levels, weight files, device, precision."""
+        """What is loaded: mode, default levels and preset, weight files, device, precision."""
         return {
             "name": "adain",
             "mode": "single-level" if len(self.levels) == 1 else "multi-level",
             "levels": list(self.levels),
+            "preset": self.preset.name,
             "weight_files": [str(path) for path in self.weight_files],
             "device": str(self.device),
             "fast": self.fast,
@@ -235,6 +244,7 @@ class StyleTransfer(nn.Module):
         preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
         levels: Sequence[str] | None = None,
+        preset: str | None = None,
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
 
@@ -251,7 +261,9 @@ class StyleTransfer(nn.Module):
             masks: one mask per style, values in ``[0, 1]``; each style is applied
                 where its mask is largest (and >= 0.5), with statistics per region;
                 elsewhere the content is kept.
-            levels: the pass to run instead of the default, deepest first.
+            levels: the pass to run instead of the preset's, deepest first.
+            preset: ``"quality"`` or ``"realtime"`` (default: the model's preset): the
+                pass and the working resolution, see :mod:`models.adain.presets`.
 
         Shape:
             - content: ``(B, 3, H, W)``, any ``H, W``
@@ -259,12 +271,23 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
-        levels = check_levels(levels, list(self.decoders)) if levels is not None else self.levels
+        preset = self.preset if preset is None else get_preset(preset)
+        if levels is None:
+            levels = preset.levels or self.levels
+        levels = check_levels(levels, list(self.decoders))
         if alpha == 0.0:
             levels = levels[-1:]  # every pass is anchored to the photo: only the last one shows
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
         content = content.to(self.device, torch.float32)
+        full_content, full_masks = content, masks
+        content = preset.downscale(content)
+        if masks is not None and content is not full_content:
+            masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
         styles = [style.to(self.device, torch.float32) for style in styles]
+        original_styles = styles
+        if content is not full_content:  # the style's textures at the photo's working scale
+            scale = content.shape[-1] / full_content.shape[-1]
+            styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
         if preserve_color:
             styles = [luminance(style).contiguous() for style in styles]
         image = luminance(content) if preserve_color else content
@@ -299,6 +322,19 @@ class StyleTransfer(nn.Module):
         output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
         if preserve_color:
             output = with_chroma_of(output, content)
+        if content is not full_content:
+            output = restore_detail(output, content, full_content, gain=preset.detail_gain)
+            if preset.detail_levels:
+                output = self.stylize(
+                    output,
+                    original_styles,
+                    style_weights=style_weights,
+                    alpha=alpha,
+                    preserve_color=preserve_color,
+                    masks=full_masks,
+                    levels=preset.detail_levels,
+                    preset="quality",
+                )
         return output
 
     @staticmethod
