@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
 from starlette.concurrency import run_in_threadpool
 
+from models.adain.presets import PresetName
 from service.auth import require_api_key
 from service.errors import ValidationFailed
 from service.images import (
@@ -55,6 +56,7 @@ def _build_job(
     style_weights: tuple[float, ...] | None,
     alpha: float,
     preserve_color: bool,
+    preset: str,
 ) -> StylizeJob:
     """Decode and resize every upload (CPU work: runs in the thread pool)."""
     content_image = resize_max_side(decode_image(content, limits, name="content"), size)
@@ -76,6 +78,7 @@ def _build_job(
         alpha=alpha,
         preserve_color=preserve_color,
         masks=mask_images,
+        preset=preset,
     )
 
 
@@ -115,6 +118,10 @@ async def stylize(
         int, Form(ge=16, description="Longer side of the output, at most max_side.")
     ] = DEFAULT_SIZE,
     format: Annotated[Literal["png", "jpeg", "webp"], Form()] = "png",
+    preset: Annotated[
+        PresetName,
+        Form(description="quality (default, four passes) or realtime (one pass, ~10x faster)."),
+    ] = "quality",
 ) -> Response:
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
@@ -136,6 +143,7 @@ async def stylize(
         style_weights=weights,
         alpha=alpha,
         preserve_color=preserve_color,
+        preset=preset,
     )
     image = await pool.submit(job, timeout_s=remaining_seconds(request, settings))
     data, media_type = await run_in_threadpool(encode_image, image, format)

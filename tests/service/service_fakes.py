@@ -22,6 +22,7 @@ class FakeStyleTransfer:
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.batch_sizes: list[int] = []
+        self.presets: list[str] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
 
@@ -29,9 +30,18 @@ class FakeStyleTransfer:
         return {"name": "adain", "weight_files": ["/fake/vgg.pth"], "device": self.device}
 
     def stylize(
-        self, content, styles, *, style_weights=None, alpha=1.0, preserve_color=False, masks=None
+        self,
+        content,
+        styles,
+        *,
+        style_weights=None,
+        alpha=1.0,
+        preserve_color=False,
+        masks=None,
+        preset="quality",
     ):
         self.batch_sizes.append(content.shape[0])
+        self.presets.append(preset)
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
