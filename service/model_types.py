@@ -44,6 +44,7 @@ class StyleTransferModel(Protocol):
         alpha: float = 1.0,
         preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
+        preset: str | None = None,
         control: StepControl | None = None,
     ) -> Tensor:
         """``(B, 3, H, W)`` in, one ``(3, H, W)`` in ``[0, 1]`` per image ``control`` kept

@@ -56,10 +56,12 @@ class StylizeJob:
     alpha: float = 1.0
     preserve_color: bool = False
     masks: tuple[torch.Tensor, ...] | None = None
+    preset: str = "quality"
 
     def batch_key(self) -> Hashable:
         """Jobs with equal keys stack into one forward: same sizes, same options."""
         return (
+            self.preset,
             tuple(self.content.shape),
             tuple(tuple(style.shape) for style in self.styles),
             self.style_weights,
@@ -96,6 +98,7 @@ def run_stylize(
         alpha=first.alpha,
         preserve_color=first.preserve_color,
         masks=masks,
+        preset=first.preset,
         control=control,
     )
     return list(output.float().cpu().unbind(0))

@@ -25,6 +25,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
+from models.adain.presets import get_preset, restore_detail, scale_image
 from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import region_labels, transfer
 from models.checkpoints import load_state_dict
@@ -110,6 +111,15 @@ def _take_images(
     )
 
 
+def _offset(control: StepControl, first: int, total: int) -> StepControl:
+    """``control`` as seen by a nested call whose pass 0 is pass ``first`` of ``total``."""
+
+    def shifted(done: int, _nested_total: int):
+        return control(first + done, total)
+
+    return shifted
+
+
 class StyleTransfer(nn.Module):
     """Encoder, decoders and the AdaIN pass; see :meth:`stylize`.
 
@@ -124,6 +134,8 @@ class StyleTransfer(nn.Module):
             accumulated in float32 by ``norms``. Casting the weights once beats autocast,
             which re-casts every weight at every call.
         cache_size: style statistics kept (entries of one image at one level); 0 disables.
+        preset: the default preset of :meth:`stylize` (``"quality"`` or ``"realtime"``,
+            see :mod:`models.adain.presets`).
     """
 
     def __init__(
@@ -135,6 +147,7 @@ class StyleTransfer(nn.Module):
         weight_files: Sequence[Path] = (),
         fast: bool = False,
         cache_size: int = 64,
+        preset: str = "quality",
     ) -> None:
         super().__init__()
         self.encoder = encoder.eval().requires_grad_(False)
@@ -146,6 +159,7 @@ class StyleTransfer(nn.Module):
         self.weight_files = [Path(path) for path in weight_files]
         self.fast = fast
         self.cache = StyleStatsCache(cache_size)
+        self.preset = get_preset(preset)
         if fast:
             self.to(memory_format=torch.channels_last)
 
@@ -158,6 +172,7 @@ class StyleTransfer(nn.Module):
         levels: Sequence[str] | None = None,
         fast: bool = False,
         cache_size: int = 64,
+        preset: str = "quality",
         manifest: Manifest | None = None,
     ) -> StyleTransfer:
         """Load the shared normalised VGG-19 (to relu3_1) and its three decoders.
@@ -166,7 +181,8 @@ class StyleTransfer(nn.Module):
         the AdaIN release's pair (``adain/vgg_normalised.pth``, ``adain/decoder.pth``,
         see ``atelier weights fetch adain-relu4_1``) is found too, its deeper encoder
         replaces the relu3_1 one and ``"relu4_1"`` becomes available as a level.
-        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``).
+        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``); ``preset``
+        the default preset (``"quality"`` runs that pass at full resolution).
 
         Raises:
             WeightsNotFoundError: a file is in none of ``search_path`` (the message names
@@ -196,6 +212,7 @@ class StyleTransfer(nn.Module):
             weight_files=[encoder_path, *decoder_paths.values()],
             fast=fast,
             cache_size=cache_size,
+            preset=preset,
         )
         return model.to(device)
 
@@ -204,11 +221,12 @@ class StyleTransfer(nn.Module):
         return next(self.encoder.parameters()).device
 
     def describe(self) -> dict[str, Any]:
-        """What is loaded: mode, default levels, weight files, device, precision."""
+        """What is loaded: mode, default levels and preset, weight files, device, precision."""
         return {
             "name": "adain",
             "mode": "single-level" if len(self.levels) == 1 else "multi-level",
             "levels": list(self.levels),
+            "preset": self.preset.name,
             "weight_files": [str(path) for path in self.weight_files],
             "device": str(self.device),
             "fast": self.fast,
@@ -251,6 +269,7 @@ class StyleTransfer(nn.Module):
         preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
         levels: Sequence[str] | None = None,
+        preset: str | None = None,
         control: StepControl | None = None,
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
@@ -268,7 +287,9 @@ class StyleTransfer(nn.Module):
             masks: one mask per style, values in ``[0, 1]``; each style is applied
                 where its mask is largest (and >= 0.5), with statistics per region;
                 elsewhere the content is kept.
-            levels: the pass to run instead of the default, deepest first.
+            levels: the pass to run instead of the preset's, deepest first.
+            preset: ``"quality"`` or ``"realtime"`` (default: the model's preset): the
+                pass and the working resolution, see :mod:`models.adain.presets`.
             control: asked before each level's pass which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there and the
                 output holds the kept ones only, each as it would have been without it.
@@ -279,12 +300,24 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
-        levels = check_levels(levels, list(self.decoders)) if levels is not None else self.levels
+        preset = self.preset if preset is None else get_preset(preset)
+        if levels is None:
+            levels = preset.levels or self.levels
+        levels = check_levels(levels, list(self.decoders))
         if alpha == 0.0:
             levels = levels[-1:]  # every pass is anchored to the photo: only the last one shows
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
         content = content.to(self.device, torch.float32)
+        full_content, full_masks = content, masks
+        content = preset.downscale(content)
+        downscaled = content is not full_content
+        if masks is not None and downscaled:
+            masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
         styles = [style.to(self.device, torch.float32) for style in styles]
+        original_styles = styles
+        if downscaled:  # the style's textures at the photo's working scale
+            scale = content.shape[-1] / full_content.shape[-1]
+            styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
         if preserve_color:
             styles = [luminance(style).contiguous() for style in styles]
         image = luminance(content) if preserve_color else content
@@ -300,17 +333,21 @@ class StyleTransfer(nn.Module):
         self._ready()
         stats = [self.style_stats(style, levels) for style in styles]
         batch = content.shape[0]
+        kept = torch.arange(batch)  # the input rows still in the batch
+        detail_levels = preset.detail_levels if downscaled else ()
+        passes = len(levels) + len(detail_levels)
         image = self._prepare(image)
         anchors = self.encoder(image, set(levels)) if alpha < 1.0 else {}
         for done, level in enumerate(levels):
-            rows = wanted_rows(control, done, len(levels))
+            rows = wanted_rows(control, done, passes)
             if rows is not None:
                 image, content, anchors, stats, padded_masks = _take_images(
                     rows, image, content, anchors, stats, padded_masks
                 )
+                kept = kept[rows]
                 batch = image.shape[0]
                 if batch == 0:
-                    break
+                    return image[..., :height, :width].float()
             features = self.encoder.encode(image, level)
             labels = None
             if padded_masks is not None:
@@ -324,14 +361,34 @@ class StyleTransfer(nn.Module):
                 anchor=anchors.get(level),
             )
             image = self.decoders[level](restyled)
-        else:
-            rows = wanted_rows(control, len(levels), len(levels))
+        if not detail_levels:  # the last call: after the last pass
+            rows = wanted_rows(control, passes, passes)
             if rows is not None:
                 image, content = image[rows.to(image.device)], content[rows.to(content.device)]
+                kept = kept[rows]
         output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
         if preserve_color:
             output = with_chroma_of(output, content)
-        return output
+        if not downscaled:
+            return output
+
+        def kept_rows(tensor: Tensor) -> Tensor:  # batch-1 inputs are shared by every row
+            return tensor if tensor.shape[0] == 1 else tensor[kept.to(tensor.device)]
+
+        output = restore_detail(output, content, kept_rows(full_content), gain=preset.detail_gain)
+        if not detail_levels:
+            return output
+        return self.stylize(
+            output,
+            [kept_rows(style) for style in original_styles],
+            style_weights=style_weights,
+            alpha=alpha,
+            preserve_color=preserve_color,
+            masks=None if full_masks is None else [kept_rows(mask) for mask in full_masks],
+            levels=detail_levels,
+            preset="quality",
+            control=None if control is None else _offset(control, len(levels), passes),
+        )
 
     @staticmethod
     def _check_arguments(

@@ -6,6 +6,7 @@ Examples::
     atelier stylize photo.jpg starry.jpg wave.jpg --style-weights 0.7,0.3 -o mix.png
     atelier stylize photo.jpg starry.jpg wave.jpg --mask left.png --mask right.png -o m.png
     atelier stylize photo.jpg scream.jpg --preserve-color --alpha 0.8 --levels relu3_1 -o o.png
+    atelier stylize photo.jpg starry.jpg --preset realtime -o fast.png
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from models.adain import StyleTransfer
 from models.adain.images import load_image, save_image
+from models.adain.presets import PRESETS
 from models.hub import WeightsNotFoundError
 from service.config import Settings
 
@@ -61,6 +63,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_levels,
         help="pass to run, deepest first, e.g. relu3_1 (single-level) or relu3_1,relu2_1,relu1_1",
     )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        default="quality",
+        help="quality: four passes at full resolution; realtime: one pass at a small working "
+        "size with the photo's detail restored (see docs/style-transfer.md)",
+    )
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.set_defaults(func=run)
 
@@ -91,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
                 preserve_color=args.preserve_color,
                 masks=masks,
                 levels=args.levels,
+                preset=args.preset,
             )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

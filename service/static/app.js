@@ -115,6 +115,7 @@ $("stylize-form").addEventListener("submit", async (event) => {
   for (const file of styles) form.append("style", file);
   form.append("alpha", $("alpha").value);
   form.append("preserve_color", $("preserve-color").checked ? "true" : "false");
+  form.append("preset", $("preset").value);
   form.append("size", $("size").value);
   form.append("format", "png");
   $("stylize-button").disabled = true;

@@ -69,6 +69,7 @@ class FakeStyleTransfer(Stepper):
         super().__init__()
         self.device = device
         self.batch_sizes: list[int] = []
+        self.presets: list[str] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
 
@@ -84,9 +85,11 @@ class FakeStyleTransfer(Stepper):
         alpha=1.0,
         preserve_color=False,
         masks=None,
+        preset="quality",
         control=None,
     ):
         self.batch_sizes.append(content.shape[0])
+        self.presets.append(preset)
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)

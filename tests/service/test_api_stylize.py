@@ -55,6 +55,19 @@ def test_preserve_color_reaches_the_model(client):
     np.testing.assert_allclose(_pixels(response), reference, atol=1.0)
 
 
+def test_preset_reaches_the_model_and_defaults_to_quality(fakes, client):
+    content, style = corpus.png(40, 24), corpus.png(32, 32, seed=1)
+    assert _post(client, content, [style]).status_code == 200
+    assert _post(client, content, [style], preset="realtime").status_code == 200
+    assert fakes.adain["cpu"].presets == ["quality", "realtime"]
+
+
+def test_unknown_preset_is_a_validation_error(client):
+    response = _post(client, corpus.png(40, 24), [corpus.png(32, 32)], preset="turbo")
+    assert response.status_code == 422
+    assert response.json()["error"]["code"] == "validation_error"
+
+
 def test_size_shrinks_the_longer_side(client):
     response = _post(client, corpus.png(200, 100), [corpus.png(64, 64)], size=64)
     assert response.status_code == 200

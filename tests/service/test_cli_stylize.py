@@ -70,8 +70,10 @@ def test_options_reach_the_model(weights_dir, tmp_path, monkeypatch):
         main([*common, "--mask", str(tmp_path / "m0.png"), "--mask", str(tmp_path / "m1.png")]) == 0
     )
     assert main([*common, "--preserve-color", "--levels", "relu2_1,relu1_1"]) == 0
+    assert main([*common, "--preset", "realtime"]) == 0
 
-    (shape, style_shapes, weighted), (_, _, masked), (_, _, colour) = calls
+    (shape, style_shapes, weighted), (_, _, masked), (_, _, colour), (_, _, fast) = calls
+    assert weighted["preset"] == "quality" and fast["preset"] == "realtime"
     assert shape == (1, 3, 24, 24) and style_shapes == [(1, 3, 16, 16)] * 2
     assert weighted["style_weights"] == [2.0, 1.0] and weighted["alpha"] == 0.5
     masks = masked["masks"]
@@ -93,6 +95,9 @@ def test_bad_arguments_exit_2_with_a_message(weights_dir, tmp_path, capsys):
     assert main(["stylize", str(content), str(style), "-o", str(out), "--alpha", "1.5"]) == 2
     assert "alpha" in capsys.readouterr().err
     assert main(["stylize", str(content), str(style), "-o", str(out), "--levels", "relu4_1"]) == 2
+    with pytest.raises(SystemExit):  # argparse: not one of the choices
+        main(["stylize", str(content), str(style), "-o", str(out), "--preset", "turbo"])
+    assert "invalid choice" in capsys.readouterr().err
     assert not out.exists()
 
 

@@ -57,6 +57,7 @@ def test_batch_key_separates_sizes_and_options():
     assert _job(8, 8).batch_key() != _job(8, 9).batch_key()
     assert _job(alpha=0.5).batch_key() != _job(alpha=1.0).batch_key()
     assert _job(preserve_color=True).batch_key() != _job().batch_key()
+    assert _job(preset="realtime").batch_key() != _job().batch_key()
 
 
 def test_generate_batch_key_separates_planned_from_plain_jobs():
