@@ -137,6 +137,23 @@ def test_a_request_over_the_cost_budget_is_refused_naming_the_limit(client_facto
     assert ok.status_code == 200
 
 
+def test_a_stylize_request_over_the_cost_budget_is_refused_naming_the_limit(client_factory, fakes):
+    client = client_factory(max_stylize_pixel_passes=20_000)
+
+    def post(styles: int):
+        files = [("content", ("c.png", corpus.png(64, 48), "image/png"))]
+        files += [("style", (f"s{i}.png", corpus.png(32, 32), "image/png")) for i in range(styles)]
+        return client.post("/v1/stylize", files=files, data={"size": "64"})
+
+    # the fake runs 2 passes: 64^2 x (1 content + 2 styles) x 2 = 24576 pixel-passes
+    response = post(styles=2)
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "24576" in message and "max_stylize_pixel_passes" in message and "20000" in message
+    assert fakes.adain["cpu"].batch_sizes == []
+    assert post(styles=1).status_code == 200  # 64^2 x 2 x 2 = 16384
+
+
 def _png_text(data: bytes) -> dict[str, str]:
     image = Image.open(io.BytesIO(data))
     image.load()
