@@ -92,6 +92,110 @@ def test_an_image_past_its_deadline_stops_during_its_forward():
     assert model.step_rows == [[0]]
 
 
+class _GatedEncoder:
+    """A text encoder that records the texts it is asked for and waits for ``gate``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.texts: list[str] = []
+
+    def encode(self, prompts):
+        self.texts += prompts
+        self.entered.set()
+        assert self.gate.wait(10)
+        return self.inner.encode(prompts)
+
+
+@pytest.fixture
+def tiny_text_to_image():
+    from models.dit.config import get_preset
+    from models.dit.model import DiT
+    from models.dit.pipeline import TextToImage
+    from models.text_encoder import FakeTextEncoder
+
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny"))
+    return TextToImage(model, FakeTextEncoder(model.config.text_dim), default_steps=3)
+
+
+#: one object each (one region), told apart by colour in what the encoder sees
+COLOURS = ("red", "blue", "green")
+
+
+def _colour_job(colour: str) -> GenerateJob:
+    return GenerateJob(f"a {colour} circle", None, 11, GenerateOptions(3, 3.0, "ddim", True))
+
+
+def _alone(pipe, job: GenerateJob) -> torch.Tensor:
+    options = job.options
+    return pipe.generate(
+        [job.prompt], seeds=[job.seed], steps=options.steps, guidance_scale=3.0, sampler="ddim"
+    )[0]
+
+
+def test_an_image_cancelled_while_queued_never_reaches_the_text_encoder(tiny_text_to_image):
+    """The batcher drops it before its batch's forward: no planning, no encoding."""
+    pipe = tiny_text_to_image
+    encoder = pipe.encoder = _GatedEncoder(pipe.encoder)
+    jobs = [_colour_job(colour) for colour in COLOURS]
+
+    async def scenario():
+        pool = _pool(pipe, max_batch_size=1, max_batch_wait_ms=0.0)
+        pool.start()
+        tasks = [asyncio.ensure_future(pool.submit(jobs[0]))]
+        await _thread_wait(lambda: encoder.entered.wait(10))  # red holds the worker
+        tasks += [asyncio.ensure_future(pool.submit(job)) for job in jobs[1:]]
+        await asyncio.sleep(0)  # blue and green are queued
+        tasks[2].cancel()
+        while not tasks[2].done():  # its batcher item is abandoned once the task is done
+            await asyncio.sleep(0)
+        encoder.gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()
+        return results
+
+    red, blue, green = asyncio.run(scenario())
+    assert isinstance(green, asyncio.CancelledError)
+    assert not any("green" in text for text in encoder.texts)
+    assert any("blue" in text for text in encoder.texts)
+    torch.testing.assert_close(red, _alone(pipe, jobs[0]))
+    torch.testing.assert_close(blue, _alone(pipe, jobs[1]))
+
+
+def test_an_image_cancelled_during_text_encoding_runs_no_sampler_step(tiny_text_to_image):
+    """Its batch's forward had started: the encoding is spent, then the sampler's first
+    step check drops it before any model evaluation; its batch-mates are unchanged."""
+    pipe = tiny_text_to_image
+    encoder = pipe.encoder = _GatedEncoder(pipe.encoder)
+    jobs = [_colour_job(colour) for colour in COLOURS]
+    metrics = Metrics()
+
+    async def scenario():
+        pool = _pool(pipe, metrics, max_batch_size=3)
+        pool.start()
+        tasks = [asyncio.ensure_future(pool.submit(job)) for job in jobs]
+        await _thread_wait(lambda: encoder.entered.wait(10))  # one batch of three
+        tasks[1].cancel()
+        while not tasks[1].done():  # its batcher item is abandoned once the task is done
+            await asyncio.sleep(0)
+        encoder.gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()
+        return results
+
+    red, blue, green = asyncio.run(scenario())
+    assert isinstance(blue, asyncio.CancelledError)
+    assert any("blue" in text for text in encoder.texts)  # the encoding was spent
+    text = metrics.render().decode()
+    # 2 images x 3 steps: blue ran none
+    assert 'atelier_work_units_total{device="cpu",model="dit"} 6.0' in text
+    assert 'reason="caller_gone",stage="running"} 1.0' in text
+    torch.testing.assert_close(red, _alone(pipe, jobs[0]))
+    torch.testing.assert_close(green, _alone(pipe, jobs[2]))
+
+
 class _Connection:
     """A request whose client disconnects when ``gone`` is set."""
 
