@@ -530,7 +530,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], object]] = {
 
 
 def print_summary(checks: list[Check]) -> None:
-    rows = [("scenario", "figure", "measured", "target", "")] + [
+    rows = [("scenario", "figure", "measured", "target", "result")] + [
         (c.scenario, c.figure, c.measured, c.target, "met" if c.met else "MISSED") for c in checks
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
