@@ -135,28 +135,38 @@ def _alone(pipe, job: GenerateJob) -> torch.Tensor:
     )[0]
 
 
-def test_an_image_cancelled_while_queued_never_reaches_the_text_encoder(tiny_text_to_image):
-    """The batcher drops it before its batch's forward: no planning, no encoding."""
-    pipe = tiny_text_to_image
+def _cancel_during_encoding(pipe, jobs, *, first: int, cancel: int, metrics=None, **settings):
+    """Submit ``jobs[:first]``; once their forward is inside the (gated) text encoder,
+    submit the rest, cancel ``jobs[cancel]``, then let the encoder go on. Returns each
+    job's result or exception, and the encoder (which recorded the texts it saw)."""
     encoder = pipe.encoder = _GatedEncoder(pipe.encoder)
-    jobs = [_colour_job(colour) for colour in COLOURS]
 
     async def scenario():
-        pool = _pool(pipe, max_batch_size=1, max_batch_wait_ms=0.0)
+        pool = _pool(pipe, metrics, **settings)
         pool.start()
-        tasks = [asyncio.ensure_future(pool.submit(jobs[0]))]
-        await _thread_wait(lambda: encoder.entered.wait(10))  # red holds the worker
-        tasks += [asyncio.ensure_future(pool.submit(job)) for job in jobs[1:]]
-        await asyncio.sleep(0)  # blue and green are queued
-        tasks[2].cancel()
-        while not tasks[2].done():  # its batcher item is abandoned once the task is done
+        tasks = [asyncio.ensure_future(pool.submit(job)) for job in jobs[:first]]
+        await _thread_wait(lambda: encoder.entered.wait(10))
+        tasks += [asyncio.ensure_future(pool.submit(job)) for job in jobs[first:]]
+        await asyncio.sleep(0)  # the rest are queued
+        tasks[cancel].cancel()
+        while not tasks[cancel].done():  # its batcher item is abandoned once it is done
             await asyncio.sleep(0)
         encoder.gate.set()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         await pool.close()
         return results
 
-    red, blue, green = asyncio.run(scenario())
+    return asyncio.run(scenario()), encoder
+
+
+def test_an_image_cancelled_while_queued_never_reaches_the_text_encoder(tiny_text_to_image):
+    """The batcher drops it before its batch's forward: no planning, no encoding."""
+    pipe = tiny_text_to_image
+    jobs = [_colour_job(colour) for colour in COLOURS]
+    # red holds the worker (batches of one); blue and green queue; green is cancelled
+    (red, blue, green), encoder = _cancel_during_encoding(
+        pipe, jobs, first=1, cancel=2, max_batch_size=1, max_batch_wait_ms=0.0
+    )
     assert isinstance(green, asyncio.CancelledError)
     assert not any("green" in text for text in encoder.texts)
     assert any("blue" in text for text in encoder.texts)
@@ -168,24 +178,11 @@ def test_an_image_cancelled_during_text_encoding_runs_no_sampler_step(tiny_text_
     """Its batch's forward had started: the encoding is spent, then the sampler's first
     step check drops it before any model evaluation; its batch-mates are unchanged."""
     pipe = tiny_text_to_image
-    encoder = pipe.encoder = _GatedEncoder(pipe.encoder)
     jobs = [_colour_job(colour) for colour in COLOURS]
     metrics = Metrics()
-
-    async def scenario():
-        pool = _pool(pipe, metrics, max_batch_size=3)
-        pool.start()
-        tasks = [asyncio.ensure_future(pool.submit(job)) for job in jobs]
-        await _thread_wait(lambda: encoder.entered.wait(10))  # one batch of three
-        tasks[1].cancel()
-        while not tasks[1].done():  # its batcher item is abandoned once the task is done
-            await asyncio.sleep(0)
-        encoder.gate.set()
-        results = await asyncio.gather(*tasks, return_exceptions=True)
-        await pool.close()
-        return results
-
-    red, blue, green = asyncio.run(scenario())
+    (red, blue, green), encoder = _cancel_during_encoding(
+        pipe, jobs, first=3, cancel=1, metrics=metrics, max_batch_size=3
+    )
     assert isinstance(blue, asyncio.CancelledError)
     assert any("blue" in text for text in encoder.texts)  # the encoding was spent
     text = metrics.render().decode()
