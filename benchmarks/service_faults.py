@@ -1,114 +1,134 @@
-"""Fault scenarios against a real ``atelier serve`` on 127.0.0.1: what abandoned work
-costs the service, and what a valid request sees meanwhile.
+"""Fault floods against a real ``atelier serve`` on 127.0.0.1: what abandoned work, large
+images and slow clients cost the service, and what a valid request sees meanwhile.
 
-Scenarios (``--scenario``, repeatable; each is a function in ``SCENARIOS``):
+Each scenario starts its own server (``serve_process.Server``, CPU, real weights) and
+measures it from outside: over HTTP, from ``/metrics`` and from ``/proc/<pid>``. Phases
+with and without the fault alternate (in rounds) so a change in the machine's background
+load hits both alike. Scenarios (``--scenario``, repeatable; default all, in this order):
 
 ``disconnect``
-    The disconnect flood of issue 14, on the real DiT on the CPU, in rounds that
-    alternate an idle phase and a flood phase so a change in the machine's background
-    load hits both alike:
-
-    * idle: ``--valid`` valid requests (``steps=--valid-steps``, one image), one after
-      the other; their latencies;
-    * flood: ``--clients`` clients send heavy requests (``steps=--heavy-steps``,
-      ``num_images=8``) at once and disconnect after ``--disconnect-after`` s (the
-      cancel point); then the same valid requests, one after the other, while the
-      server drops the abandoned work.
-
-    Work is read from ``atelier_work_units_total`` (item-steps started: sampler steps x
-    images): the work done for abandoned requests after the cancel point is the growth
-    of the counter from the cancel point until the server is idle, minus the valid
-    requests' own work (known exactly: steps x images). Target: none, beyond the one
-    step that was running when the clients left.
+    The disconnect flood of issue 14 on the real DiT. Each round: ``--valid`` valid
+    requests (``steps=--valid-steps``, one image) one after the other, idle; then
+    ``--clients`` clients send heavy requests (``steps=--heavy-steps``,
+    ``num_images=8``) at once and disconnect after ``--disconnect-after`` s (the cancel
+    point), and the same valid requests follow while the server drops the abandoned
+    work. Work is read from ``atelier_work_units_total`` (item-steps started: sampler
+    steps x images). Work for abandoned requests after the cancel point = the counter's
+    growth from the cancel point until the server is idle, minus the valid requests'
+    own work (exactly steps x images). Targets: none; every abandoned request logged
+    499; valid requests served, p95 during the flood < 2x idle.
 
 ``deadline``
-    One ``steps=1000, num_images=8`` request (within a raised ``max_image_steps``)
-    that runs into ``--deadline-s``: its answer (504) and time, and the work started
-    after the 504 (target: none beyond the step in flight).
+    One ``steps=1000, num_images=8`` request (within a raised ``max_image_steps``) that
+    runs into ``--deadline-s``. Targets: 504 at the deadline, no work started after it.
 
-Prints a table and one JSON line per scenario (``RESULT {...}``). Stops by itself; the
-server is stopped with SIGTERM at the end. Usage::
+``images``
+    ``--flood`` concurrent stylize requests (real AdaIN, shipped settings) whose content
+    is a ``--side`` x ``--side`` greyscale PNG of a few tens of kB (black with a grey
+    line every 97 rows), at ``size=64``. Per round: the server's peak RSS growth during
+    the flood (``VmHWM`` after resetting it through ``/proc/<pid>/clear_refs``, minus
+    ``VmRSS`` before) and its CPU seconds per flood request (flood alone); then a valid
+    small request (128 px content and style, ``size=128``) ``--probes`` times, idle and
+    while a flood runs. The first round's growth is the one that counts (the server was
+    warmed up with small requests only; later rounds reuse what the first left in the
+    allocator). Targets: growth < 500 MB, < 1 s CPU per request, valid p95 < 2x idle.
+
+``slow-clients``
+    ``--slow-headers`` connections trickling an endless header line and
+    ``--slow-bodies`` connections trickling a well-formed upload (one byte every 0.5 s)
+    to a stylize server with the shipped timeouts (``header_timeout_s`` 10 s,
+    ``body_timeout_s`` 30 s, then ``keep_alive_timeout_s`` 5 s); the valid request
+    meanwhile. Targets: every slow connection closed by the server (within
+    ``--slow-give-up-s``), valid p95 < 2x idle.
+
+Prints each scenario's figures and one JSON line (``RESULT {...}``), then one summary
+table: each target, the measured figure, met or missed. Stops by itself; every server is
+stopped with SIGTERM. Usage::
 
     ATELIER_WEIGHTS_DIR=../shared/weights PYTHONPATH=. .venv/bin/python \\
-        benchmarks/service_faults.py --scenario disconnect --scenario deadline
+        benchmarks/service_faults.py [--scenario disconnect --scenario images ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
+from PIL import Image
+from serve_process import Server  # a sibling: run as a script, its folder is on sys.path
 
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class Server:
-    """``atelier serve`` in a subprocess (127.0.0.1), stopped with SIGTERM."""
-
-    def __init__(self, *, models: str, timeout_s: float, env: dict[str, str]) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [
-            sys.executable, "-m", "service.cli", "serve",
-            "--host", "127.0.0.1",
-            "--port", str(self.port),
-            "--devices", "cpu",
-            "--load-models", models,
-            "--max-batch-size", "8",
-            "--queue-size", "256",
-            "--request-timeout-s", str(timeout_s),
-            "--log-level", "warning",
-        ]  # fmt: skip
-        self.process = subprocess.Popen(
-            command,
-            cwd=ROOT,
-            env=os.environ | env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def wait_ready(self, timeout_s: float = 300.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("server not ready in time")
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: the flood/idle p95 ratio a valid request must stay under, in every scenario
+LATENCY_RATIO_TARGET = 2.0
 
 
-# ----------------------------------------------------------------------------- metrics
+@dataclass
+class Check:
+    """One row of the summary table."""
+
+    scenario: str
+    figure: str
+    measured: str
+    target: str
+    met: bool
+
+
+def p95(values: list[float]) -> float:
+    return float(np.percentile(values, 95))
+
+
+def latency_check(scenario: str, phase: str, idle: list[float], loaded: list[float]) -> Check:
+    ratio = p95(loaded) / p95(idle)
+    return Check(
+        scenario,
+        f"valid request p95 {phase} / idle",
+        f"{p95(loaded):.3f} s / {p95(idle):.3f} s = {ratio:.2f}x",
+        f"served, < {LATENCY_RATIO_TARGET:g}x",
+        ratio < LATENCY_RATIO_TARGET,
+    )
+
+
+# ------------------------------------------------------------------ the process
+def _status_kb(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def rss_mb(pid: int) -> float:
+    return _status_kb(pid, "VmRSS") / 1024
+
+
+def peak_rss_mb(pid: int) -> float:
+    return _status_kb(pid, "VmHWM") / 1024
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Linux >= 4.0: writing 5 to ``clear_refs`` resets ``VmHWM`` to the current RSS."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
 def metric(url: str, name: str, must_contain: str = "") -> float:
-    """Sum of the samples of ``name`` whose labels contain ``must_contain``."""
+    """Sum of the samples of ``name`` in ``/metrics`` whose labels contain ``must_contain``."""
     text = httpx.get(f"{url}/metrics", timeout=10.0).text
     total = 0.0
     for line in text.splitlines():
@@ -135,7 +155,7 @@ async def settle(url: str, quiet_s: float = 5.0, limit_s: float = 180.0) -> floa
     return last
 
 
-# ----------------------------------------------------------------------------- clients
+# ---------------------------------------------------------------------- generate
 async def post_and_leave(url: str, body: dict, after_s: float) -> None:
     """Send ``POST /v1/generate`` and close the connection after ``after_s`` seconds."""
     host, port = url.removeprefix("http://").split(":")
@@ -152,8 +172,8 @@ async def post_and_leave(url: str, body: dict, after_s: float) -> None:
     await writer.wait_closed()
 
 
-async def valid_latencies(client: httpx.AsyncClient, count: int, steps: int) -> list[float]:
-    """``count`` valid requests one after the other: their latencies (s); errors raise."""
+async def generate_latencies(client: httpx.AsyncClient, count: int, steps: int) -> list[float]:
+    """``count`` valid generate requests one after the other: their latencies (s)."""
     latencies = []
     for i in range(count):
         started = time.perf_counter()
@@ -166,50 +186,39 @@ async def valid_latencies(client: httpx.AsyncClient, count: int, steps: int) -> 
     return latencies
 
 
-def p95(values: list[float]) -> float:
-    return (
-        statistics.quantiles(values, n=20, method="inclusive")[-1] if len(values) > 1 else values[0]
-    )
-
-
-# --------------------------------------------------------------------------- scenarios
-async def disconnect_flood(args: argparse.Namespace) -> dict:
-    server = Server(models="dit", timeout_s=120.0, env={})
-    try:
-        server.wait_ready()
+async def disconnect_flood(args: argparse.Namespace) -> tuple[dict, list[Check]]:
+    heavy = {"prompt": "two red circles", "steps": args.heavy_steps, "num_images": 8}
+    with Server(
+        models="dit", weights_dir=args.weights_dir, queue_size=256, request_timeout_s=120.0
+    ) as server:
         url = server.url
-        heavy = {"prompt": "two red circles", "steps": args.heavy_steps, "num_images": 8}
         async with httpx.AsyncClient(base_url=url, timeout=120.0) as client:
-            await valid_latencies(client, 2, args.valid_steps)  # warm-up
+            await generate_latencies(client, 2, args.valid_steps)  # warm-up
             idle, flood, first_after_flood = [], [], []
-            requested = before_cancel = after_cancel = 0.0
-            closed = 0.0
+            requested = before_cancel = after_cancel = closed = 0.0
             for _ in range(args.rounds):
-                idle += await valid_latencies(client, args.valid, args.valid_steps)
+                idle += await generate_latencies(client, args.valid, args.valid_steps)
                 start = await settle(url)
                 closed_before = metric(url, "atelier_http_requests_total", 'status="499"')
-                await asyncio.gather(
-                    *(
-                        post_and_leave(url, heavy, args.disconnect_after)
-                        for _ in range(args.clients)
-                    )
-                )
+                leaving = [
+                    post_and_leave(url, heavy, args.disconnect_after) for _ in range(args.clients)
+                ]
+                await asyncio.gather(*leaving)
                 at_cancel = work(url)  # every client has left: the cancel point
-                latencies = await valid_latencies(client, args.valid, args.valid_steps)
+                latencies = await generate_latencies(client, args.valid, args.valid_steps)
                 first_after_flood.append(latencies[0])
                 flood += latencies
                 end = await settle(url)
-                valid_work = args.valid * args.valid_steps
                 requested += args.clients * args.heavy_steps * 8
                 before_cancel += at_cancel - start
-                after_cancel += end - at_cancel - valid_work
+                after_cancel += end - at_cancel - args.valid * args.valid_steps
                 closed += metric(url, "atelier_http_requests_total", 'status="499"') - closed_before
         cancelled = {
             stage: metric(url, "atelier_cancelled_total", f'stage="{stage}"')
             for stage in ("queued", "running")
         }
-    finally:
-        server.stop()
+    abandoned = args.rounds * args.clients
+    others = [x for i, x in enumerate(flood) if i % args.valid]
     result = {
         "scenario": "disconnect",
         "rounds": args.rounds,
@@ -225,9 +234,7 @@ async def disconnect_flood(args: argparse.Namespace) -> dict:
         "valid_flood_p95_s": p95(flood),
         "flood_over_idle_p95": p95(flood) / p95(idle),
         "valid_flood_first_s": first_after_flood,
-        "valid_flood_others_p50_s": statistics.median(
-            [x for i, x in enumerate(flood) if i % args.valid]
-        ),
+        "valid_flood_others_p50_s": statistics.median(others) if others else None,
     }
     print(
         f"disconnect flood: {args.rounds} rounds x {args.clients} clients leaving after "
@@ -236,26 +243,43 @@ async def disconnect_flood(args: argparse.Namespace) -> dict:
     print(f"  item-steps requested by abandoned requests: {requested:.0f}")
     print(f"  computed before the cancel point:           {before_cancel:.0f}")
     print(f"  computed after the cancel point:            {after_cancel:.0f}  (target 0)")
-    print(f"  requests logged as 499: {closed:.0f}; items cancelled: {cancelled}")
+    print(f"  requests logged as 499: {closed:.0f} of {abandoned}; items cancelled: {cancelled}")
     print(f"  valid request (steps={args.valid_steps}): idle p50 {result['valid_idle_p50_s']:.3f} s "
           f"p95 {result['valid_idle_p95_s']:.3f} s | flood p50 {result['valid_flood_p50_s']:.3f} s "
           f"p95 {result['valid_flood_p95_s']:.3f} s | p95 ratio {result['flood_over_idle_p95']:.2f} "
           "(target < 2)")  # fmt: skip
     print(f"  first valid request after each flood: "
-          f"{', '.join(f'{x:.3f}' for x in first_after_flood)} s; the others' p50 "
-          f"{result['valid_flood_others_p50_s']:.3f} s")  # fmt: skip
-    return result
+          f"{', '.join(f'{x:.3f}' for x in first_after_flood)} s")  # fmt: skip
+    checks = [
+        Check(
+            "disconnect",
+            "item-steps for abandoned requests after the cancel point",
+            f"{after_cancel:.0f} (before: {before_cancel:.0f} of {requested:.0f})",
+            "0",
+            after_cancel <= 0,
+        ),
+        Check(
+            "disconnect",
+            "abandoned requests logged 499",
+            f"{closed:.0f} of {abandoned}",
+            "all",
+            closed == abandoned,
+        ),  # fmt: skip
+        latency_check("disconnect", "during the flood", idle, flood),
+    ]
+    return result, checks
 
 
-async def deadline(args: argparse.Namespace) -> dict:
-    server = Server(
-        models="dit", timeout_s=args.deadline_s, env={"ATELIER_MAX_IMAGE_STEPS": "8000"}
-    )
-    try:
-        server.wait_ready()
+async def deadline(args: argparse.Namespace) -> tuple[dict, list[Check]]:
+    with Server(
+        models="dit",
+        weights_dir=args.weights_dir,
+        request_timeout_s=args.deadline_s,
+        settings={"max_image_steps": "8000"},
+    ) as server:
         url = server.url
         async with httpx.AsyncClient(base_url=url, timeout=args.deadline_s + 60) as client:
-            await valid_latencies(client, 1, args.valid_steps)
+            await generate_latencies(client, 1, args.valid_steps)
             start = await settle(url)
             started = time.perf_counter()
             response = await client.post(
@@ -264,9 +288,7 @@ async def deadline(args: argparse.Namespace) -> dict:
             seconds = time.perf_counter() - started
             at_answer = work(url)
             end = await settle(url)
-            after = await valid_latencies(client, 3, args.valid_steps)
-    finally:
-        server.stop()
+            after = await generate_latencies(client, 3, args.valid_steps)
     result = {
         "scenario": "deadline",
         "status": response.status_code,
@@ -280,32 +302,282 @@ async def deadline(args: argparse.Namespace) -> dict:
           f"{seconds:.2f} s (deadline {args.deadline_s} s); item-steps before the answer "
           f"{at_answer - start:.0f}, after it {end - at_answer:.0f} (target 0); next valid "
           f"request p50 {result['next_valid_p50_s']:.3f} s")  # fmt: skip
-    return result
+    checks = [
+        Check("deadline", "answer to steps=1000 x 8 images",
+              f"{response.status_code} after {seconds:.2f} s",
+              f"504 at the {args.deadline_s:g} s deadline", response.status_code == 504),
+        Check("deadline", "item-steps started after the 504", f"{end - at_answer:.0f}", "0",
+              end - at_answer <= 0),
+    ]  # fmt: skip
+    return result, checks
+
+
+# ----------------------------------------------------------------------- stylize
+def png_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG", optimize=True)
+    return buffer.getvalue()
+
+
+def large_grey_png(side: int) -> bytes:
+    pixels = np.zeros((side, side), np.uint8)
+    pixels[::97] = 200
+    return png_bytes(pixels)
+
+
+def noise_png(side: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    return png_bytes(rng.integers(0, 256, (side, side, 3), dtype=np.uint8))
+
+
+VALID_PAIR = (noise_png(128, 0), noise_png(128, 1))
+
+
+async def stylize(client: httpx.AsyncClient, content: bytes, style: bytes, size: int) -> float:
+    """One stylize request; its latency in seconds (raises on a non-200 answer)."""
+    files = [("content", ("c.png", content, "image/png")), ("style", ("s.png", style, "image/png"))]
+    started = time.perf_counter()
+    response = await client.post("/v1/stylize", files=files, data={"size": str(size)})
+    if response.status_code != 200:
+        raise RuntimeError(f"{response.status_code}: {response.text[:200]}")
+    return time.perf_counter() - started
+
+
+async def stylize_latencies(client: httpx.AsyncClient, count: int) -> list[float]:
+    """``count`` valid small stylize requests one after the other: their latencies (s)."""
+    return [await stylize(client, *VALID_PAIR, 128) for _ in range(count)]
+
+
+async def large_image_flood(client: httpx.AsyncClient, big: bytes, count: int) -> None:
+    await asyncio.gather(*(stylize(client, big, VALID_PAIR[1], 64) for _ in range(count)))
+
+
+async def image_round(url: str, pid: int, big: bytes, args: argparse.Namespace) -> dict:
+    async with httpx.AsyncClient(base_url=url, timeout=300.0) as client:
+        idle = await stylize_latencies(client, args.probes)
+
+        rss_before = rss_mb(pid)
+        reset_peak_rss(pid)
+        cpu_before = cpu_seconds(pid)
+        await large_image_flood(client, big, args.flood)
+        cpu_per_request = (cpu_seconds(pid) - cpu_before) / args.flood
+        growth = peak_rss_mb(pid) - rss_before
+
+        reset_peak_rss(pid)
+        rss_before_loaded = rss_mb(pid)
+        flood = asyncio.create_task(large_image_flood(client, big, args.flood))
+        loaded = await stylize_latencies(client, args.probes)
+        await flood
+        growth = max(growth, peak_rss_mb(pid) - rss_before_loaded)
+    return {
+        "idle": idle,
+        "loaded": loaded,
+        "peak_rss_growth_mb": growth,
+        "cpu_s_per_flood_request": cpu_per_request,
+        "rss_before_mb": rss_before,
+        "rss_after_mb": rss_mb(pid),
+    }
+
+
+async def images(args: argparse.Namespace) -> tuple[dict, list[Check]]:
+    big = large_grey_png(args.side)
+    print(f"large PNG: {args.side}x{args.side} greyscale, {len(big) / 1024:.1f} kB")
+    with Server(
+        models="adain", weights_dir=args.weights_dir, max_batch_wait_ms=10.0, queue_size=64
+    ) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=300.0) as client:
+            # the model's first forwards, no large image
+            await asyncio.gather(*(stylize_latencies(client, 2) for _ in range(4)))
+        rounds = [await image_round(server.url, server.pid, big, args) for _ in range(args.rounds)]
+    idle = [t for r in rounds for t in r["idle"]]
+    loaded = [t for r in rounds for t in r["loaded"]]
+    growth = [round(r["peak_rss_growth_mb"], 1) for r in rounds]
+    cpu = [round(r["cpu_s_per_flood_request"], 3) for r in rounds]
+    result = {
+        "scenario": "images",
+        "flood": args.flood,
+        "side": args.side,
+        "png_kb": round(len(big) / 1024, 1),
+        "peak_rss_growth_mb": growth,
+        "cpu_s_per_flood_request": cpu,
+        "rss_before_mb": [round(r["rss_before_mb"], 1) for r in rounds],
+        "rss_after_mb": [round(r["rss_after_mb"], 1) for r in rounds],
+        "valid_p95_idle_s": round(p95(idle), 3),
+        "valid_p95_flood_s": round(p95(loaded), 3),
+        "flood_over_idle_p95": round(p95(loaded) / p95(idle), 2),
+    }
+    print(f"peak RSS growth, {args.flood} concurrent requests (MB): {growth} (target < 500)")
+    print(f"server CPU per flood request (s): {cpu} (target < 1)")
+    print(f"server RSS before each round (MB): {result['rss_before_mb']}")
+    print(f"server RSS after each round (MB): {result['rss_after_mb']}")
+    print(
+        f"valid request p95: idle {result['valid_p95_idle_s']} s, during the flood "
+        f"{result['valid_p95_flood_s']} s: {result['flood_over_idle_p95']}x (target < 2x)"
+    )
+    flood = f"{args.flood} x {args.side}x{args.side} grey PNG"
+    checks = [
+        Check("images", f"peak RSS growth, {flood} (first round)",
+              f"{growth[0]:.0f} MB (rounds: {growth})", "< 500 MB", growth[0] < 500),
+        Check("images", "server CPU per flood request", f"{max(cpu):.2f} s (rounds: {cpu})",
+              "< 1 s", max(cpu) < 1.0),
+        latency_check("images", "during the flood", idle, loaded),
+    ]  # fmt: skip
+    return result, checks
+
+
+# ------------------------------------------------------------------ slow clients
+async def slow_client(port: int, head: bytes, trickle: bytes, give_up_s: float) -> dict:
+    """Send ``head`` then ``trickle`` one byte every 0.5 s until the server closes."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    started = time.monotonic()
+
+    async def send() -> None:
+        writer.write(head)
+        for byte in trickle:
+            await writer.drain()
+            await asyncio.sleep(0.5)
+            writer.write(bytes([byte]))
+
+    sender = asyncio.create_task(send())
+    try:
+        answer = await asyncio.wait_for(reader.read(), timeout=give_up_s)
+        closed_after = time.monotonic() - started
+    except TimeoutError:
+        answer, closed_after = b"", None
+    finally:
+        sender.cancel()
+        writer.close()
+    status = int(answer.split(b" ", 2)[1]) if answer.startswith(b"HTTP/") else None
+    return {"closed_after_s": closed_after, "status": status}
+
+
+def _closed_summary(group: list[dict]) -> dict:
+    closed = [o["closed_after_s"] for o in group if o["closed_after_s"] is not None]
+    return {
+        "closed": len(closed),
+        "of": len(group),
+        "statuses": sorted({o["status"] for o in group}, key=str),
+        "closed_after_s_max": round(max(closed), 2) if closed else None,
+    }
+
+
+async def slow_clients(args: argparse.Namespace) -> tuple[dict, list[Check]]:
+    header = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: "
+    body_head = (  # a well-formed upload whose file part never ends
+        b"POST /v1/stylize HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        b"Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 100000\r\n\r\n"
+        b'--x\r\nContent-Disposition: form-data; name="content"; filename="c.png"\r\n'
+        b"Content-Type: image/png\r\n\r\n"
+    )
+    with Server(
+        models="adain", weights_dir=args.weights_dir, max_batch_wait_ms=10.0, queue_size=64
+    ) as server:
+        give_up = args.slow_give_up_s
+        tasks = [
+            slow_client(server.port, header, b"a" * 1000, give_up) for _ in range(args.slow_headers)
+        ] + [
+            slow_client(server.port, body_head, b"b" * 1000, give_up)
+            for _ in range(args.slow_bodies)
+        ]
+        async with httpx.AsyncClient(base_url=server.url, timeout=300.0) as client:
+            await stylize_latencies(client, 2)  # warm-up
+            idle = await stylize_latencies(client, args.probes)
+            slow = asyncio.gather(*tasks)
+            await asyncio.sleep(1.0)  # the slow connections are open
+            loaded = await stylize_latencies(client, args.probes)
+            outcomes = await slow
+    headers = _closed_summary(outcomes[: args.slow_headers])
+    bodies = _closed_summary(outcomes[args.slow_headers :])
+    result = {
+        "scenario": "slow-clients",
+        "slow_headers": headers,
+        "slow_bodies": bodies,
+        "valid_p95_idle_s": round(p95(idle), 3),
+        "valid_p95_slow_clients_s": round(p95(loaded), 3),
+        "slow_over_idle_p95": round(p95(loaded) / p95(idle), 2),
+    }
+    print(f"slow-header connections: {headers}")
+    print(f"slow-body connections:   {bodies}")
+    print(
+        f"valid request p95: idle {result['valid_p95_idle_s']} s, with slow clients "
+        f"{result['valid_p95_slow_clients_s']} s: {result['slow_over_idle_p95']}x"
+    )
+
+    def closed_check(kind: str, summary: dict) -> Check:
+        return Check(
+            "slow-clients",
+            f"slow-{kind} connections closed by the server",
+            f"{summary['closed']} of {summary['of']}, last after "
+            f"{summary['closed_after_s_max']} s, answers {summary['statuses']}",
+            f"all, within {give_up:g} s",
+            summary["closed"] == summary["of"],
+        )
+
+    checks = [
+        closed_check("header", headers),
+        closed_check("body", bodies),
+        latency_check("slow-clients", "with slow clients", idle, loaded),
+    ]
+    return result, checks
 
 
 SCENARIOS: dict[str, Callable[[argparse.Namespace], object]] = {
     "disconnect": disconnect_flood,
     "deadline": deadline,
+    "images": images,
+    "slow-clients": slow_clients,
 }
 
 
-def main() -> None:
+def print_summary(checks: list[Check]) -> None:
+    rows = [("scenario", "figure", "measured", "target", "result")] + [
+        (c.scenario, c.figure, c.measured, c.target, "met" if c.met else "MISSED") for c in checks
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    print("\nsummary")
+    for row in rows:
+        print(
+            "  "
+            + " | ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True))
+            + " | "
+            + row[4]
+        )
+
+
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--scenario", action="append", choices=sorted(SCENARIOS), help="repeatable; default all"
+        "--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default all"
     )
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--clients", type=int, default=20)
-    parser.add_argument("--disconnect-after", type=float, default=0.2)
-    parser.add_argument("--heavy-steps", type=int, default=200)
-    parser.add_argument("--valid", type=int, default=4, help="valid requests per phase")
-    parser.add_argument("--valid-steps", type=int, default=10)
-    parser.add_argument("--deadline-s", type=float, default=10.0)
+    parser.add_argument("--weights-dir", type=Path, default=os.environ.get("ATELIER_WEIGHTS_DIR"))
+    group = parser.add_argument_group("disconnect and deadline")
+    group.add_argument("--rounds", type=int, default=3, help="rounds of every flood scenario")
+    group.add_argument("--clients", type=int, default=20)
+    group.add_argument("--disconnect-after", type=float, default=0.2)
+    group.add_argument("--heavy-steps", type=int, default=200)
+    group.add_argument("--valid", type=int, default=4, help="valid requests per phase")
+    group.add_argument("--valid-steps", type=int, default=10)
+    group.add_argument("--deadline-s", type=float, default=10.0)
+    group = parser.add_argument_group("images and slow-clients")
+    group.add_argument("--flood", type=int, default=8, help="concurrent large-image requests")
+    group.add_argument("--side", type=int, default=6300, help="side of the large PNG")
+    group.add_argument("--probes", type=int, default=5, help="valid requests per phase")
+    group.add_argument("--slow-headers", type=int, default=50)
+    group.add_argument("--slow-bodies", type=int, default=10)
+    group.add_argument("--slow-give-up-s", type=float, default=60.0)
     args = parser.parse_args()
-    for name in args.scenario or list(SCENARIOS):
-        result = asyncio.run(SCENARIOS[name](args))
+    names = args.scenario or list(SCENARIOS)
+    if args.weights_dir is None and {"images", "slow-clients"} & set(names):
+        parser.error("the VGG weights are needed: set ATELIER_WEIGHTS_DIR or --weights-dir")
+
+    checks: list[Check] = []
+    for name in names:
+        result, scenario_checks = asyncio.run(SCENARIOS[name](args))
         print("RESULT " + json.dumps(result))
+        checks += scenario_checks
+    print_summary(checks)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -29,10 +29,7 @@ import argparse
 import asyncio
 import json
 import os
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +38,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
+from serve_process import Server  # a sibling: run as a script, its folder is on sys.path
 
 from models.adain.images import resize_max_side
 from service.cli.serve import tune_glibc_malloc
@@ -49,12 +47,6 @@ from service.images import ImageLimits, decode_image, encode_image
 ROOT = Path(__file__).resolve().parent.parent
 
 SHARED_IMAGES = ROOT.parent / "shared" / "images"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _load_png(path: Path | None, size: int, seed: int) -> bytes:
@@ -97,60 +89,6 @@ class DirectModel:
     def seconds(self, batch: int = 1) -> float:
         """Wall time of one ``stylize`` call on ``batch`` copies of the content."""
         return self.worker.submit(self._call, batch).result()
-
-
-class Server:
-    """``atelier serve`` in a subprocess, stopped with SIGTERM."""
-
-    def __init__(
-        self,
-        weights_dir: Path,
-        batch_size: int,
-        wait_ms: float,
-        queue: int,
-        settings: dict[str, str] | None = None,
-    ):
-        """``settings``: more ``ATELIER_*`` settings by field name (``{"body_timeout_s": "5"}``)."""
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [
-            sys.executable, "-m", "service.cli", "serve",
-            "--port", str(self.port),
-            "--devices", "cpu",
-            "--load-models", "adain",
-            "--weights-dir", str(weights_dir),
-            "--max-batch-size", str(batch_size),
-            "--max-batch-wait-ms", str(wait_ms),
-            "--queue-size", str(queue),
-            "--request-timeout-s", "600",
-            "--log-level", "warning",
-        ]  # fmt: skip
-        env = {**os.environ}
-        env.update({f"ATELIER_{key.upper()}": value for key, value in (settings or {}).items()})
-        self.process = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
-
-    def wait_ready(self, timeout_s: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited with {self.process.returncode}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("server not ready in time")
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
 
 
 async def run_load(
@@ -237,7 +175,14 @@ def main() -> int:
     print(f"glibc malloc tuned as in `atelier serve`: {tune_glibc_malloc()}")
     direct = DirectModel(weights_dir, content, style)
     servers = {
-        b: Server(weights_dir, b, args.batch_wait_ms, queue=4 * args.clients) for b in batch_sizes
+        b: Server(
+            models="adain",
+            weights_dir=weights_dir,
+            max_batch_size=b,
+            max_batch_wait_ms=args.batch_wait_ms,
+            queue_size=4 * args.clients,
+        )
+        for b in batch_sizes
     }
     runs: dict[int, list[dict]] = {b: [] for b in batch_sizes}
     pairs: list[tuple[float, float]] = []

@@ -43,6 +43,14 @@ class Settings(BaseSettings):
         "server finishes within request_timeout_s (measure seconds per image-step, e.g. "
         "with benchmarks/dit_bench.py, and set timeout / that). Past it: 422.",
     )
+    max_stylize_pixel_passes: int = Field(
+        default=16_000_000,
+        ge=1,
+        description="Most pixels x AdaIN passes one stylize request may cost, counted as "
+        "size^2 x (1 content + the styles) x the model's passes (4 by default): what this "
+        "server finishes within request_timeout_s (a 1024 px request with 4 styles is "
+        "21 M and took 56 s on a shared 2-core CPU). Past it: 422.",
+    )
     max_jobs: int = Field(
         default=64, ge=1, description="Async jobs held at once (unfinished ones: 429 past it)."
     )

@@ -1,7 +1,9 @@
 """``POST /v1/stylize``: multipart upload in, stylised image out.
 
 With ``Prefer: respond-async`` the same request starts a job (202, see
-``service.routes.jobs``). A client that disconnects cancels its work.
+``service.routes.jobs``). A client that disconnects cancels its work; a request whose
+cost bound (``size^2 x (1 + styles) x passes``) is over ``max_stylize_pixel_passes`` is
+refused with 422 before anything is decoded.
 """
 
 from __future__ import annotations
@@ -70,6 +72,25 @@ def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | Non
         raise ValidationFailed("style_weights: weights must be finite, >= 0 and not all 0")
     peak = max(weights)
     return tuple(w / peak for w in weights)
+
+
+def check_cost(size: int, styles: int, pool: WorkerPool, budget: int) -> None:
+    """Refuse (422) a request whose cost bound is over ``budget`` pixel-passes.
+
+    The bound needs nothing decoded: the content and every style are resized to at most
+    ``size`` on their longer side, and each of the model's passes runs the encoder over
+    the content (and, once, over each style), so
+    ``cost = size^2 x (1 + styles) x passes``.
+    """
+    passes = len(pool.model_parameters()["levels"])
+    cost = size * size * (1 + styles) * passes
+    if cost > budget:
+        raise ValidationFailed(
+            f"size^2 x (1 content + {styles} styles) x {passes} passes = {size}^2 x "
+            f"{1 + styles} x {passes} = {cost} pixel-passes is over this server's budget of "
+            f"{budget} per request (max_stylize_pixel_passes); ask for a smaller size or "
+            "fewer styles"
+        )
 
 
 def _build_job(
@@ -180,6 +201,7 @@ async def stylize(
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
+    check_cost(size, len(style), pool, settings.max_stylize_pixel_passes)
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
         if len(mask) != len(style):

@@ -74,7 +74,12 @@ class FakeStyleTransfer(Stepper):
         self.entered = threading.Event()
 
     def describe(self) -> dict:
-        return {"name": "adain", "weight_files": ["/fake/vgg.pth"], "device": self.device}
+        return {
+            "name": "adain",
+            "levels": [f"level{i}" for i in range(self.PASSES)],
+            "weight_files": ["/fake/vgg.pth"],
+            "device": self.device,
+        }
 
     def stylize(
         self,

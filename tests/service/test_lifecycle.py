@@ -92,6 +92,107 @@ def test_an_image_past_its_deadline_stops_during_its_forward():
     assert model.step_rows == [[0]]
 
 
+class _GatedEncoder:
+    """A text encoder that records the texts it is asked for and waits for ``gate``."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+        self.texts: list[str] = []
+
+    def encode(self, prompts):
+        self.texts += prompts
+        self.entered.set()
+        assert self.gate.wait(10)
+        return self.inner.encode(prompts)
+
+
+@pytest.fixture
+def tiny_text_to_image():
+    from models.dit.config import get_preset
+    from models.dit.model import DiT
+    from models.dit.pipeline import TextToImage
+    from models.text_encoder import FakeTextEncoder
+
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny"))
+    return TextToImage(model, FakeTextEncoder(model.config.text_dim), default_steps=3)
+
+
+#: one object each (one region), told apart by colour in what the encoder sees
+COLOURS = ("red", "blue", "green")
+
+
+def _colour_job(colour: str) -> GenerateJob:
+    return GenerateJob(f"a {colour} circle", None, 11, GenerateOptions(3, 3.0, "ddim", True))
+
+
+def _alone(pipe, job: GenerateJob) -> torch.Tensor:
+    options = job.options
+    return pipe.generate(
+        [job.prompt], seeds=[job.seed], steps=options.steps, guidance_scale=3.0, sampler="ddim"
+    )[0]
+
+
+def _cancel_during_encoding(pipe, jobs, *, first: int, cancel: int, metrics=None, **settings):
+    """Submit ``jobs[:first]``; once their forward is inside the (gated) text encoder,
+    submit the rest, cancel ``jobs[cancel]``, then let the encoder go on. Returns each
+    job's result or exception, and the encoder (which recorded the texts it saw)."""
+    encoder = pipe.encoder = _GatedEncoder(pipe.encoder)
+
+    async def scenario():
+        pool = _pool(pipe, metrics, **settings)
+        pool.start()
+        tasks = [asyncio.ensure_future(pool.submit(job)) for job in jobs[:first]]
+        await _thread_wait(lambda: encoder.entered.wait(10))
+        tasks += [asyncio.ensure_future(pool.submit(job)) for job in jobs[first:]]
+        await asyncio.sleep(0)  # the rest are queued
+        tasks[cancel].cancel()
+        while not tasks[cancel].done():  # its batcher item is abandoned once it is done
+            await asyncio.sleep(0)
+        encoder.gate.set()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        await pool.close()
+        return results
+
+    return asyncio.run(scenario()), encoder
+
+
+def test_an_image_cancelled_while_queued_never_reaches_the_text_encoder(tiny_text_to_image):
+    """The batcher drops it before its batch's forward: no planning, no encoding."""
+    pipe = tiny_text_to_image
+    jobs = [_colour_job(colour) for colour in COLOURS]
+    # red holds the worker (batches of one); blue and green queue; green is cancelled
+    (red, blue, green), encoder = _cancel_during_encoding(
+        pipe, jobs, first=1, cancel=2, max_batch_size=1, max_batch_wait_ms=0.0
+    )
+    assert isinstance(green, asyncio.CancelledError)
+    assert not any("green" in text for text in encoder.texts)
+    assert any("blue" in text for text in encoder.texts)
+    torch.testing.assert_close(red, _alone(pipe, jobs[0]))
+    torch.testing.assert_close(blue, _alone(pipe, jobs[1]))
+
+
+def test_an_image_cancelled_during_text_encoding_runs_no_sampler_step(tiny_text_to_image):
+    """Its batch's forward had started: the encoding is spent, then the sampler's first
+    step check drops it before any model evaluation; its batch-mates are unchanged."""
+    pipe = tiny_text_to_image
+    jobs = [_colour_job(colour) for colour in COLOURS]
+    metrics = Metrics()
+    (red, blue, green), encoder = _cancel_during_encoding(
+        pipe, jobs, first=3, cancel=1, metrics=metrics, max_batch_size=3
+    )
+    assert isinstance(blue, asyncio.CancelledError)
+    assert any("blue" in text for text in encoder.texts)  # the encoding was spent
+    text = metrics.render().decode()
+    # 2 images x 3 steps: blue ran none
+    assert 'atelier_work_units_total{device="cpu",model="dit"} 6.0' in text
+    assert 'reason="caller_gone",stage="running"} 1.0' in text
+    torch.testing.assert_close(red, _alone(pipe, jobs[0]))
+    torch.testing.assert_close(green, _alone(pipe, jobs[2]))
+
+
 class _Connection:
     """A request whose client disconnects when ``gone`` is set."""
 
@@ -135,6 +236,23 @@ def test_a_request_over_the_cost_budget_is_refused_naming_the_limit(client_facto
     assert fakes.dit["cpu"].calls == []
     ok = client.post("/v1/generate", json={"prompt": "x", "steps": 50, "num_images": 2})
     assert ok.status_code == 200
+
+
+def test_a_stylize_request_over_the_cost_budget_is_refused_naming_the_limit(client_factory, fakes):
+    client = client_factory(max_stylize_pixel_passes=20_000)
+
+    def post(styles: int):
+        files = [("content", ("c.png", corpus.png(64, 48), "image/png"))]
+        files += [("style", (f"s{i}.png", corpus.png(32, 32), "image/png")) for i in range(styles)]
+        return client.post("/v1/stylize", files=files, data={"size": "64"})
+
+    # the fake runs 2 passes: 64^2 x (1 content + 2 styles) x 2 = 24576 pixel-passes
+    response = post(styles=2)
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "24576" in message and "max_stylize_pixel_passes" in message and "20000" in message
+    assert fakes.adain["cpu"].batch_sizes == []
+    assert post(styles=1).status_code == 200  # 64^2 x 2 x 2 = 16384
 
 
 def _png_text(data: bytes) -> dict[str, str]:

@@ -1,0 +1,108 @@
+"""``atelier serve`` in a subprocess on 127.0.0.1: the server the service benchmarks measure.
+
+Imported by ``service_load.py`` and ``service_faults.py`` (run as scripts, their folder is
+on ``sys.path``). The figures they report are read from outside the process: over HTTP,
+from ``/metrics``, and from ``/proc/<pid>``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Server:
+    """``atelier serve --devices cpu`` on a free port of 127.0.0.1, stopped with SIGTERM.
+
+    Args:
+        models: ``--load-models`` (``"adain"``, ``"dit"``, ``"adain,dit"``).
+        weights_dir: ``--weights-dir`` (else ``ATELIER_WEIGHTS_DIR`` as for any server).
+        max_batch_size, max_batch_wait_ms, queue_size, request_timeout_s: the CLI options
+            of the same name (``max_batch_wait_ms=None`` keeps the shipped default).
+        settings: more ``ATELIER_*`` settings by field name, e.g. ``{"max_image_steps": "8000"}``.
+    """
+
+    def __init__(
+        self,
+        *,
+        models: str,
+        weights_dir: Path | None = None,
+        max_batch_size: int = 8,
+        max_batch_wait_ms: float | None = None,
+        queue_size: int = 64,
+        request_timeout_s: float = 600.0,
+        settings: dict[str, str] | None = None,
+    ) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [
+            sys.executable, "-m", "service.cli", "serve",
+            "--host", "127.0.0.1",
+            "--port", str(self.port),
+            "--devices", "cpu",
+            "--load-models", models,
+            "--max-batch-size", str(max_batch_size),
+            "--queue-size", str(queue_size),
+            "--request-timeout-s", str(request_timeout_s),
+            "--log-level", "warning",
+        ]  # fmt: skip
+        if weights_dir is not None:
+            command += ["--weights-dir", str(weights_dir)]
+        if max_batch_wait_ms is not None:
+            command += ["--max-batch-wait-ms", str(max_batch_wait_ms)]
+        env = os.environ | {f"ATELIER_{k.upper()}": v for k, v in (settings or {}).items()}
+        self.process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait_ready(self, timeout_s: float = 300.0) -> None:
+        """Poll ``/readyz`` until 200 (the models are loaded)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("server not ready in time")
+
+    def stop(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+    def __enter__(self) -> Server:
+        try:
+            self.wait_ready()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()
