@@ -50,15 +50,27 @@ _ALWAYS_OPEN = ("/healthz", "/readyz", "/metrics")
 
 
 class Lifecycle:
-    """Drain state shared by the middleware, the probes and the CLI's signal handler."""
+    """Drain state shared by the middleware, the probes and the CLI's signal handler.
+
+    A stop has two phases: first ``leaving`` (``/readyz`` answers 503 so a load balancer
+    takes the replica out of rotation, while new requests are still served), then
+    ``draining`` (new requests get 503 while those in flight finish).
+    """
 
     def __init__(self) -> None:
+        self.leaving = False
         self.draining = False
         self.in_flight = 0
+
+    def begin_leaving(self) -> None:
+        if not self.leaving:
+            logger.info("leaving: not ready, still serving", extra={"in_flight": self.in_flight})
+        self.leaving = True
 
     def begin_drain(self) -> None:
         if not self.draining:
             logger.info("draining: new requests get 503", extra={"in_flight": self.in_flight})
+        self.leaving = True
         self.draining = True
 
 

@@ -36,6 +36,14 @@ class Settings(BaseSettings):
     max_batch_wait_ms: float = Field(default=10.0, ge=0.0, le=10_000.0)
     queue_size: int = Field(default=64, ge=1, description="Bound of each worker's queue.")
     request_timeout_s: float = Field(default=60.0, gt=0.0)
+    drain_grace_s: float = Field(
+        default=0.0,
+        ge=0.0,
+        description="After a stop signal, seconds during which /readyz already answers 503 "
+        "but new requests are still served, so that a load balancer takes the replica out "
+        "of rotation before anyone is refused; then new requests get 503 while those in "
+        "flight finish. Set it to the balancer's health-check interval (or more).",
+    )
     max_image_steps: int = Field(
         default=2000,
         ge=1,

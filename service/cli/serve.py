@@ -1,9 +1,11 @@
 """``atelier serve``: run the HTTP service under uvicorn.
 
 Flags override the ``ATELIER_*`` environment (and ``.env``); anything not given keeps
-its setting. On SIGINT/SIGTERM the app starts draining: the server keeps accepting
-connections, new requests get 503 ``shutting_down`` and the probes report not ready
-(so a load balancer sees the drain), until the requests in flight have finished or
+its setting. On SIGINT/SIGTERM the probes report not ready at once; for
+``drain_grace_s`` (0 by default; set it behind a load balancer to its health-check
+interval) new requests are still served, so the balancer takes the replica out of
+rotation before anyone is refused. Then the app drains: the server keeps accepting
+connections and new requests get 503 ``shutting_down``, until the requests in flight have finished or
 ``request_timeout_s`` has passed; then uvicorn stops listening, waits up to
 ``request_timeout_s`` more for what is left, and the workers finish their queues. A
 second SIGINT stops at once.
@@ -117,27 +119,41 @@ def tune_glibc_malloc() -> bool:
 class DrainingServer(uvicorn.Server):
     """A uvicorn server that drains before it stops listening.
 
-    The first stop signal only tells the app to drain (new requests get 503); the
-    server keeps accepting connections until no request is in flight or
-    ``drain_timeout_s`` has passed, and only then starts uvicorn's shutdown, which
-    closes the listening sockets. A signal during the drain goes to uvicorn at once.
+    The first stop signal makes the app leave (not ready, still serving) for
+    ``drain_grace_s``, then drain (new requests get 503); the server keeps accepting
+    connections until no request is in flight or ``drain_timeout_s`` has passed, and
+    only then starts uvicorn's shutdown, which closes the listening sockets. A signal
+    after the first goes to uvicorn at once.
     """
 
-    def __init__(self, config: uvicorn.Config, lifecycle, *, drain_timeout_s: float) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        lifecycle,
+        *,
+        drain_timeout_s: float,
+        drain_grace_s: float = 0.0,
+    ) -> None:
         super().__init__(config)
         self._lifecycle = lifecycle
         self._drain_timeout_s = drain_timeout_s
+        self._drain_grace_s = drain_grace_s
+        self._drain_start: float | None = None
         self._drain_deadline: float | None = None
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if self._drain_deadline is not None:
+        if self._drain_start is not None:
             super().handle_exit(sig, frame)
             return
-        self._lifecycle.begin_drain()
-        self._drain_deadline = time.monotonic() + self._drain_timeout_s
+        self._lifecycle.begin_leaving()
+        self._drain_start = time.monotonic() + self._drain_grace_s
+        self._drain_deadline = self._drain_start + self._drain_timeout_s
 
     async def on_tick(self, counter: int) -> bool:
-        if self._drain_deadline is not None and not self.should_exit:
+        if self._drain_start is not None and not self.should_exit:
+            if time.monotonic() < self._drain_start:
+                return await super().on_tick(counter)
+            self._lifecycle.begin_drain()
             drained = self._lifecycle.in_flight == 0
             if drained or time.monotonic() >= self._drain_deadline:
                 logger.info("drain over; closing the listening sockets", extra={"drained": drained})
@@ -172,6 +188,7 @@ def run(args: argparse.Namespace) -> int:
         uvicorn_config(app, settings),
         app.state.lifecycle,
         drain_timeout_s=settings.request_timeout_s,
+        drain_grace_s=settings.drain_grace_s,
     )
     server.run()
     return 0

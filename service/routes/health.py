@@ -24,7 +24,7 @@ async def healthz() -> dict[str, str]:
 async def readyz(request: Request) -> JSONResponse:
     statuses = request.app.state.model_status
     models = {name: ("loaded" if s.loaded else s.error) for name, s in statuses.items()}
-    if request.app.state.lifecycle.draining:
+    if request.app.state.lifecycle.leaving:
         body = error_body("shutting_down", "the service is shutting down")
         return JSONResponse({**body, "models": models}, status_code=503)
     if not request.app.state.pools:

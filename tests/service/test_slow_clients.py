@@ -144,3 +144,30 @@ def test_sigterm_drains_new_connections_get_503_until_in_flight_work_ends():
         with pytest.raises(httpx.TransportError):
             httpx.get(f"{server.url}/healthz", timeout=2.0)
     assert "drain over" in server.log()
+
+
+def test_sigterm_with_a_grace_period_leaves_rotation_before_refusing_anyone():
+    """With ``drain_grace_s``, a stop signal first fails ``/readyz`` (a load balancer takes
+    the replica out) while new requests are still served; then they get 503 while the
+    request in flight finishes."""
+    with live_server({"drain_grace_s": "3", "body_timeout_s": "60"}) as server:
+        readiness = httpx.get(f"{server.url}/readyz").json()["error"]["code"]
+        assert readiness == "not_ready"  # no model is loaded here
+        slow = server.connect()
+        slow.sendall(_HEAD + b"Content-Length: 20\r\n\r\n" + b'{"prompt"')  # in flight
+        server.process.send_signal(signal.SIGTERM)
+        for _ in range(300):  # until the signal handler has run
+            readiness = httpx.get(f"{server.url}/readyz").json()["error"]["code"]
+            if readiness == "shutting_down":
+                break
+        assert readiness == "shutting_down"
+        assert httpx.get(f"{server.url}/v1/models").status_code == 200  # still served
+        for _ in range(600):
+            late = httpx.get(f"{server.url}/v1/models")  # a ConnectError fails the test
+            if late.status_code == 503:
+                break
+        assert late.json()["error"]["code"] == "shutting_down"
+        slow.sendall(b': "a"}' + b" " * 5)
+        assert _body(read_until_closed(slow))["error"]["code"] == "model_not_loaded"
+        slow.close()
+        assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
