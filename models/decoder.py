@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import torch
+import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.vgg import (
@@ -59,7 +61,7 @@ class Decoder(nn.Module):
                 nn.Conv2d(step.out_channels, step.in_channels, kernel_size=3),
             ]
             if position < len(steps) - 1:
-                modules.append(nn.ReLU())
+                modules.append(nn.ReLU(inplace=True))
         self.layers = nn.Sequential(*modules)
 
     @property
@@ -73,6 +75,43 @@ class Decoder(nn.Module):
                 f"got {tuple(features.shape)}"
             )
         return self.layers(features)
+
+    def forward_affine(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+        """``self(features * scale + shift)`` for a per-(sample, channel) affine, without
+        writing the transformed features: the affine is folded into the first
+        convolution. Reflection padding commutes with a per-channel affine, so with the
+        first conv's weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
+
+        .. math:: W'_{oc} = W_{oc}\\,a_c, \\qquad b'_o = b_o + \\sum_{c,k} W_{ock}\\,t_c
+
+        for scale ``a`` and shift ``t`` (one fold per sample; rows with equal affines
+        share one convolution).
+
+        Shape:
+            - features: ``(B, C_level, h, w)``; scale, shift: ``(1 or B, C_level)``.
+            - output: as :meth:`forward`.
+        """
+        if features.ndim != 4 or features.shape[1] != self.in_channels:
+            raise ValueError(
+                f"{self.level} decoder expects (B, {self.in_channels}, h, w), "
+                f"got {tuple(features.shape)}"
+            )
+        pad, conv, rest = self.layers[0], self.layers[1], self.layers[2:]
+        padded = pad(features)
+        dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
+        weight = conv.weight.to(dtype)
+        batch = features.shape[0]
+        shared = scale.shape[0] == 1 or (
+            bool((scale == scale[:1]).all()) and bool((shift == shift[:1]).all())
+        )
+        rows = [slice(0, batch)] if shared else [slice(b, b + 1) for b in range(batch)]
+        outputs = []
+        for row in rows:
+            a, t = scale[row.start].to(dtype), shift[row.start].to(dtype)
+            folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
+            folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
+            outputs.append(F.conv2d(padded[row], folded_weight, folded_bias))
+        return rest(outputs[0] if shared else torch.cat(outputs))
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:
         """Load a Sequential-index checkpoint of exactly this layout."""

@@ -157,7 +157,7 @@ class VGGEncoder(nn.Module):
             modules += [
                 nn.ReflectionPad2d(1),
                 nn.Conv2d(step.in_channels, step.out_channels, kernel_size=3),
-                nn.ReLU(),
+                nn.ReLU(inplace=True),  # the conv's output is not kept: no copy
             ]
             if conv_number in level_at_conv:
                 self.level_index[level_at_conv[conv_number]] = len(modules) - 1

@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from models.adain.color import luminance, with_chroma_of
 from models.adain.presets import get_preset, restore_detail, scale_image
 from models.adain.stats import FeatureStats, StyleStatsCache
-from models.adain.transfer import region_labels, transfer
+from models.adain.transfer import adain_affine, region_labels, transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
@@ -349,12 +349,17 @@ class StyleTransfer(nn.Module):
                 if batch == 0:
                     return image[..., :height, :width].float()
             features = self.encoder.encode(image, level)
+            level_stats = [item[level] for item in stats]
+            if padded_masks is None and level not in anchors:  # AdaIN folded into the decoder
+                scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
+                image = self.decoders[level].forward_affine(features, scale, shift)
+                continue
             labels = None
             if padded_masks is not None:
                 labels = region_labels(padded_masks, features.shape[-2:], batch)
             restyled = transfer(
                 features,
-                [item[level] for item in stats],
+                level_stats,
                 weights=weights,
                 labels=labels,
                 alpha=alpha,

@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from models.adain.stats import EPS, FeatureStats, mix
-from norms.functional import conditional_instance_norm
+from norms.functional import channel_mean_std, conditional_instance_norm
 
 
 def adain_to_stats(content: Tensor, target: FeatureStats) -> Tensor:
@@ -34,6 +34,37 @@ def adain_to_stats(content: Tensor, target: FeatureStats) -> Tensor:
     return conditional_instance_norm(
         content, rows, target.std.to(content.device), target.mean.to(content.device), EPS
     )
+
+
+def adain_affine(
+    content: Tensor,
+    styles: Sequence[FeatureStats],
+    *,
+    weights: Sequence[float] | None = None,
+    alpha: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """:func:`transfer` without masks or an anchor, as a per-(sample, channel) affine.
+
+    .. math:: \\mathrm{lerp}(c, \\mathrm{AdaIN}(c, s), \\alpha) = a\\,c + t, \\qquad
+              a = \\alpha \\frac{\\sigma_s}{\\sqrt{\\sigma_c^2 + \\epsilon}} + 1 - \\alpha,
+              \\quad t = \\alpha\\,\\Big(\\mu_s - \\mu_c \\frac{\\sigma_s}{\\sqrt{\\sigma_c^2 + \\epsilon}}\\Big)
+
+    so a decoder can fold it into its first convolution
+    (:meth:`models.decoder.Decoder.forward_affine`) instead of writing the restyled map.
+
+    Shape:
+        - content: ``(B, C, h, w)``; output: ``(scale, shift)``, each ``(B, C)`` in the
+          statistics' accumulation dtype (float32, float64 for float64 content).
+    """
+    batch = content.shape[0]
+    weights = weights if weights is not None else [1.0 / len(styles)] * len(styles)
+    target = mix(styles, weights, batch)
+    mean, std = channel_mean_std(content, EPS)
+    mean, std = mean.flatten(1), std.flatten(1)
+    ratio = target.std.to(mean) / std
+    scale = alpha * ratio + (1.0 - alpha)
+    shift = alpha * (target.mean.to(mean) - mean * ratio)
+    return scale, shift
 
 
 def region_labels(masks: Sequence[Tensor], size: tuple[int, int], batch: int) -> Tensor:

@@ -13,7 +13,7 @@ from models.adain import StyleTransfer
 from models.adain.color import luminance, rgb_to_ycbcr, with_chroma_of, ycbcr_to_rgb
 from models.adain.pipeline import pad_to_multiple
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
-from models.adain.transfer import region_labels, transfer
+from models.adain.transfer import adain_affine, region_labels, transfer
 from models.hub import WeightsNotFoundError
 
 
@@ -63,6 +63,17 @@ def test_alpha_interpolates_features(alpha):
     full = transfer(content, [_stats(style)])
     out = transfer(content, [_stats(style)], alpha=alpha)
     torch.testing.assert_close(out, alpha * full + (1 - alpha) * content, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.3])
+def test_adain_affine_is_transfer_as_a_per_channel_affine(alpha):
+    content = _images(2, 5, 6, 7, seed=8) * 3 - 1
+    styles = [_stats(_images(1, 5, 4, 4, seed=9) * 2), _stats(_images(2, 5, 3, 5, seed=10))]
+    scale, shift = adain_affine(content, styles, weights=[0.4, 0.6], alpha=alpha)
+    assert scale.shape == shift.shape == (2, 5)
+    expected = transfer(content, styles, weights=[0.4, 0.6], alpha=alpha)
+    got = content * scale[:, :, None, None] + shift[:, :, None, None]
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_masked_regions_get_their_own_statistics():

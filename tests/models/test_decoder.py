@@ -72,3 +72,21 @@ def test_shared_decoders_reconstruct_a_photo(shared_weights_dir, shared_images_d
         out = decoder(encoder.encode(photo, level))[..., : photo.shape[2], : photo.shape[3]]
     out = out.clamp(0, 1)
     assert float(psnr(out, photo)[0]) > 24.0
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize("shared", [True, False])
+def test_folded_affine_equals_decoding_the_transformed_features(level, shared):
+    gen = torch.Generator().manual_seed(11)
+    decoder = Decoder(level).double().eval()
+    channels = level_channels(level)
+    features = torch.rand(3, channels, 5, 6, generator=gen, dtype=torch.float64)
+    rows = 1 if shared else 3
+    scale = torch.rand(rows, channels, generator=gen, dtype=torch.float64) * 2 + 0.1
+    shift = torch.randn(rows, channels, generator=gen, dtype=torch.float64)
+    with torch.no_grad():
+        expected = decoder(features * scale[:, :, None, None] + shift[:, :, None, None])
+        got = decoder.forward_affine(features, scale, shift)
+    torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="decoder expects"):
+        decoder.forward_affine(features[:, :1], scale, shift)
