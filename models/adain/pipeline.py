@@ -25,7 +25,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
-from models.adain.presets import get_preset, restore_detail, scale_image
+from models.adain.presets import get_preset, matched_detail_gain, restore_detail, scale_image
 from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.checkpoints import load_state_dict
@@ -315,9 +315,17 @@ class StyleTransfer(nn.Module):
             masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
         styles = [style.to(self.device, torch.float32) for style in styles]
         original_styles = styles
+        detail_gain = None
         if downscaled:  # the style's textures at the photo's working scale
             scale = content.shape[-1] / full_content.shape[-1]
             styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
+            detail_gain = matched_detail_gain(
+                full_content,
+                content,
+                list(zip(original_styles, styles, strict=True)),
+                weights,
+                preset.detail_gain_bounds,
+            )
         if preserve_color:
             styles = [luminance(style).contiguous() for style in styles]
         image = luminance(content) if preserve_color else content
@@ -380,7 +388,9 @@ class StyleTransfer(nn.Module):
         def kept_rows(tensor: Tensor) -> Tensor:  # batch-1 inputs are shared by every row
             return tensor if tensor.shape[0] == 1 else tensor[kept.to(tensor.device)]
 
-        output = restore_detail(output, content, kept_rows(full_content), gain=preset.detail_gain)
+        output = restore_detail(
+            output, content, kept_rows(full_content), gain=kept_rows(detail_gain)
+        )
         if not detail_levels:
             return output
         return self.stylize(

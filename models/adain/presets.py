@@ -14,10 +14,16 @@
 
   with ``x`` the photo, ``down`` an antialiased bilinear downscale, ``T_{3,2}`` the
   relu3_1 -> relu2_1 passes, ``up`` a bilinear upscale back to the photo's size,
-  ``g`` the detail gain (2: the photo's detail, sharpened) and ``T_1`` the relu1_1
-  pass. Colours and the style's textures come from ``T_{3,2}`` at the working scale
-  (the style image is scaled like the photo); edges and fine detail from ``x``; their
-  contrast from ``T_1``.
+  ``g`` the detail gain and ``T_1`` the relu1_1 pass. Colours and the style's textures
+  come from ``T_{3,2}`` at the working scale (the style image is scaled like the photo);
+  edges and fine detail from ``x``; their contrast from ``T_1``. The gain gives the
+  restored detail the style's share of fine detail (:func:`matched_detail_gain`):
+
+  .. math:: g = \\mathrm{clip}\\Big(\\sqrt{E(s) / E(x)},\\ 1,\\ 4\\Big), \\qquad
+            E(x) = \\mathrm{mean}\\big((x - \\mathrm{up}(x_\\downarrow))^2\\big)
+
+  with ``s`` the style image (the styles' ``E`` weighted like their statistics), each
+  image downscaled by the same factor as the photo.
   Cost per pixel (encoder + decoder): relu3_1 ~223 kMAC, relu2_1 ~113 kMAC, relu1_1
   ~3.5 kMAC; for a 512 x 512 photo that is ~13 GMAC against ~180 GMAC for ``quality``.
 
@@ -26,9 +32,11 @@ Why these choices, as measured by ``benchmarks/adain_bench.py``: see docs/style-
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
@@ -39,8 +47,8 @@ PresetName = Literal["quality", "realtime"]
 
 #: Longer side of the realtime working resolution (chosen on the shared development images).
 REALTIME_WORKING_SIDE = 192
-#: Gain on the restored photo detail (chosen on the shared development images).
-REALTIME_DETAIL_GAIN = 2.0
+#: Bounds of the realtime detail gain (see :func:`matched_detail_gain`).
+REALTIME_DETAIL_GAIN_BOUNDS = (1.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -52,7 +60,8 @@ class Preset:
         levels: the pass, deepest first; ``None`` runs the model's default pass.
         working_side: longest side the pass runs at (larger images are stylised at this
             size and their detail restored from the photo); ``None`` is full resolution.
-        detail_gain: ``g`` of :func:`restore_detail`.
+        detail_gain_bounds: the range :func:`matched_detail_gain` clips ``g`` of
+            :func:`restore_detail` to; ``(1, 1)`` restores the photo's detail as it is.
         detail_levels: passes run at full resolution after the detail is restored (only
             when the image was downscaled).
     """
@@ -60,7 +69,7 @@ class Preset:
     name: str
     levels: tuple[str, ...] | None = None
     working_side: int | None = None
-    detail_gain: float = 1.0
+    detail_gain_bounds: tuple[float, float] = (1.0, 1.0)
     detail_levels: tuple[str, ...] = ()
 
     def downscale(self, image: Tensor) -> Tensor:
@@ -77,7 +86,7 @@ PRESETS: dict[str, Preset] = {
         "realtime",
         levels=("relu3_1", "relu2_1"),
         working_side=REALTIME_WORKING_SIDE,
-        detail_gain=REALTIME_DETAIL_GAIN,
+        detail_gain_bounds=REALTIME_DETAIL_GAIN_BOUNDS,
         detail_levels=("relu1_1",),
     ),
 }
@@ -101,8 +110,62 @@ def scale_image(image: Tensor, scale: float, *, min_side: int) -> Tensor:
     return resize_max_side(image, max(1, round(max(height, width) * scale)))
 
 
+def _upsample(image: Tensor, like: Tensor) -> Tensor:
+    return F.interpolate(image, size=like.shape[-2:], mode="bilinear", align_corners=False)
+
+
+def detail_energy(image: Tensor, small: Tensor) -> Tensor:
+    """The mean energy per pixel of the detail a downscale removed: ``(B,)``.
+
+    .. math:: E = \\mathrm{mean}\\big((x - \\mathrm{up}(x_\\downarrow))^2\\big)
+
+    Shape:
+        - image: ``(B, 3, H, W)``; small: ``(B, 3, h, w)``, ``image`` downscaled.
+    """
+    return (image - _upsample(small, image)).square().flatten(1).mean(dim=1)
+
+
+def matched_detail_gain(
+    content: Tensor,
+    content_small: Tensor,
+    styles: Sequence[tuple[Tensor, Tensor]],
+    weights: Sequence[float] | None,
+    bounds: tuple[float, float],
+) -> Tensor:
+    """The detail gain that gives the photo's restored detail the style's energy.
+
+    .. math:: g = \\mathrm{clip}\\Big(\\sqrt{\\textstyle\\sum_k w_k E(s_k) / E(x)},
+              \\ g_{min},\\ g_{max}\\Big)
+
+    A painting with strong brush strokes loses more to the downscale than a photo does,
+    and gets its fine detail back by a larger gain; a smooth style keeps the photo's.
+    The rule and its bounds were chosen on the shared development images (see
+    docs/style-transfer.md).
+
+    Args:
+        content, content_small: the photo ``(B, 3, H, W)`` and its working-size copy.
+        styles: ``(style, style_small)`` per style, each ``(1 or B, 3, h, w)``, the small
+            one scaled by the photo's factor.
+        weights: the styles' weights (summing to 1); ``None`` weighs them equally.
+        bounds: ``(g_min, g_max)``.
+
+    Returns:
+        ``(B, 1, 1, 1)``, ready to broadcast in :func:`restore_detail`.
+    """
+    low, high = bounds
+    if low == high:
+        return torch.full((content.shape[0], 1, 1, 1), low, device=content.device)
+    weights = weights or [1.0 / len(styles)] * len(styles)
+    style_energy = sum(
+        weight * detail_energy(style, small)
+        for weight, (style, small) in zip(weights, styles, strict=True)
+    )
+    ratio = style_energy / detail_energy(content, content_small).clamp_min(1e-12)
+    return ratio.sqrt().clamp(low, high).view(-1, 1, 1, 1)
+
+
 def restore_detail(
-    stylised: Tensor, content_small: Tensor, content: Tensor, *, gain: float = 1.0
+    stylised: Tensor, content_small: Tensor, content: Tensor, *, gain: float | Tensor = 1.0
 ) -> Tensor:
     """Upsample the stylised image and add the photo's detail that the downscale removed.
 
@@ -114,10 +177,8 @@ def restore_detail(
 
     Shape:
         - stylised, content_small: ``(B, 3, h, w)`` (the pass's output and its input)
-        - content: ``(B, 3, H, W)``; output: ``(B, 3, H, W)`` in ``[0, 1]``.
+        - content: ``(B, 3, H, W)``; gain: a number or ``(B, 1, 1, 1)``;
+          output: ``(B, 3, H, W)`` in ``[0, 1]``.
     """
-
-    def up(image: Tensor) -> Tensor:
-        return F.interpolate(image, size=content.shape[-2:], mode="bilinear", align_corners=False)
-
-    return (up(stylised) + gain * (content - up(content_small))).clamp(0.0, 1.0)
+    detail = content - _upsample(content_small, content)
+    return (_upsample(stylised, content) + gain * detail).clamp(0.0, 1.0)

@@ -14,7 +14,9 @@ from models.adain.images import resize_max_side
 from models.adain.presets import (
     PRESETS,
     PresetName,
+    detail_energy,
     get_preset,
+    matched_detail_gain,
     restore_detail,
     scale_image,
 )
@@ -63,6 +65,33 @@ def test_restore_detail_against_a_float64_reference():
         torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-6)
 
 
+def test_detail_energy_and_matched_gain_against_a_float64_reference():
+    content = _images(2, 3, 24, 32, seed=5)
+    small = resize_max_side(content, 16)
+    styles = [_images(1, 3, 40, 40, seed=6) * scale for scale in (1.0, 0.2)]
+    smalls = [resize_max_side(style, 20) for style in styles]
+
+    def energy(image, low):
+        up = F.interpolate(low.double(), size=image.shape[-2:], mode="bilinear")
+        return ((image.double() - up) ** 2).mean(dim=(1, 2, 3))
+
+    torch.testing.assert_close(detail_energy(content, small).double(), energy(content, small))
+    weights = [0.75, 0.25]
+    mixed = sum(w * energy(s, low) for w, s, low in zip(weights, styles, smalls, strict=True))
+    expected = (mixed / energy(content, small)).sqrt().clamp(0.5, 4.0)
+    got = matched_detail_gain(
+        content, small, list(zip(styles, smalls, strict=True)), weights, (0.5, 4.0)
+    )
+    assert got.shape == (2, 1, 1, 1)
+    torch.testing.assert_close(got.double().flatten(), expected, rtol=1e-5, atol=0)
+    # a style with more fine detail than the photo gets a larger gain, within the bounds
+    strong = matched_detail_gain(content, small, [(styles[0], smalls[0])], None, (1.0, 4.0))
+    faint = matched_detail_gain(content, small, [(styles[1], smalls[1])], None, (1.0, 4.0))
+    assert (faint <= strong).all() and (faint >= 1.0).all() and (strong <= 4.0).all()
+    fixed = matched_detail_gain(content, small, [(styles[0], smalls[0])], None, (2.0, 2.0))
+    assert torch.equal(fixed, torch.full((2, 1, 1, 1), 2.0))
+
+
 def test_restore_detail_of_an_unchanged_image_is_the_photo():
     content = _images(1, 3, 24, 32, seed=3)
     small = resize_max_side(content, 12)
@@ -91,10 +120,12 @@ def test_realtime_is_low_resolution_passes_restored_detail_then_full_size_passes
     assert got.shape == content.shape
 
     small = resize_max_side(content, SMALL_SIDE)  # 12 x 16: the photo scaled by 1/2
-    low = model.stylize(
-        small, [resize_max_side(style, 20)], levels=small_realtime.levels, preset="quality"
+    small_style = resize_max_side(style, 20)
+    low = model.stylize(small, [small_style], levels=small_realtime.levels, preset="quality")
+    gain = matched_detail_gain(
+        content, small, [(style, small_style)], None, small_realtime.detail_gain_bounds
     )
-    restored = restore_detail(low, small, content, gain=small_realtime.detail_gain)
+    restored = restore_detail(low, small, content, gain=gain)
     expected = model.stylize(
         restored, [style], levels=small_realtime.detail_levels, preset="quality"
     )
