@@ -68,13 +68,24 @@ class Decoder(nn.Module):
     def in_channels(self) -> int:
         return level_channels(self.level)
 
-    def forward(self, features: Tensor) -> Tensor:
+    def _check(self, features: Tensor) -> None:
         if features.ndim != 4 or features.shape[1] != self.in_channels:
             raise ValueError(
                 f"{self.level} decoder expects (B, {self.in_channels}, h, w), "
                 f"got {tuple(features.shape)}"
             )
-        return self.layers(features)
+
+    def _to_rgb(
+        self, x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None
+    ) -> Tensor:
+        """The last layer (reflection pad + conv to RGB), by :func:`conv3x3_reflect`."""
+        conv = self.layers[-1]
+        weight = conv.weight if weight is None else weight
+        return conv3x3_reflect(x, weight, conv.bias if bias is None else bias)
+
+    def forward(self, features: Tensor) -> Tensor:
+        self._check(features)
+        return self._to_rgb(self.layers[:-2](features))
 
     def forward_affine(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
         """``self(features * scale + shift)`` for a per-(sample, channel) affine, without
@@ -91,13 +102,10 @@ class Decoder(nn.Module):
             - features: ``(B, C_level, h, w)``; scale, shift: ``(1 or B, C_level)``.
             - output: as :meth:`forward`.
         """
-        if features.ndim != 4 or features.shape[1] != self.in_channels:
-            raise ValueError(
-                f"{self.level} decoder expects (B, {self.in_channels}, h, w), "
-                f"got {tuple(features.shape)}"
-            )
-        pad, conv, rest = self.layers[0], self.layers[1], self.layers[2:]
-        padded = pad(features)
+        self._check(features)
+        conv, rest = self.layers[1], self.layers[2:]
+        first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
+        padded = features if first_is_last else self.layers[0](features)
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)
         batch = features.shape[0]
@@ -110,8 +118,12 @@ class Decoder(nn.Module):
             a, t = scale[row.start].to(dtype), shift[row.start].to(dtype)
             folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
             folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
-            outputs.append(F.conv2d(padded[row], folded_weight, folded_bias))
-        return rest(outputs[0] if shared else torch.cat(outputs))
+            if first_is_last:
+                outputs.append(self._to_rgb(padded[row], folded_weight, folded_bias))
+            else:
+                outputs.append(F.conv2d(padded[row], folded_weight, folded_bias))
+        output = outputs[0] if shared else torch.cat(outputs)
+        return output if first_is_last else self._to_rgb(rest[:-2](output))
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:
         """Load a Sequential-index checkpoint of exactly this layout."""
@@ -124,6 +136,36 @@ class Decoder(nn.Module):
         if level is None:
             level = level_of_decoder(state_dict)
         return cls(level).load_published(state_dict)
+
+
+def conv3x3_reflect(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``conv2d(reflection_pad(x, 1), weight, bias)`` without the padded copy of ``x``.
+
+    The interior of the output is the unpadded convolution; its one-pixel border comes
+    from three-row and three-column strips of ``x`` with the reflected row or column
+    (``x[1], x[0], x[1]`` at the top), and the pieces are concatenated. For a conv to
+    fewer channels than it reads (64 -> 3 to RGB) that writes a 3-channel border instead
+    of a padded 64-channel copy of a full-size map.
+
+    Shape:
+        - x: ``(B, C, H, W)``; weight: ``(O, C, 3, 3)``; output: ``(B, O, H, W)``.
+    """
+    height, width = x.shape[-2:]
+    if height < 3 or width < 3:
+        return F.conv2d(F.pad(x, (1, 1, 1, 1), mode="reflect"), weight, bias)
+
+    def strip(rows_or_columns: Tensor) -> Tensor:
+        return F.conv2d(rows_or_columns, weight, bias)
+
+    def reflected_rows(first: int, middle: int) -> Tensor:  # rows (first, middle, first)
+        rows = x[:, :, [first, middle, first]]
+        return strip(F.pad(rows, (1, 1, 0, 0), mode="reflect"))
+
+    left = strip(x[:, :, :, [1, 0, 1]])
+    right = strip(x[:, :, :, [width - 2, width - 1, width - 2]])
+    middle = torch.cat([left, F.conv2d(x, weight, bias), right], dim=3)
+    top, bottom = reflected_rows(1, 0), reflected_rows(height - 2, height - 1)
+    return torch.cat([top, middle, bottom], dim=2)
 
 
 def level_of_decoder(state_dict: Mapping[str, Tensor]) -> str:

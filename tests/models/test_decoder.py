@@ -9,7 +9,7 @@ from torch import nn
 from models.adain.images import load_image
 from models.adain.metrics import psnr
 from models.checkpoints import load_state_dict
-from models.decoder import Decoder, level_of_decoder
+from models.decoder import Decoder, conv3x3_reflect, level_of_decoder
 from models.vgg import LEVELS, VGGEncoder, level_channels, level_stride
 
 # Conv indices of the published decoders: WCT feature_invertor_conv*_1.pth and the AdaIN
@@ -90,3 +90,29 @@ def test_folded_affine_equals_decoding_the_transformed_features(level, shared):
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="decoder expects"):
         decoder.forward_affine(features[:, :1], scale, shift)
+
+
+@pytest.mark.parametrize("size", [(2, 5), (3, 3), (4, 7), (9, 6)])
+def test_conv3x3_reflect_equals_padding_then_convolving(size):
+    gen = torch.Generator().manual_seed(12)
+    x = torch.randn(2, 6, *size, generator=gen, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(4, 6, 3, 3, generator=gen, dtype=torch.float64, requires_grad=True)
+    bias = torch.randn(4, generator=gen, dtype=torch.float64)
+    expected = nn.functional.conv2d(
+        nn.functional.pad(x, (1, 1, 1, 1), mode="reflect"), weight, bias
+    )
+    got = conv3x3_reflect(x, weight, bias)
+    torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    # and it trains alike: the same gradients
+    grads = torch.autograd.grad((got * expected.detach()).sum(), (x, weight))
+    expected_grads = torch.autograd.grad((expected * expected.detach()).sum(), (x, weight))
+    for a, b in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_forward_is_the_published_layer_sequence(level):
+    decoder = Decoder(level).double().eval()
+    features = torch.rand(2, level_channels(level), 4, 5, dtype=torch.float64)
+    with torch.no_grad():
+        torch.testing.assert_close(decoder(features), decoder.layers(features.clone()))
