@@ -46,7 +46,7 @@ from models.adain.images import resize_max_side
 PresetName = Literal["quality", "realtime"]
 
 #: Longer side of the realtime working resolution (chosen on the shared development images).
-REALTIME_WORKING_SIDE = 192
+REALTIME_WORKING_SIDE = 128
 #: Bounds of the realtime detail gain (see :func:`matched_detail_gain`).
 REALTIME_DETAIL_GAIN_BOUNDS = (1.0, 4.0)
 
