@@ -193,7 +193,8 @@ async def stylize(
         PresetName,
         Form(
             description="quality (default): four passes at full size; realtime: two passes "
-            "at a 192 px working size, the photo's detail restored (about 2.5x faster)."
+            "at a 128 px working size, the photo's detail restored, one cheap pass at full "
+            "size (docs/style-transfer.md has both presets' times)."
         ),
     ] = "quality",
 ) -> Response:
