@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import torch
+from adain_bench import REPO, _package_file, dev_split  # a sibling: run as a script
 
-from benchmarks.adain_bench import REPO, _package_file, dev_split
 from models.adain import StyleTransfer
 from models.adain.images import load_image, resize_max_side
 from models.adain.metrics import content_loss, style_loss_ratio
