@@ -105,7 +105,7 @@ class Decoder(nn.Module):
         self._check(features)
         conv, rest = self.layers[1], self.layers[2:]
         first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
-        padded = features if first_is_last else self.layers[0](features)
+        inputs = features if first_is_last else self.layers[0](features)  # _to_rgb pads itself
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)
         batch = features.shape[0]
@@ -119,9 +119,9 @@ class Decoder(nn.Module):
             folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
             folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
             if first_is_last:
-                outputs.append(self._to_rgb(padded[row], folded_weight, folded_bias))
+                outputs.append(self._to_rgb(inputs[row], folded_weight, folded_bias))
             else:
-                outputs.append(F.conv2d(padded[row], folded_weight, folded_bias))
+                outputs.append(F.conv2d(inputs[row], folded_weight, folded_bias))
         output = outputs[0] if shared else torch.cat(outputs)
         return output if first_is_last else self._to_rgb(rest[:-2](output))
 

@@ -25,7 +25,8 @@
   with ``s`` the style image (the styles' ``E`` weighted like their statistics), each
   image downscaled by the same factor as the photo.
   Cost per pixel (encoder + decoder): relu3_1 ~223 kMAC, relu2_1 ~113 kMAC, relu1_1
-  ~3.5 kMAC; for a 512 x 512 photo that is ~13 GMAC against ~180 GMAC for ``quality``.
+  ~3.5 kMAC; for a 512 x 512 photo that is ~6.4 GMAC (5.5 at 128 x 128, 0.9 at full size)
+  against ~180 GMAC for ``quality``.
 
 Why these choices, as measured by ``benchmarks/adain_bench.py``: see docs/style-transfer.md.
 """
