@@ -25,7 +25,13 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
-from models.adain.presets import get_preset, matched_detail_gain, restore_detail, scale_image
+from models.adain.presets import (
+    detail_band,
+    get_preset,
+    matched_detail,
+    restore_detail,
+    scale_image,
+)
 from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.checkpoints import load_state_dict
@@ -315,17 +321,10 @@ class StyleTransfer(nn.Module):
             masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
         styles = [style.to(self.device, torch.float32) for style in styles]
         original_styles = styles
-        detail_gain = None
         if downscaled:  # the style's textures at the photo's working scale
             scale = content.shape[-1] / full_content.shape[-1]
             styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
-            detail_gain = matched_detail_gain(
-                full_content,
-                content,
-                list(zip(original_styles, styles, strict=True)),
-                weights,
-                preset.detail_gain_bounds,
-            )
+        small_styles = styles
         if preserve_color:
             styles = [luminance(style).contiguous() for style in styles]
         image = luminance(content) if preserve_color else content
@@ -388,9 +387,23 @@ class StyleTransfer(nn.Module):
         def kept_rows(tensor: Tensor) -> Tensor:  # batch-1 inputs are shared by every row
             return tensor if tensor.shape[0] == 1 else tensor[kept.to(tensor.device)]
 
-        output = restore_detail(
-            output, content, kept_rows(full_content), gain=kept_rows(detail_gain)
-        )
+        full_content = kept_rows(full_content)
+        if full_masks is not None:
+            full_masks = [kept_rows(mask.to(self.device, torch.float32)) for mask in full_masks]
+        detail = detail_band(full_content, content)
+        if preset.texture_fill and alpha > 0.0:
+            labels = None
+            if full_masks is not None:
+                labels = region_labels(full_masks, detail.shape[-2:], detail.shape[0])
+            pairs = zip(original_styles, small_styles, strict=True)
+            matched = matched_detail(
+                detail,
+                [(kept_rows(style), kept_rows(small)) for style, small in pairs],
+                weights=weights,
+                labels=labels,
+            )
+            detail = torch.lerp(detail, matched, alpha)
+        output = restore_detail(output, detail)
         if not detail_levels:
             return output
         return self.stylize(
@@ -399,7 +412,7 @@ class StyleTransfer(nn.Module):
             style_weights=style_weights,
             alpha=alpha,
             preserve_color=preserve_color,
-            masks=None if full_masks is None else [kept_rows(mask) for mask in full_masks],
+            masks=full_masks,
             levels=detail_levels,
             preset="quality",
             control=None if control is None else _offset(control, len(levels), passes),

@@ -4,26 +4,29 @@
   (relu3_1 -> relu2_1 -> relu3_1 -> relu2_1) at the image's own resolution.
 - ``realtime``: relu3_1 -> relu2_1 at a working resolution whose longer side is at most
   ``REALTIME_WORKING_SIDE``; the full-resolution detail comes back from the photo by
-  upsampling only the style *residual* (the change the stylisation made), and one
+  upsampling only the style *residual* (the change the stylisation made), the band the
+  working scale drops is rebuilt with the style's energy and fine texture, and one
   relu1_1 pass at full resolution gives the fine scale the style's statistics:
 
   .. math::
 
       y = T_{1}\\Big(\\mathrm{up}\\big(T_{3,2}(x_\\downarrow)\\big)
-          + g\\,\\big(x - \\mathrm{up}(x_\\downarrow)\\big)\\Big), \\quad x_\\downarrow = \\mathrm{down}(x)
+          + (1 - \\alpha)\\, d_x + \\alpha\\,(a\\, d_x + b\\, t)\\Big),
+      \\quad x_\\downarrow = \\mathrm{down}(x)
 
   with ``x`` the photo, ``down`` an antialiased bilinear downscale, ``T_{3,2}`` the
-  relu3_1 -> relu2_1 passes, ``up`` a bilinear upscale back to the photo's size,
-  ``g`` the detail gain and ``T_1`` the relu1_1 pass. Colours and the style's textures
-  come from ``T_{3,2}`` at the working scale (the style image is scaled like the photo);
-  edges and fine detail from ``x``; their contrast from ``T_1``. The gain gives the
-  restored detail the style's share of fine detail (:func:`matched_detail_gain`):
+  relu3_1 -> relu2_1 passes, ``up`` a bilinear upscale back to the photo's size, ``T_1``
+  the relu1_1 pass and ``alpha`` the style strength. Colours and the style's coarse
+  textures come from ``T_{3,2}`` at the working scale (the style image is scaled like
+  the photo); edges from the photo's detail band ``d_x = x - up(x_down)``; the fine
+  texture ``t`` from the style: its detail band ``s - up(s_down)`` cut into blocks laid
+  out in a fixed shuffled order (:func:`shuffled_texture`). The weights give the band
+  the style's energy (:func:`matched_detail`, :func:`detail_weights`):
 
-  .. math:: g = \\mathrm{clip}\\Big(\\sqrt{E(s) / E(x)},\\ 1,\\ 4\\Big), \\qquad
-            E(x) = \\mathrm{mean}\\big((x - \\mathrm{up}(x_\\downarrow))^2\\big)
+  .. math:: a = \\sqrt{\\min\\big(1,\\ E(s) / E(x)\\big)}, \\quad
+            b = \\sqrt{\\max\\big(0,\\ 1 - E(x) / E(s)\\big)}, \\quad
+            E(x) = \\mathrm{mean}(d_x^2)
 
-  with ``s`` the style image (the styles' ``E`` weighted like their statistics), each
-  image downscaled by the same factor as the photo.
   Cost per pixel (encoder + decoder): relu3_1 ~223 kMAC, relu2_1 ~113 kMAC, relu1_1
   ~3.5 kMAC; for a 512 x 512 photo that is ~6.4 GMAC (5.5 at 128 x 128, 0.9 at full size)
   against ~180 GMAC for ``quality``.
@@ -48,8 +51,8 @@ PresetName = Literal["quality", "realtime"]
 
 #: Longer side of the realtime working resolution (chosen on the shared development images).
 REALTIME_WORKING_SIDE = 128
-#: Bounds of the realtime detail gain (see :func:`matched_detail_gain`).
-REALTIME_DETAIL_GAIN_BOUNDS = (1.0, 4.0)
+#: Side of the blocks :func:`shuffled_texture` lays out (chosen on the development images).
+TEXTURE_BLOCK = 16
 
 
 @dataclass(frozen=True)
@@ -61,8 +64,9 @@ class Preset:
         levels: the pass, deepest first; ``None`` runs the model's default pass.
         working_side: longest side the pass runs at (larger images are stylised at this
             size and their detail restored from the photo); ``None`` is full resolution.
-        detail_gain_bounds: the range :func:`matched_detail_gain` clips ``g`` of
-            :func:`restore_detail` to; ``(1, 1)`` restores the photo's detail as it is.
+        texture_fill: rebuild the detail band the working scale drops with the style's
+            energy and fine texture (:func:`matched_detail`); off restores the photo's
+            detail as it is.
         detail_levels: passes run at full resolution after the detail is restored (only
             when the image was downscaled).
     """
@@ -70,7 +74,7 @@ class Preset:
     name: str
     levels: tuple[str, ...] | None = None
     working_side: int | None = None
-    detail_gain_bounds: tuple[float, float] = (1.0, 1.0)
+    texture_fill: bool = False
     detail_levels: tuple[str, ...] = ()
 
     def downscale(self, image: Tensor) -> Tensor:
@@ -87,7 +91,7 @@ PRESETS: dict[str, Preset] = {
         "realtime",
         levels=("relu3_1", "relu2_1"),
         working_side=REALTIME_WORKING_SIDE,
-        detail_gain_bounds=REALTIME_DETAIL_GAIN_BOUNDS,
+        texture_fill=True,
         detail_levels=("relu1_1",),
     ),
 }
@@ -115,71 +119,155 @@ def _upsample(image: Tensor, like: Tensor) -> Tensor:
     return F.interpolate(image, size=like.shape[-2:], mode="bilinear", align_corners=False)
 
 
-def detail_energy(image: Tensor, small: Tensor) -> Tensor:
-    """The mean energy per pixel of the detail a downscale removed: ``(B,)``.
-
-    .. math:: E = \\mathrm{mean}\\big((x - \\mathrm{up}(x_\\downarrow))^2\\big)
+def detail_band(image: Tensor, small: Tensor) -> Tensor:
+    """The detail a downscale removed: ``x - up(x_down)``.
 
     Shape:
-        - image: ``(B, 3, H, W)``; small: ``(B, 3, h, w)``, ``image`` downscaled.
+        - image: ``(B, C, H, W)``; small: ``(B, C, h, w)``, ``image`` downscaled;
+          output: ``(B, C, H, W)``.
     """
-    return (image - _upsample(small, image)).square().flatten(1).mean(dim=1)
+    return image - _upsample(small, image)
 
 
-def matched_detail_gain(
-    content: Tensor,
-    content_small: Tensor,
-    styles: Sequence[tuple[Tensor, Tensor]],
-    weights: Sequence[float] | None,
-    bounds: tuple[float, float],
+def energy(detail: Tensor) -> Tensor:
+    """Mean energy per pixel, ``E = mean(d^2)``, per image: ``(B,)``."""
+    return detail.square().flatten(1).mean(dim=1)
+
+
+def sine_window(length: int) -> Tensor:
+    """``w(n) = sin(pi (n + 1/2) / length)``, ``(length,)``: with blocks overlapping by half,
+    ``w(n)^2 + w(n + length/2)^2 = 1``, so overlap-adding independent zero-mean blocks
+    weighted by ``w`` (in 2-D by ``w(i) w(j)``) keeps their variance."""
+    n = torch.arange(length, dtype=torch.float64)
+    return torch.sin(torch.pi * (n + 0.5) / length)
+
+
+def shuffled_texture(
+    detail: Tensor, size: tuple[int, int], *, block: int = TEXTURE_BLOCK
 ) -> Tensor:
-    """The detail gain that gives the photo's restored detail the style's energy.
+    """A stationary texture of ``size`` made from blocks of ``detail`` in a shuffled order.
 
-    .. math:: g = \\mathrm{clip}\\Big(\\sqrt{\\textstyle\\sum_k w_k E(s_k) / E(x)},
-              \\ g_{min},\\ g_{max}\\Big)
+    ``detail`` (a style's detail band) is cut into ``2 block x 2 block`` patches centred on
+    a grid of step ``block``; output cell ``c`` on the same grid takes patch ``pi(c)``,
+    drawn uniformly with a fixed seed, and the patches are overlap-added with the window
+    ``w(i) w(j)`` of :func:`sine_window`:
 
-    A painting with strong brush strokes loses more to the downscale than a photo does,
-    and gets its fine detail back by a larger gain; a smooth style keeps the photo's.
-    The rule and its bounds were chosen on the shared development images (see
-    docs/style-transfer.md).
+    .. math:: t(p) = \\sum_c w(p - p_c)\\, d\\big(p - p_c + q_{\\pi(c)}\\big)
+
+    The local structure (strokes, grain) is kept, its place in the style is not, so no
+    outline of the style's picture shows. The layout is a function of the shapes only:
+    the same style gives the same texture in every call and every batch.
+
+    Shape:
+        - detail: ``(N, C, h, w)`` with ``h, w >= 2`` (``block`` shrinks to fit a smaller
+          detail); output: ``(N, C, *size)``.
+    """
+    height, width = size
+    block = min(block, *detail.shape[-2:]) // 2 * 2  # even, and no larger than the style
+    half = block // 2
+    rows, cols = detail.shape[-2] // block, detail.shape[-1] // block
+    padded = F.pad(detail[..., : rows * block, : cols * block], (half,) * 4, mode="reflect")
+    patches = padded.unfold(2, 2 * block, block).unfold(3, 2 * block, block)  # a view:
+    # (N, C, rows, cols, 2 block, 2 block)
+    cells_y, cells_x = -(-height // block), -(-width // block)
+    order = torch.randint(
+        rows * cols, (cells_y, cells_x), generator=torch.Generator().manual_seed(0)
+    ).to(detail.device)
+    window = sine_window(2 * block).to(detail.device, detail.dtype)
+    window = window[:, None] * window[None, :]
+    batch, channels = detail.shape[:2]
+    texture = detail.new_zeros(batch, channels, (cells_y + 1) * block, (cells_x + 1) * block)
+    # the cells of one parity do not overlap: each parity is one strided layout of patches
+    for y0 in (0, 1):
+        for x0 in (0, 1):
+            picked = order[y0::2, x0::2]
+            if picked.numel() == 0:
+                continue
+            ny, nx = picked.shape
+            tiles = patches[:, :, picked // cols, picked % cols].mul_(
+                window
+            )  # (N, C, ny, nx, 2b, 2b)
+            tiles = tiles.permute(0, 1, 2, 4, 3, 5).reshape(batch, channels, ny * 2 * block, -1)
+            top, left = y0 * block, x0 * block
+            texture[..., top : top + ny * 2 * block, left : left + nx * 2 * block] += tiles
+    return texture[..., half : half + height, half : half + width]
+
+
+def detail_weights(photo_energy: Tensor, style_energy: Tensor) -> tuple[Tensor, Tensor]:
+    """The weights ``(a, b)`` of the photo's detail and of the style's texture that give the
+    detail band the style's energy, each ``(B, 1, 1, 1)``:
+
+    .. math:: a = \\sqrt{\\min\\big(1,\\ E(s) / E(x)\\big)}, \\qquad
+              b = \\sqrt{\\max\\big(0,\\ 1 - E(x) / E(s)\\big)}
+
+    so that ``a^2 E(x) + b^2 E(s) = E(s)``: a photo with less fine detail than the style
+    keeps it all and the style's texture fills the rest; one with more is toned down.
+    """
+    tiny = torch.finfo(photo_energy.dtype).tiny
+    ratio = style_energy / photo_energy.clamp_min(tiny)
+    photo = ratio.clamp(max=1.0).sqrt()
+    texture = (1.0 - photo_energy / style_energy.clamp_min(tiny)).clamp_min(0.0).sqrt()
+    return photo.view(-1, 1, 1, 1), texture.view(-1, 1, 1, 1)
+
+
+def matched_detail(
+    photo_detail: Tensor,
+    styles: Sequence[tuple[Tensor, Tensor]],
+    *,
+    weights: Sequence[float] | None = None,
+    labels: Tensor | None = None,
+    block: int = TEXTURE_BLOCK,
+) -> Tensor:
+    """The band the working scale drops, rebuilt with the style's energy: ``a d_x + b t``.
+
+    Each style ``s_k`` gives its detail band ``d_k`` = :func:`detail_band` (energy ``E_k``)
+    and the texture ``t_k`` = :func:`shuffled_texture` of it. Without masks the styles mix
+    with their weights, ``t = sum_k sqrt(w_k) t_k`` (energy ``E(s) = sum_k w_k E_k``), and
+    ``(a, b)`` = :func:`detail_weights` ``(E(x), E(s))``; with region ``labels`` each pixel
+    takes its own style's ``a_k d_x + b_k t_k``, and a pixel of no style keeps ``d_x``.
 
     Args:
-        content, content_small: the photo ``(B, 3, H, W)`` and its working-size copy.
+        photo_detail: the photo's detail band ``d_x``, ``(B, 3, H, W)``.
         styles: ``(style, style_small)`` per style, each ``(1 or B, 3, h, w)``, the small
             one scaled by the photo's factor.
-        weights: the styles' weights (summing to 1); ``None`` weighs them equally.
-        bounds: ``(g_min, g_max)``.
+        weights: the styles' weights (summing to 1); ignored with ``labels``.
+        labels: ``(B, H, W)`` style index per pixel, ``-1`` for none (masks).
+        block: the block side of :func:`shuffled_texture`.
 
     Returns:
-        ``(B, 1, 1, 1)``, ready to broadcast in :func:`restore_detail`.
+        ``(B, 3, H, W)``.
     """
-    low, high = bounds
-    if low == high:
-        return torch.full((content.shape[0], 1, 1, 1), low, device=content.device)
+    photo_energy = energy(photo_detail)
+    textures, energies = [], []
+    for style, small in styles:
+        detail = detail_band(style, small)
+        energies.append(energy(detail))
+        textures.append(shuffled_texture(detail, photo_detail.shape[-2:], block=block))
+    if labels is not None:
+        matched = photo_detail * (labels < 0).unsqueeze(1)
+        for index, (texture, style_energy) in enumerate(zip(textures, energies, strict=True)):
+            photo, fill = detail_weights(photo_energy, style_energy)
+            matched = matched + (labels == index).unsqueeze(1) * (
+                photo * photo_detail + fill * texture
+            )
+        return matched
     weights = weights or [1.0 / len(styles)] * len(styles)
-    style_energy = sum(
-        weight * detail_energy(style, small)
-        for weight, (style, small) in zip(weights, styles, strict=True)
-    )
-    ratio = style_energy / detail_energy(content, content_small).clamp_min(1e-12)
-    return ratio.sqrt().clamp(low, high).view(-1, 1, 1, 1)
+    style_energy = sum(w * e for w, e in zip(weights, energies, strict=True))
+    texture = sum(w**0.5 * t for w, t in zip(weights, textures, strict=True))
+    photo, fill = detail_weights(photo_energy, style_energy)
+    return photo * photo_detail + fill * texture
 
 
-def restore_detail(
-    stylised: Tensor, content_small: Tensor, content: Tensor, *, gain: float | Tensor = 1.0
-) -> Tensor:
-    """Upsample the stylised image and add the photo's detail that the downscale removed.
+def restore_detail(stylised: Tensor, detail: Tensor) -> Tensor:
+    """Upsample the stylised image to the photo's size and add the full-size ``detail``.
 
-    .. math:: y = \\mathrm{up}(s) + g\\,\\big(x - \\mathrm{up}(x_\\downarrow)\\big)
+    .. math:: y = \\mathrm{up}(s) + d
 
-    With ``g = 1`` this is ``x + up(s - x_down)``: only the style residual is upsampled.
-    ``g > 1`` also sharpens the photo's detail (paintings have more high-frequency energy
-    than an upsampled image, and the style statistics see it).
+    With the photo's own detail band ``d = x - up(x_down)`` this is ``x + up(s - x_down)``:
+    only the style residual is upsampled.
 
     Shape:
-        - stylised, content_small: ``(B, 3, h, w)`` (the pass's output and its input)
-        - content: ``(B, 3, H, W)``; gain: a number or ``(B, 1, 1, 1)``;
+        - stylised: ``(B, 3, h, w)``; detail: ``(B, 3, H, W)``;
           output: ``(B, 3, H, W)`` in ``[0, 1]``.
     """
-    detail = content - _upsample(content_small, content)
-    return (_upsample(stylised, content) + gain * detail).clamp(0.0, 1.0)
+    return (_upsample(stylised, detail) + detail).clamp(0.0, 1.0)

@@ -68,7 +68,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=sorted(PRESETS),
         default="quality",
         help="quality: four passes at full resolution; realtime: two passes at a 128 px "
-        "working size, the photo's detail restored, one cheap pass at full size "
+        "working size, the photo's detail and the style's fine texture added, one cheap "
+        "pass at full size "
         "(see docs/style-transfer.md)",
     )
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")

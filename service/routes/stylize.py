@@ -193,8 +193,8 @@ async def stylize(
         PresetName,
         Form(
             description="quality (default): four passes at full size; realtime: two passes "
-            "at a 128 px working size, the photo's detail restored, one cheap pass at full "
-            "size (docs/style-transfer.md has both presets' times)."
+            "at a 128 px working size, the photo's detail and the style's fine texture added, "
+            "one cheap pass at full size (docs/style-transfer.md has both presets' times)."
         ),
     ] = "quality",
 ) -> Response:

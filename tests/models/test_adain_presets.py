@@ -13,12 +13,17 @@ from models.adain import StyleTransfer
 from models.adain.images import resize_max_side
 from models.adain.presets import (
     PRESETS,
+    TEXTURE_BLOCK,
     PresetName,
-    detail_energy,
+    detail_band,
+    detail_weights,
+    energy,
     get_preset,
-    matched_detail_gain,
+    matched_detail,
     restore_detail,
     scale_image,
+    shuffled_texture,
+    sine_window,
 )
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -39,7 +44,7 @@ def model(tiny_networks):
 
 @pytest.fixture
 def small_realtime(monkeypatch):
-    """The realtime preset with a 16 px working side (same passes, gain, detail levels)."""
+    """The realtime preset with a 16 px working side (same passes, texture, detail levels)."""
     preset = dataclasses.replace(PRESETS["realtime"], working_side=SMALL_SIDE)
     monkeypatch.setitem(PRESETS, "realtime", preset)
     return preset
@@ -54,48 +59,134 @@ def test_names_match_the_schema_literal_and_unknown_names_are_refused():
         get_preset("turbo")
 
 
-def test_restore_detail_against_a_float64_reference():
+def _up64(image, size):
+    return F.interpolate(image.double(), size=size, mode="bilinear")
+
+
+def test_restore_detail_and_detail_band_against_a_float64_reference():
     content = _images(2, 3, 24, 32, seed=1)
     small = resize_max_side(content, 16)
     stylised = _images(2, 3, *small.shape[-2:], seed=2)
-    for gain in (1.0, 2.0):
-        up = lambda x: F.interpolate(x.double(), size=(24, 32), mode="bilinear")  # noqa: E731
-        expected = (up(stylised) + gain * (content.double() - up(small))).clamp(0, 1)
-        got = restore_detail(stylised, small, content, gain=gain)
-        torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-6)
+    band = content.double() - _up64(small, (24, 32))
+    torch.testing.assert_close(detail_band(content, small).double(), band, rtol=0, atol=1e-6)
+    torch.testing.assert_close(energy(band), band.square().mean(dim=(1, 2, 3)))
+    detail = _images(2, 3, 24, 32, seed=3) - 0.5
+    expected = (_up64(stylised, (24, 32)) + detail.double()).clamp(0, 1)
+    got = restore_detail(stylised, detail)
+    torch.testing.assert_close(got.double(), expected, rtol=0, atol=1e-6)
 
 
-def test_detail_energy_and_matched_gain_against_a_float64_reference():
-    content = _images(2, 3, 24, 32, seed=5)
-    small = resize_max_side(content, 16)
-    styles = [_images(1, 3, 40, 40, seed=6) * scale for scale in (1.0, 0.2)]
-    smalls = [resize_max_side(style, 20) for style in styles]
-
-    def energy(image, low):
-        up = F.interpolate(low.double(), size=image.shape[-2:], mode="bilinear")
-        return ((image.double() - up) ** 2).mean(dim=(1, 2, 3))
-
-    torch.testing.assert_close(detail_energy(content, small).double(), energy(content, small))
-    weights = [0.75, 0.25]
-    mixed = sum(w * energy(s, low) for w, s, low in zip(weights, styles, smalls, strict=True))
-    expected = (mixed / energy(content, small)).sqrt().clamp(0.5, 4.0)
-    got = matched_detail_gain(
-        content, small, list(zip(styles, smalls, strict=True)), weights, (0.5, 4.0)
+def _shuffled_texture_reference(detail, size, block):
+    """The documented layout, patch by patch in float64: cell c takes patch pi(c)."""
+    detail = detail.double()
+    half, height, width = block // 2, *size
+    rows, cols = detail.shape[-2] // block, detail.shape[-1] // block
+    padded = F.pad(detail[..., : rows * block, : cols * block], (half,) * 4, mode="reflect")
+    cells_y, cells_x = -(-height // block), -(-width // block)
+    order = torch.randint(
+        rows * cols, (cells_y * cells_x,), generator=torch.Generator().manual_seed(0)
     )
-    assert got.shape == (2, 1, 1, 1)
-    torch.testing.assert_close(got.double().flatten(), expected, rtol=1e-5, atol=0)
-    # a style with more fine detail than the photo gets a larger gain, within the bounds
-    strong = matched_detail_gain(content, small, [(styles[0], smalls[0])], None, (1.0, 4.0))
-    faint = matched_detail_gain(content, small, [(styles[1], smalls[1])], None, (1.0, 4.0))
-    assert (faint <= strong).all() and (faint >= 1.0).all() and (strong <= 4.0).all()
-    fixed = matched_detail_gain(content, small, [(styles[0], smalls[0])], None, (2.0, 2.0))
-    assert torch.equal(fixed, torch.full((2, 1, 1, 1), 2.0))
+    window = sine_window(2 * block)
+    window = window[:, None] * window[None, :]
+    canvas = torch.zeros(
+        *detail.shape[:2], (cells_y + 1) * block, (cells_x + 1) * block, dtype=torch.float64
+    )
+    for cell, patch in enumerate(order.tolist()):
+        (y, x), (r, q) = divmod(cell, cells_x), divmod(patch, cols)
+        source = padded[..., r * block : (r + 2) * block, q * block : (q + 2) * block]
+        canvas[..., y * block : (y + 2) * block, x * block : (x + 2) * block] += window * source
+    return canvas[..., half : half + height, half : half + width]
+
+
+@pytest.mark.parametrize(
+    ("detail_shape", "size", "block"), [((2, 3, 40, 56), (30, 50), 8), ((1, 3, 12, 9), (20, 17), 4)]
+)
+def test_shuffled_texture_against_a_float64_reference(detail_shape, size, block):
+    detail = _images(*detail_shape, seed=11) - 0.5
+    got = shuffled_texture(detail, size, block=block)
+    assert got.shape == (*detail_shape[:2], *size)
+    torch.testing.assert_close(
+        got.double(), _shuffled_texture_reference(detail, size, block), rtol=0, atol=1e-6
+    )
+
+
+def test_sine_window_squares_sum_to_one_over_half_overlaps():
+    window = sine_window(2 * TEXTURE_BLOCK)
+    overlap = window[:TEXTURE_BLOCK] ** 2 + window[TEXTURE_BLOCK:] ** 2
+    torch.testing.assert_close(overlap, torch.ones_like(overlap), rtol=0, atol=1e-12)
+
+
+def test_shuffled_texture_keeps_the_variance_and_is_the_same_in_every_batch():
+    noise = torch.randn(3, 3, 128, 96, generator=torch.Generator().manual_seed(12))
+    texture = shuffled_texture(noise, (160, 200))
+    assert abs(float(texture.var()) - 1.0) < 0.1  # independent blocks: w^2 sums to 1
+    torch.testing.assert_close(
+        shuffled_texture(noise[1:2], (160, 200)), texture[1:2], rtol=0, atol=0
+    )
+    # a block larger than the detail shrinks to fit it
+    assert shuffled_texture(noise[..., :6, :6], (20, 20)).shape == (3, 3, 20, 20)
+
+
+def test_detail_weights_give_the_band_the_style_energy():
+    photo_energy = torch.tensor([1.0, 0.25, 0.5, 0.0], dtype=torch.float64)
+    style_energy = torch.tensor([0.5, 1.0, 0.5, 0.3], dtype=torch.float64)
+    photo, fill = detail_weights(photo_energy, style_energy)
+    expected_photo = torch.tensor([0.5**0.5, 1.0, 1.0, 1.0], dtype=torch.float64)
+    expected_fill = torch.tensor([0.0, 0.75**0.5, 0.0, 1.0], dtype=torch.float64)
+    torch.testing.assert_close(photo.flatten(), expected_photo)
+    torch.testing.assert_close(fill.flatten(), expected_fill)
+    total = photo.flatten() ** 2 * photo_energy + fill.flatten() ** 2 * style_energy
+    torch.testing.assert_close(total, style_energy)
+
+
+def test_matched_detail_against_a_float64_reference():
+    content = 0.4 + 0.2 * _images(2, 3, 24, 32, seed=5)  # less fine detail than the styles
+    content[1] = _images(3, 24, 32, seed=4)  # more fine detail than the faint style
+    small = resize_max_side(content, 16)
+    styles = [_images(1, 3, 40, 40, seed=6) * scale for scale in (1.0, 0.4)]
+    smalls = [resize_max_side(style, 20) for style in styles]
+    pairs = list(zip(styles, smalls, strict=True))
+    photo = content.double() - _up64(small, (24, 32))
+
+    def texture(style, low):  # shuffled_texture is checked against its own reference above
+        band = style - F.interpolate(low, size=style.shape[-2:], mode="bilinear")
+        return shuffled_texture(band, (24, 32), block=8).double()
+
+    def band_energy(image):
+        return image.square().mean(dim=(1, 2, 3))
+
+    def weights_of(style_energy):
+        ratio = style_energy / band_energy(photo)
+        a = ratio.clamp(max=1).sqrt().view(-1, 1, 1, 1)
+        return a, (1 - 1 / ratio).clamp_min(0).sqrt().view(-1, 1, 1, 1)
+
+    energies = [band_energy(s.double() - _up64(low, s.shape[-2:])) for s, low in pairs]
+    weights = [0.75, 0.25]
+    a, b = weights_of(sum(w * e for w, e in zip(weights, energies, strict=True)))
+    textures = [texture(s, low) for s, low in pairs]
+    expected = a * photo + b * sum(w**0.5 * t for w, t in zip(weights, textures, strict=True))
+    got = matched_detail(detail_band(content, small), pairs, weights=weights, block=8)
+    assert got.shape == (2, 3, 24, 32)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
+    assert float(b[0]) > 0.1 and float(a[1]) < 1.0  # both sides of the energy match are tested
+
+    # with region labels each pixel takes its own style's band; a pixel of no style keeps
+    # the photo's
+    labels = torch.full((2, 24, 32), -1)
+    labels[:, :, :10], labels[:, :, 20:] = 0, 1
+    regional = (labels < 0).unsqueeze(1) * photo
+    for k, (t, e) in enumerate(zip(textures, energies, strict=True)):
+        a, b = weights_of(e)
+        regional = regional + (labels == k).unsqueeze(1) * (a * photo + b * t)
+    got = matched_detail(detail_band(content, small), pairs, labels=labels, block=8)
+    torch.testing.assert_close(got.double(), regional, rtol=1e-5, atol=1e-6)
 
 
 def test_restore_detail_of_an_unchanged_image_is_the_photo():
     content = _images(1, 3, 24, 32, seed=3)
     small = resize_max_side(content, 12)
-    torch.testing.assert_close(restore_detail(small, small, content), content, rtol=0, atol=1e-6)
+    restored = restore_detail(small, detail_band(content, small))
+    torch.testing.assert_close(restored, content, rtol=0, atol=1e-6)
 
 
 def test_scale_image_keeps_the_minimum_side_and_never_upscales():
@@ -112,22 +203,26 @@ def test_realtime_on_a_small_image_is_its_passes_at_full_size(model):
     torch.testing.assert_close(realtime, passes, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
 def test_realtime_is_low_resolution_passes_restored_detail_then_full_size_passes(
-    model, small_realtime
+    model, small_realtime, alpha
 ):
-    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 40, 40, seed=2)
-    got = model.stylize(content, [style], preset="realtime")
+    content = 0.4 + 0.2 * _images(1, 3, 24, 32, seed=1)  # less fine detail than the style
+    style = _images(1, 3, 40, 40, seed=2)
+    got = model.stylize(content, [style], alpha=alpha, preset="realtime")
     assert got.shape == content.shape
 
     small = resize_max_side(content, SMALL_SIDE)  # 12 x 16: the photo scaled by 1/2
     small_style = resize_max_side(style, 20)
-    low = model.stylize(small, [small_style], levels=small_realtime.levels, preset="quality")
-    gain = matched_detail_gain(
-        content, small, [(style, small_style)], None, small_realtime.detail_gain_bounds
+    low = model.stylize(
+        small, [small_style], levels=small_realtime.levels, alpha=alpha, preset="quality"
     )
-    restored = restore_detail(low, small, content, gain=gain)
+    photo = detail_band(content, small)
+    matched = matched_detail(photo, [(style, small_style)])
+    assert float((matched - photo).abs().max()) > 0.01
+    restored = restore_detail(low, torch.lerp(photo, matched, alpha))
     expected = model.stylize(
-        restored, [style], levels=small_realtime.detail_levels, preset="quality"
+        restored, [style], levels=small_realtime.detail_levels, alpha=alpha, preset="quality"
     )
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
@@ -163,7 +258,7 @@ def test_realtime_preserve_color_keeps_the_photo_chroma_mean(model, small_realti
 
 def test_realtime_batch_of_different_styles_matches_separate_calls(model, small_realtime):
     """The service batches realtime requests with different styles: each row keeps its own
-    detail gain and its own folded AdaIN affine."""
+    texture and its own folded AdaIN affine."""
     contents = _images(2, 3, 24, 32, seed=7)
     styles = torch.cat([_images(1, 3, 32, 32, seed=8), _images(1, 3, 32, 32, seed=9) * 0.3])
     batched = model.stylize(contents, [styles], preset="realtime")
