@@ -184,10 +184,9 @@ def shuffled_texture(
             if picked.numel() == 0:
                 continue
             ny, nx = picked.shape
-            tiles = patches[:, :, picked // cols, picked % cols].mul_(
-                window
-            )  # (N, C, ny, nx, 2b, 2b)
-            tiles = tiles.permute(0, 1, 2, 4, 3, 5).reshape(batch, channels, ny * 2 * block, -1)
+            tiles = patches[:, :, picked // cols, picked % cols]  # (N, C, ny, nx, 2b, 2b)
+            tiles = tiles.mul_(window).permute(0, 1, 2, 4, 3, 5)
+            tiles = tiles.reshape(batch, channels, ny * 2 * block, nx * 2 * block)
             top, left = y0 * block, x0 * block
             texture[..., top : top + ny * 2 * block, left : left + nx * 2 * block] += tiles
     return texture[..., half : half + height, half : half + width]
