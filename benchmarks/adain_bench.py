@@ -24,6 +24,9 @@ are NOT in ../shared/images and that nothing here was tuned on (see ``holdout_sp
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py [--rounds 3]
+    # every pair's style ratio and its part at each level (no timed rounds):
+    ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --sizes 512 \\
+        --impls realtime stlite --rounds 0 --per-pair
     # the development sweep that chose the realtime working side (dev images only):
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --split dev \\
         --sizes 512 --rounds 1 --impls stlite --working-sides 96 112 128 144 192
@@ -46,7 +49,7 @@ from PIL import Image
 
 from models.adain import StyleTransfer
 from models.adain.images import load_image
-from models.adain.metrics import content_loss, style_loss_ratio
+from models.adain.metrics import STYLE_LEVELS, content_loss, style_loss, style_loss_ratio
 from models.adain.presets import PRESETS
 from models.devices import bf16_supported
 
@@ -88,6 +91,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
     parser.add_argument(
         "--impls", nargs="+", default=["quality", "realtime", "stlite"], help="also: plain"
+    )
+    parser.add_argument(
+        "--per-pair",
+        action="store_true",
+        help="also print every pair's style ratio and the part of it at each level",
     )
     return parser.parse_args()
 
@@ -140,6 +148,25 @@ def _realtime_at(model: StyleTransfer, side: int, content, style):
         PRESETS["realtime"] = preset
 
 
+def print_per_pair(encoder, outputs, pairs, names) -> None:
+    """Every pair's style ratio per implementation, and its part at each level (the
+    level's style loss over the photo's whole style loss; the parts sum to the ratio)."""
+    print(f"{'photo':>22} {'style':>22} {'impl':>8} {'ratio':>6}  " + " ".join(STYLE_LEVELS))
+    for index, ((content, style), (photo_name, style_name)) in enumerate(
+        zip(pairs, names, strict=True)
+    ):
+        photo_loss = style_loss(encoder, content, style)
+        for name, outs in outputs.items():
+            parts = [
+                float(style_loss(encoder, outs[index], style, [level]) / photo_loss)
+                for level in STYLE_LEVELS
+            ]
+            print(
+                f"{photo_name:>22} {style_name:>22} {name:>8} {sum(parts):>6.3f}  "
+                + " ".join(f"{part:>7.3f}" for part in parts)
+            )
+
+
 def main() -> None:
     args = parse_args()
     if args.working_sides and args.split != "dev":
@@ -171,6 +198,7 @@ def main() -> None:
         f"fast path dtype {fast.describe()['dtype']} (native bf16: {bf16_supported(torch.device('cpu'))}), "
         f"split {args.split}: {len(photo_files)} photos x {len(style_files)} styles"
     )
+    names_of_pairs = [(photo.name, style.name) for photo in photo_files for style in style_files]
     print(
         f"{'size':>5} {'impl':>8} {'ms/image':>9} {'ratio median':>13} {'ratio worst':>12} "
         f"{'content loss':>13}"
@@ -212,14 +240,16 @@ def main() -> None:
                 f"{max(ratios):>12.3f} {statistics.mean(contents):>13.3f}",
                 flush=True,
             )
-        if "stlite" in results:
+        if args.per_pair:
+            print_per_pair(encoder, outputs, pairs, names_of_pairs)
+        if "stlite" in results and args.rounds > 0:
             for name in ("quality", "realtime", "plain"):
                 if name in results:
                     print(
                         f"{size:>5} time {name}/stlite {results[name] / results['stlite']:.2f}x "
                         "(realtime target: <= 1.0 at 512, <= 1.5 at 256)"
                     )
-        if "plain" in results and "quality" in results:
+        if "plain" in results and "quality" in results and args.rounds > 0:
             print(
                 f"{size:>5} speedup quality(fast)/plain {results['plain'] / results['quality']:.2f}x"
             )
