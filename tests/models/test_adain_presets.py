@@ -19,6 +19,7 @@ from models.adain.presets import (
     detail_weights,
     energy,
     get_preset,
+    local_energy,
     matched_detail,
     restore_detail,
     scale_image,
@@ -127,6 +128,41 @@ def test_shuffled_texture_keeps_the_variance_and_is_the_same_in_every_batch():
     assert shuffled_texture(noise[..., :6, :6], (20, 20)).shape == (3, 3, 20, 20)
 
 
+def _bilinear_rows64(values, size):
+    """``values`` ``(n, m)`` interpolated to ``(n, size)`` between cell centres, clamped at
+    the ends (half-pixel centres, as ``align_corners=False``), in float64 loops."""
+    cells = values.shape[1]
+    out = torch.empty(values.shape[0], size, dtype=torch.float64)
+    for i in range(size):
+        position = max((i + 0.5) * cells / size - 0.5, 0.0)
+        left = min(int(position), cells - 1)
+        right = min(left + 1, cells - 1)
+        frac = position - left
+        out[:, i] = (1 - frac) * values[:, left] + frac * values[:, right]
+    return out
+
+
+@pytest.mark.parametrize("shape", [(20, 24), (17, 23)])  # whole blocks; blocks cut at the edge
+def test_local_energy_against_a_float64_reference(shape):
+    window = 4
+    detail = _images(2, 3, *shape, seed=8) - 0.5
+    per_pixel = detail.double().square().mean(dim=1)  # (2, H, W)
+    height, width = shape
+    rows, cols = -(-height // window), -(-width // window)
+    expected = torch.empty(2, height, width, dtype=torch.float64)
+    for n in range(2):
+        means = torch.empty(rows, cols, dtype=torch.float64)
+        for i in range(rows):
+            for j in range(cols):
+                block = per_pixel[n, i * window : (i + 1) * window, j * window : (j + 1) * window]
+                means[i, j] = block.mean()
+        along_x = _bilinear_rows64(means, width)  # (rows, W)
+        expected[n] = _bilinear_rows64(along_x.T.contiguous(), height).T
+    got = local_energy(detail, window)
+    assert got.shape == (2, 1, *shape)
+    torch.testing.assert_close(got[:, 0].double(), expected, rtol=1e-5, atol=1e-7)
+
+
 def test_detail_weights_give_the_band_the_style_energy():
     photo_energy = torch.tensor([1.0, 0.25, 0.5, 0.0], dtype=torch.float64)
     style_energy = torch.tensor([0.5, 1.0, 0.5, 0.3], dtype=torch.float64)
@@ -155,20 +191,23 @@ def test_matched_detail_against_a_float64_reference():
     def band_energy(image):
         return image.square().mean(dim=(1, 2, 3))
 
+    photo_energy = local_energy(photo, 8)  # checked against its own reference above
+
     def weights_of(style_energy):
-        ratio = style_energy / band_energy(photo)
-        a = ratio.clamp(max=1).sqrt().view(-1, 1, 1, 1)
-        return a, (1 - 1 / ratio).clamp_min(0).sqrt().view(-1, 1, 1, 1)
+        ratio = style_energy.view(-1, 1, 1, 1) / photo_energy
+        return ratio.clamp(max=1).sqrt(), (1 - 1 / ratio).clamp_min(0).sqrt()
 
     energies = [band_energy(s.double() - _up64(low, s.shape[-2:])) for s, low in pairs]
     weights = [0.75, 0.25]
     a, b = weights_of(sum(w * e for w, e in zip(weights, energies, strict=True)))
     textures = [texture(s, low) for s, low in pairs]
     expected = a * photo + b * sum(w**0.5 * t for w, t in zip(weights, textures, strict=True))
-    got = matched_detail(detail_band(content, small), pairs, weights=weights, block=8)
+    band = detail_band(content, small)
+    got = matched_detail(band, pairs, weights=weights, block=8, window=8)
     assert got.shape == (2, 3, 24, 32)
     torch.testing.assert_close(got.double(), expected, rtol=1e-5, atol=1e-6)
-    assert float(b[0]) > 0.1 and float(a[1]) < 1.0  # both sides of the energy match are tested
+    # both sides of the energy match are tested
+    assert float(b[0].min()) > 0.1 and float(a[1].max()) < 1.0
 
     # with region labels each pixel takes its own style's band; a pixel of no style keeps
     # the photo's
@@ -178,8 +217,29 @@ def test_matched_detail_against_a_float64_reference():
     for k, (t, e) in enumerate(zip(textures, energies, strict=True)):
         a, b = weights_of(e)
         regional = regional + (labels == k).unsqueeze(1) * (a * photo + b * t)
-    got = matched_detail(detail_band(content, small), pairs, labels=labels, block=8)
+    got = matched_detail(band, pairs, labels=labels, block=8, window=8)
     torch.testing.assert_close(got.double(), regional, rtol=1e-5, atol=1e-6)
+
+
+def test_matched_detail_fills_flat_regions_and_tones_down_busy_ones():
+    # left half flat, right half busier than the style: a global energy match would give
+    # the whole image a little texture; the local one gives the flat half the style's
+    # texture alone and the busy half the photo's detail toned down, with no texture
+    content = torch.full((1, 3, 32, 64), 0.5)
+    content[..., 32:] = _images(1, 3, 32, 32, seed=9)
+    small = resize_max_side(content, 32)
+    style = 0.5 + 0.2 * (_images(1, 3, 48, 48, seed=10) - 0.5)
+    small_style = resize_max_side(style, 24)
+    band = detail_band(content, small)
+    texture = shuffled_texture(detail_band(style, small_style), (32, 64), block=8)
+    got = matched_detail(band, [(style, small_style)], block=8, window=8)
+    flat, busy = slice(0, 12), slice(44, 64)  # beyond the reach of the other half's windows
+    assert float(band[..., flat].abs().max()) == 0.0
+    torch.testing.assert_close(got[..., flat], texture[..., flat], rtol=0, atol=1e-6)
+    ratio = got[..., busy] / band[..., busy]
+    assert float(ratio.min()) > 0.0 and float(ratio.max()) < 0.9
+    # without texture, the busy half's band is the photo's, scaled per pixel
+    torch.testing.assert_close(got[..., busy], ratio.mean(dim=1, keepdim=True) * band[..., busy])
 
 
 def test_restore_detail_of_an_unchanged_image_is_the_photo():
