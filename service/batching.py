@@ -7,11 +7,20 @@ the event loop keeps serving while the model runs.
 
 Flush policy, for each key group:
 
-* full: ``len(group) >= max_batch_size`` flushes at once;
+* full: ``len(group) >= max_batch_size``, or the group's cost (``cost(item)`` summed,
+  e.g. pixels) reaches ``max_batch_cost``, flushes at once;
 * waited: the group's oldest item has waited ``max_wait_s``;
 * closing: everything left is flushed so accepted requests finish.
 
-When several groups are ready, the one whose oldest item arrived first goes first.
+Fair share: every item has an ``owner`` (an API key's name). When several groups are
+ready, the one holding the owner served least recently goes first, and a batch is
+filled round-robin across the owners in its group, so one owner's backlog delays
+another owner's request by about one batch, never by the whole backlog.
+
+Priority: a batcher made with ``background=True`` and a :class:`DeviceGate` shared with
+the foreground batchers of the same device yields the device at each step boundary
+while a foreground forward runs: a foreground request waits for at most one step of a
+background batch, and the background batch then resumes where it paused.
 
 Failure policy:
 
@@ -20,7 +29,9 @@ Failure policy:
   failure on a single item goes to that caller only.
 * An out-of-memory error on a batch (``is_out_of_memory`` says which errors are; the
   caller passes the test in, and ``release_memory`` to run before the retry) splits it
-  in halves and retries each half.
+  in halves and retries each half. The failed forward's frames (its activations) are
+  released first: the retry never runs inside the ``except`` block, the error keeps no
+  traceback, and ``release_memory`` runs on the worker thread, not the event loop.
 * An item past its deadline is dropped before any forward and its caller gets
   ``DeadlineExceeded``; a caller that stops waiting is removed from the queue.
 * Inside a forward, work nobody waits for stops: ``forward(items, control)`` gets a
@@ -31,6 +42,10 @@ Failure policy:
 * ``queue_size`` bounds the items waiting (not yet in a forward); past it ``submit``
   raises ``QueueFull`` with a retry-after estimate.
 
+A caller that cancels its ``submit`` with the message ``"deadline"``
+(``task.cancel("deadline")``) is counted as a deadline, any other cancel as
+``caller_gone``.
+
 The module knows nothing of torch or HTTP: its errors are its own, and the worker layer
 maps them to API errors and wraps ``forward`` in the framework's inference mode.
 """
@@ -39,16 +54,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 ItemT = TypeVar("ItemT")
 ResultT = TypeVar("ResultT")
+
+#: Why a queued or running item stopped being wanted.
+CALLER_GONE, DEADLINE = "caller_gone", "deadline"
 
 
 class BatcherError(Exception):
@@ -105,6 +125,65 @@ class _NullObserver:
 ProgressCallback = Callable[[int, int], None]
 
 
+class DeviceGate:
+    """Step-level priority on one device: foreground forwards before background steps.
+
+    A foreground forward (``with gate.foreground():``) waits only for the background
+    step in progress to end. A background forward holds the device between
+    :meth:`background_begin` and :meth:`background_end` and, at each step boundary,
+    calls :meth:`background_step`, which gives the device up and waits while any
+    foreground forward is active. Foreground forwards of different models may run
+    together, as may background ones; a paused background batch keeps its state (its
+    latents or features) and continues from the step where it stopped.
+    """
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition()
+        self._foreground = 0
+        self._background = 0
+        #: background forwards paused at a step boundary (for tests and metrics)
+        self.paused = 0
+
+    @property
+    def foreground_waiting(self) -> int:
+        """Foreground forwards active or waiting for a background step to end."""
+        return self._foreground
+
+    @contextlib.contextmanager
+    def foreground(self) -> Iterator[None]:
+        with self._changed:
+            self._foreground += 1
+            self._changed.wait_for(lambda: self._background == 0)
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._foreground -= 1
+                self._changed.notify_all()
+
+    def background_begin(self) -> None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._foreground == 0)
+            self._background += 1
+
+    def background_step(self) -> None:
+        """Between two steps: yield to any foreground forward, then go on."""
+        with self._changed:
+            if self._foreground == 0:
+                return
+            self._background -= 1
+            self.paused += 1
+            self._changed.notify_all()
+            self._changed.wait_for(lambda: self._foreground == 0)
+            self.paused -= 1
+            self._background += 1
+
+    def background_end(self) -> None:
+        with self._changed:
+            self._background -= 1
+            self._changed.notify_all()
+
+
 @dataclass(eq=False)
 class _Pending:
     item: Any
@@ -113,6 +192,8 @@ class _Pending:
     enqueued_at: float
     deadline: float = math.inf
     on_progress: ProgressCallback | None = None
+    owner: str = ""
+    cost: float = 0.0
     #: why the caller stopped waiting; set on the event loop, read by the worker thread
     abandoned: str | None = None
 
@@ -121,7 +202,7 @@ class _Pending:
         if self.abandoned is not None:
             return self.abandoned
         if now >= self.deadline:
-            return "deadline"
+            return DEADLINE
         return None
 
 
@@ -129,7 +210,8 @@ class BatchControl:
     """What a forward asks between its steps: which of its items are still wanted.
 
     Called as ``control(done, total)`` (the ``models.control.StepControl`` contract)
-    before step ``done`` of ``total`` and once with ``done == total`` at the end. It
+    before step ``done`` of ``total`` and once with ``done == total`` at the end. A
+    background forward first yields the device to foreground work (``gate``). It then
     reports the progress of every item still computed, counts one unit of work per item
     per step started, and answers the positions (in the batch as it is now) of the items
     still wanted, or ``None`` when all are.
@@ -139,14 +221,21 @@ class BatchControl:
     """
 
     def __init__(
-        self, pending: Sequence[_Pending], clock: Callable[[], float], observer: BatchObserver
+        self,
+        pending: Sequence[_Pending],
+        clock: Callable[[], float],
+        observer: BatchObserver,
+        yield_device: Callable[[], None] | None = None,
     ) -> None:
         self._pending = list(pending)
         self._clock = clock
         self._observer = observer
+        self._yield_device = yield_device
         self.rows: list[int] = list(range(len(self._pending)))
 
     def __call__(self, done: int, total: int) -> list[int] | None:
+        if self._yield_device is not None and 0 < done < total:
+            self._yield_device()
         now = self._clock()
         keep = []
         for position, row in enumerate(self.rows):
@@ -179,6 +268,14 @@ def _never(exc: BaseException) -> bool:
     return False
 
 
+def _free(exc: BaseException) -> BaseException:
+    """``exc`` without its traceback or chained errors, so that the frames of the failed
+    forward (and the activations they hold) can be freed before anything is retried."""
+    exc.__traceback__ = None
+    exc.__context__ = exc.__cause__ = None
+    return exc
+
+
 class Batcher(Generic[ItemT, ResultT]):
     """Dynamic batching in front of one ``forward`` (one model on one device).
 
@@ -194,7 +291,15 @@ class Batcher(Generic[ItemT, ResultT]):
         name: thread-name prefix, for logs and profilers.
         is_out_of_memory: whether an error from ``forward`` is an out-of-memory, which
             splits the batch in halves instead of retrying item by item.
-        release_memory: called before the halves are retried (e.g. emptying a cache).
+        release_memory: called on the worker thread before the halves are retried (e.g.
+            emptying an allocator's cache).
+        cost: an item's share of ``max_batch_cost`` (e.g. its pixels); 0 if unset.
+        max_batch_cost: most total cost in one forward (a memory budget); a single
+            item over it still runs alone.
+        gate: the device's :class:`DeviceGate`; with ``background`` the forward yields
+            the device at each step while foreground forwards run, without it the
+            forward runs as foreground work.
+        background: whether this batcher's work is background work.
     """
 
     def __init__(
@@ -209,6 +314,10 @@ class Batcher(Generic[ItemT, ResultT]):
         name: str = "batcher",
         is_out_of_memory: Callable[[BaseException], bool] = _never,
         release_memory: Callable[[], None] | None = None,
+        cost: Callable[[ItemT], float] | None = None,
+        max_batch_cost: float = math.inf,
+        gate: DeviceGate | None = None,
+        background: bool = False,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -216,16 +325,24 @@ class Batcher(Generic[ItemT, ResultT]):
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        if not max_batch_cost > 0:
+            raise ValueError(f"max_batch_cost must be > 0, got {max_batch_cost}")
         self._forward = forward
         self._is_out_of_memory = is_out_of_memory
         self._release_memory = release_memory
+        self._cost = cost
         self.max_batch_size = max_batch_size
+        self.max_batch_cost = max_batch_cost
         self.max_wait_s = max_wait_s
         self.queue_size = queue_size
         self._clock = clock
         self._observer = observer or _NullObserver()
+        self._gate = gate
+        self.background = background
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._groups: dict[Hashable, deque[_Pending]] = {}
+        self._served: dict[str, int] = {}  # owner -> when it was last served
+        self._turn = itertools.count(1)
         self._queued = 0
         self._in_flight = 0
         self._wakeup = asyncio.Event()
@@ -264,12 +381,14 @@ class Batcher(Generic[ItemT, ResultT]):
         key: Hashable = None,
         timeout_s: float | None = None,
         on_progress: ProgressCallback | None = None,
+        owner: str = "",
     ) -> ResultT:
         """Queue ``item`` and wait for its result (or its own exception).
 
         ``on_progress(done, total)`` is called from the worker thread at each step of the
         forward the item is in. Cancelling the awaiting task (a client that went away)
         drops the item: from the queue, or from its running forward at the next step.
+        ``owner`` is whose work it is, for the fair share.
 
         Raises:
             QueueFull: the queue holds ``queue_size`` items already.
@@ -291,6 +410,8 @@ class Batcher(Generic[ItemT, ResultT]):
             enqueued_at=now,
             deadline=now + timeout_s if timeout_s is not None else math.inf,
             on_progress=on_progress,
+            owner=owner,
+            cost=self._cost(item) if self._cost is not None else 0.0,
         )
         self._groups.setdefault(key, deque()).append(pending)
         self._set_queued(self._queued + 1)
@@ -298,10 +419,10 @@ class Batcher(Generic[ItemT, ResultT]):
         try:
             return await asyncio.wait_for(pending.future, timeout_s)
         except TimeoutError:
-            self._abandon(pending, "deadline")
+            self._abandon(pending, DEADLINE)
             raise DeadlineExceeded(f"no result within {timeout_s:g} s") from None
-        except asyncio.CancelledError:
-            self._abandon(pending, "caller_gone")
+        except asyncio.CancelledError as exc:
+            self._abandon(pending, DEADLINE if DEADLINE in exc.args else CALLER_GONE)
             raise
 
     # --------------------------------------------------------------- internals
@@ -336,7 +457,7 @@ class Batcher(Generic[ItemT, ResultT]):
                     pending.future.set_exception(
                         DeadlineExceeded("dropped from the queue: past its deadline")
                     )
-                    self._observer.cancelled("deadline", "queued")
+                    self._observer.cancelled(DEADLINE, "queued")
                     continue
                 kept.append(pending)
             if len(kept) != len(group):
@@ -346,24 +467,52 @@ class Batcher(Generic[ItemT, ResultT]):
             else:
                 del self._groups[key]
 
+    def _is_full(self, group: deque[_Pending]) -> bool:
+        return (
+            len(group) >= self.max_batch_size or sum(p.cost for p in group) >= self.max_batch_cost
+        )
+
+    def _last_served(self, owner: str) -> int:
+        return self._served.get(owner, 0)
+
     def _take_ready_batch(self) -> list[_Pending] | None:
         now = self._clock()
         self._drop_expired(now)
         ready = [
-            (group[0].enqueued_at, key)
+            key
             for key, group in self._groups.items()
             if self._closing
-            or len(group) >= self.max_batch_size
+            or self._is_full(group)
             or now - group[0].enqueued_at >= self.max_wait_s
         ]
         if not ready:
             return None
-        _, key = min(ready, key=lambda pair: pair[0])
+
+        def rank(key: Hashable) -> tuple[int, float]:
+            group = self._groups[key]
+            return min(self._last_served(p.owner) for p in group), group[0].enqueued_at
+
+        key = min(ready, key=rank)
         group = self._groups[key]
-        batch = [group.popleft() for _ in range(min(self.max_batch_size, len(group)))]
+        batch = self._fill_fairly(group)
         if not group:
             del self._groups[key]
         self._set_queued(self._queued - len(batch))
+        return batch
+
+    def _fill_fairly(self, group: deque[_Pending]) -> list[_Pending]:
+        """Take up to ``max_batch_size`` items (within ``max_batch_cost``) from ``group``,
+        each time the oldest item of the owner served least recently."""
+        batch: list[_Pending] = []
+        cost = 0.0
+        while group and len(batch) < self.max_batch_size:
+            pending = min(group, key=lambda p: (self._last_served(p.owner), p.enqueued_at))
+            if batch and cost + pending.cost > self.max_batch_cost:
+                break
+            group.remove(pending)
+            batch.append(pending)
+            cost += pending.cost
+            self._served[pending.owner] = next(self._turn)
         return batch
 
     def _seconds_to_next_flush(self) -> float | None:
@@ -390,7 +539,23 @@ class Batcher(Generic[ItemT, ResultT]):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     def _call_forward(self, live: list[_Pending]) -> tuple[list[int], list[ResultT]]:
-        control = BatchControl(live, self._clock, self._observer)
+        """One forward on the worker thread, under the device gate."""
+        gate = self._gate
+        if gate is None:
+            return self._forward_rows(live, None)
+        if not self.background:
+            with gate.foreground():
+                return self._forward_rows(live, None)
+        gate.background_begin()
+        try:
+            return self._forward_rows(live, gate.background_step)
+        finally:
+            gate.background_end()
+
+    def _forward_rows(
+        self, live: list[_Pending], yield_device: Callable[[], None] | None
+    ) -> tuple[list[int], list[ResultT]]:
+        control = BatchControl(live, self._clock, self._observer, yield_device)
         results = list(self._forward([p.item for p in live], control))
         if len(results) != len(control.rows):
             raise RuntimeError(
@@ -398,7 +563,8 @@ class Batcher(Generic[ItemT, ResultT]):
             )
         return control.rows, results
 
-    async def _forward_resilient(self, batch: list[_Pending]) -> None:
+    def _live(self, batch: list[_Pending]) -> list[_Pending]:
+        """The items of ``batch`` still wanted; the others get their answer now."""
         now = self._clock()
         live = []
         for pending in batch:
@@ -408,19 +574,50 @@ class Batcher(Generic[ItemT, ResultT]):
                 pending.future.set_exception(
                     DeadlineExceeded("dropped before the forward: past its deadline")
                 )
-                self._observer.cancelled("deadline", "queued")
+                self._observer.cancelled(DEADLINE, "queued")
                 continue
             live.append(pending)
-        if not live:
-            return
+        return live
+
+    async def _forward_resilient(self, batch: list[_Pending]) -> None:
+        """Run ``batch``; on failure retry its parts (halves after an out-of-memory, else
+        item by item) until every item has its result or its own error.
+
+        The parts wait on a stack, not in nested calls: by the time a part is retried
+        the failed forward's frames are gone (its error is kept without a traceback)
+        and ``release_memory`` has run on the worker thread.
+        """
         loop = asyncio.get_running_loop()
-        started = time.perf_counter()
-        try:
-            rows, results = await loop.run_in_executor(self._executor, self._call_forward, live)
-        except Exception as exc:
-            await self._recover(live, exc)
-            return
-        seconds = time.perf_counter() - started
+        parts = [batch]
+        while parts:
+            live = self._live(parts.pop())
+            if not live:
+                continue
+            started = time.perf_counter()
+            try:
+                rows, results = await loop.run_in_executor(self._executor, self._call_forward, live)
+            except Exception as exc:
+                out_of_memory = self._is_out_of_memory(exc)
+                failure = _free(exc) if out_of_memory else exc
+            else:
+                self._deliver(live, rows, results, time.perf_counter() - started)
+                continue
+            if out_of_memory and self._release_memory is not None:
+                await loop.run_in_executor(self._executor, self._release_memory)
+            if len(live) == 1:
+                if not live[0].future.done():
+                    live[0].future.set_exception(failure)
+                continue
+            del failure  # each part gets its own answer; the batch's error is dropped
+            if out_of_memory:
+                half = len(live) // 2
+                parts += [live[half:], live[:half]]  # the first half runs first
+            else:  # one bad item must not fail its neighbours
+                parts += [[pending] for pending in reversed(live)]
+
+    def _deliver(
+        self, live: list[_Pending], rows: list[int], results: list[ResultT], seconds: float
+    ) -> None:
         self._seconds_per_forward = 0.8 * self._seconds_per_forward + 0.2 * seconds
         self.stats.forwards += 1
         self.stats.items += len(live)
@@ -433,18 +630,3 @@ class Batcher(Generic[ItemT, ResultT]):
                 pending.future.set_exception(
                     DeadlineExceeded("stopped during the forward: past its deadline")
                 )
-
-    async def _recover(self, live: list[_Pending], exc: Exception) -> None:
-        if len(live) == 1:
-            if not live[0].future.done():
-                live[0].future.set_exception(exc)
-            return
-        if self._is_out_of_memory(exc):
-            if self._release_memory is not None:
-                self._release_memory()
-            half = len(live) // 2
-            await self._forward_resilient(live[:half])
-            await self._forward_resilient(live[half:])
-            return
-        for pending in live:  # one bad item must not fail its neighbours
-            await self._forward_resilient([pending])

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
+import weakref
 
 import pytest
 
-from service.batching import Batcher, Closed, DeadlineExceeded, QueueFull
+from service.batching import Batcher, Closed, DeadlineExceeded, DeviceGate, QueueFull
 
 HOUR = 3600.0
 pytestmark = pytest.mark.timeout(20)
@@ -44,6 +46,19 @@ async def _until(predicate, limit: int = 1000) -> None:
             return
         await asyncio.sleep(0)
     raise AssertionError("condition never held")
+
+
+async def _thread_until(predicate) -> None:
+    """Poll ``predicate`` from a thread until it holds (a state another thread sets)."""
+
+    def poll() -> bool:
+        for _ in range(10_000):
+            if predicate():
+                return True
+            time.sleep(0.001)
+        return False
+
+    assert await asyncio.get_running_loop().run_in_executor(None, poll)
 
 
 async def _thread_event(event: threading.Event) -> None:
@@ -324,3 +339,185 @@ def test_load_counts_queued_and_in_flight_items():
 def test_bad_arguments_raise_value_error(kwargs):
     with pytest.raises(ValueError):
         _make(lambda items, control: items, **kwargs)
+
+
+def test_out_of_memory_frees_the_failed_forward_before_the_halves_run():
+    """A real forward's activations live in its frames; the retry must not keep them."""
+    holders: list[weakref.ref] = []
+    alive_at_release: list[bool] = []
+    release_threads: list[str] = []
+
+    class Activations:
+        pass
+
+    def forward(items, control=None):
+        activations = Activations()  # held by this frame, as a forward's tensors are
+        holders.append(weakref.ref(activations))
+        if len(items) > 2:
+            raise FakeOutOfMemory("tried to allocate 2 GiB")
+        return [2 * x for x in items]
+
+    def release():
+        release_threads.append(threading.current_thread().name)
+        alive_at_release.append(holders[0]() is not None)
+
+    async def scenario():
+        batcher = _make(
+            forward,
+            is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
+            release_memory=release,
+            name="oom-test",
+        )
+        batcher.start()
+        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
+        await batcher.close()
+        return results
+
+    assert asyncio.run(scenario()) == [2, 4, 6, 8]
+    assert alive_at_release == [False]  # the failed forward's frame was gone
+    assert release_threads[0].startswith("oom-test")  # on the worker thread
+
+
+def test_a_single_item_out_of_memory_reaches_its_caller_without_the_frames():
+    holders: list[weakref.ref] = []
+
+    class Activations:
+        pass
+
+    def forward(items, control=None):
+        activations = Activations()
+        holders.append(weakref.ref(activations))
+        raise FakeOutOfMemory("tried to allocate 2 GiB")
+
+    async def scenario():
+        batcher = _make(forward, is_out_of_memory=lambda exc: True, max_wait_s=0.0)
+        batcher.start()
+        with pytest.raises(FakeOutOfMemory) as info:
+            await batcher.submit(1)
+        await batcher.close()
+        return info.value
+
+    error = asyncio.run(scenario())
+    assert error.__traceback__ is None or holders[0]() is None
+    assert holders[0]() is None
+
+
+def test_batch_cost_budget_bounds_a_forward():
+    async def scenario():
+        forward = RecordingForward()
+        batcher = _make(forward, max_batch_size=8, cost=lambda item: item, max_batch_cost=10)
+        results = await asyncio.gather(
+            *(asyncio.ensure_future(batcher.submit(i)) for i in (4, 4, 4, 20)),
+            _start_later(batcher),
+        )
+        await batcher.close()
+        return forward.calls, results
+
+    calls, results = asyncio.run(scenario())
+    assert results[:4] == [8, 8, 8, 40]
+    assert all(sum(batch) <= 10 or len(batch) == 1 for batch in calls)
+    assert sorted(x for batch in calls for x in batch) == [4, 4, 4, 20]
+
+
+async def _start_later(batcher: Batcher) -> None:
+    """Start the batcher once every submit above has queued (same loop iteration)."""
+    await asyncio.sleep(0)
+    batcher.start()
+
+
+def test_an_owner_with_a_backlog_delays_another_owner_by_at_most_one_batch():
+    async def scenario():
+        gate = threading.Event()
+        forward = RecordingForward(gate=gate)
+        batcher = _make(forward, max_batch_size=2, max_wait_s=0.0)
+        batcher.start()
+        first = asyncio.ensure_future(batcher.submit("a0", owner="a"))
+        await _thread_event(forward.started)  # a0 runs; a's backlog queues behind it
+        backlog = [asyncio.ensure_future(batcher.submit(f"a{i}", owner="a")) for i in range(1, 7)]
+        await _until(lambda: batcher.queued == 6)
+        other = asyncio.ensure_future(batcher.submit("b0", owner="b"))
+        await _until(lambda: batcher.queued == 7)
+        gate.set()
+        await asyncio.gather(first, other, *backlog)
+        await batcher.close()
+        return forward.calls
+
+    calls = asyncio.run(scenario())
+    assert calls[0] == ["a0"]
+    assert "b0" in calls[1]  # the next batch, not after a's whole backlog
+
+
+def test_a_background_batch_yields_to_foreground_work_between_its_steps():
+    gate = DeviceGate()
+    order: list[str] = []
+    background_paused = threading.Event()
+    resume_steps = threading.Event()
+
+    def background_forward(items, control):
+        for step in range(4):
+            control(step, 4)
+            order.append(f"bg{step}")
+            if step == 1:
+                background_paused.set()
+                resume_steps.wait(10)
+        control(4, 4)
+        return list(items)
+
+    def foreground_forward(items, control):
+        order.append("fg")
+        return list(items)
+
+    async def scenario():
+        background = _make(background_forward, max_wait_s=0.0, gate=gate, background=True)
+        foreground = _make(foreground_forward, max_wait_s=0.0, gate=gate)
+        background.start()
+        foreground.start()
+        slow = asyncio.ensure_future(background.submit("b"))
+        await _thread_event(background_paused)  # background is inside step 1
+        fast = asyncio.ensure_future(foreground.submit("f"))
+        await _thread_until(lambda: gate.foreground_waiting == 1)
+        resume_steps.set()  # step 1 ends; step 2 must wait for the foreground forward
+        results = await asyncio.gather(fast, slow)
+        await background.close()
+        await foreground.close()
+        return results
+
+    assert asyncio.run(scenario()) == ["f", "b"]
+    assert order == ["bg0", "bg1", "fg", "bg2", "bg3"]
+
+
+def test_a_deadline_cancel_is_counted_as_a_deadline():
+    reasons: list[tuple[str, str]] = []
+
+    class Observer:
+        def queue_depth(self, depth):
+            pass
+
+        def batch_done(self, size, seconds):
+            pass
+
+        def work_done(self, rows):
+            pass
+
+        def cancelled(self, reason, stage):
+            reasons.append((reason, stage))
+
+    async def scenario():
+        gate = threading.Event()
+        forward = RecordingForward(gate=gate)
+        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0, observer=Observer())
+        batcher.start()
+        blocker = asyncio.ensure_future(batcher.submit(0))
+        await _thread_event(forward.started)
+        late = asyncio.ensure_future(batcher.submit(1))
+        gone = asyncio.ensure_future(batcher.submit(2))
+        await _until(lambda: batcher.queued == 2)
+        late.cancel("deadline")
+        gone.cancel()
+        await asyncio.gather(late, gone, return_exceptions=True)
+        gate.set()
+        await blocker
+        await batcher.close()
+
+    asyncio.run(scenario())
+    assert sorted(reasons) == [("caller_gone", "queued"), ("deadline", "queued")]
