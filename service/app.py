@@ -1,11 +1,14 @@
 """The FastAPI application: ``create_app(settings)``.
 
-Models load in ``lifespan`` (never at import), one ``WorkerPool`` per model. The
-outermost middleware gives every request an id (``X-Request-ID``, echoed or made up),
-one structured log line, metrics, the drain gate (once shutdown begins new requests
-get 503 while the ones in flight finish), the API key check, and the body limits
-(the streamed upload cap and the body deadline), in that order and before the app
-reads any of the body.
+In ``lifespan`` (never at import) the app opens its job store (SQLite under
+``state_dir``, or Redis at ``redis_url``), loads its models, one ``WorkerPool`` per
+model, and, where any loaded, starts a job runner that takes their jobs from the store;
+every replica also reaps dead workers' jobs and delivers due webhooks. The outermost
+middleware gives every request an id (``X-Request-ID``, echoed or made up), one
+structured log line, metrics, the drain gate (once shutdown begins, new work gets 503
+while reads of jobs and the requests in flight go on), the API key check (who the
+caller is), and the body limits (the streamed upload cap, the smaller cap of non-upload
+bodies, and the body deadline), in that order and before the app reads any of the body.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -26,7 +29,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import has_valid_key, needs_api_key, unauthorized
+from service.auth import bearer_token, caller_of, needs_api_key, unauthorized
+from service.catalog import ModelCatalog
 from service.config import Settings, get_settings
 from service.errors import (
     PayloadTooLarge,
@@ -35,9 +39,15 @@ from service.errors import (
     install_error_handlers,
 )
 from service.images import DecodeSlots
-from service.jobs import JobStore
+from service.jobs.redis_store import RedisJobStore
+from service.jobs.runner import JobRunner, reap_forever, worker_name
+from service.jobs.sqlite_store import SqliteJobStore
+from service.jobs.store import JobStore, StoreError, StoreLimits
+from service.jobs.webhooks import WebhookDispatcher, WebhookPolicy, WebhookSettings
+from service.keys import KeyRing
 from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, stylize
+from service.routes.jobs import JobFeeds, ResultCache, service_error_of
 from service.workers import MODELS, ModelEntry, build_pools, load_models
 
 logger = logging.getLogger("atelier.app")
@@ -61,6 +71,24 @@ class Lifecycle:
         self.leaving = False
         self.draining = False
         self.in_flight = 0
+        #: set once draining begins (event streams end so clients reconnect elsewhere)
+        self.drain_started = asyncio.Event()
+        self._hooks: list[Callable[[], Awaitable[None]]] = []
+        self._work: list[asyncio.Task] = []
+        #: the app's event loop (``lifespan`` sets it): drain work starts there
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    def on_drain(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Run ``hook`` (e.g. the job runner's drain) when draining begins."""
+        self._hooks.append(hook)
+
+    @property
+    def busy(self) -> bool:
+        """Whether drain work (running jobs) is still going on."""
+        return any(not task.done() for task in self._work)
+
+    async def drained(self) -> None:
+        await asyncio.gather(*self._work, return_exceptions=True)
 
     def begin_leaving(self) -> None:
         if not self.leaving:
@@ -68,23 +96,51 @@ class Lifecycle:
         self.leaving = True
 
     def begin_drain(self) -> None:
+        """Refuse new work from now on and start the drain hooks (from any thread)."""
         if not self.draining:
-            logger.info("draining: new requests get 503", extra={"in_flight": self.in_flight})
+            logger.info("draining: new work gets 503", extra={"in_flight": self.in_flight})
+            if self.loop is not None:
+                try:
+                    here = asyncio.get_running_loop()
+                except RuntimeError:
+                    here = None
+                if here is self.loop:
+                    self._start_drain_work()
+                else:
+                    self.loop.call_soon_threadsafe(self._start_drain_work)
         self.leaving = True
         self.draining = True
+
+    def _start_drain_work(self) -> None:
+        if self.drain_started.is_set():
+            return
+        self.drain_started.set()
+        self._work = [self.loop.create_task(hook()) for hook in self._hooks]
 
 
 class RequestContextMiddleware:
     """Request id, access log, metrics, drain gate, API key, body limits (pure ASGI)."""
 
     def __init__(
-        self, app: ASGIApp, *, metrics: Metrics, lifecycle: Lifecycle, settings: Settings
+        self,
+        app: ASGIApp,
+        *,
+        metrics: Metrics,
+        lifecycle: Lifecycle,
+        settings: Settings,
+        keys: KeyRing,
     ) -> None:
         self.app = app
         self.metrics = metrics
         self.lifecycle = lifecycle
         self.settings = settings
-        self.max_body_bytes = settings.max_upload_bytes
+        self.keys = keys
+
+    def _body_limit(self, headers: Headers) -> int:
+        """Uploads may be ``max_upload_bytes``; any other body (JSON) ``max_json_bytes``."""
+        if headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            return self.settings.max_upload_bytes
+        return min(self.settings.max_upload_bytes, self.settings.max_json_bytes)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -96,6 +152,7 @@ class RequestContextMiddleware:
         request_id = incoming_id if _REQUEST_ID.match(incoming_id) else uuid.uuid4().hex
         scope.setdefault("state", {}).update(request_id=request_id, started=time.monotonic())
         status = 500
+        key_name = ""
 
         async def send_with_id(message: Message) -> None:
             nonlocal status
@@ -108,16 +165,20 @@ class RequestContextMiddleware:
         self.metrics.in_flight.inc()
         try:
             rejection = self._reject_early(scope, headers)
+            caller = scope["state"].get("caller")
+            key_name = caller.name if caller is not None else ""
             if rejection is not None:
                 await rejection(scope, receive, send_with_id)
             else:
-                await self.app(scope, self._capped(receive), send_with_id)
+                await self.app(
+                    scope, self._capped(receive, self._body_limit(headers)), send_with_id
+                )
         finally:
             self.lifecycle.in_flight -= 1
             self.metrics.in_flight.dec()
             seconds = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "unmatched"
-            self.metrics.observe_request(scope["method"], route, status, seconds)
+            self.metrics.observe_request(scope["method"], route, status, seconds, key_name)
             access_logger.info(
                 "request",
                 extra={
@@ -126,27 +187,34 @@ class RequestContextMiddleware:
                     "path": scope["path"],
                     "route": route,
                     "status": status,
+                    "key": key_name,
                     "duration_ms": round(seconds * 1000.0, 2),
                 },
             )
 
     def _reject_early(self, scope: Scope, headers: Headers):
-        if self.lifecycle.draining and scope["path"] not in _ALWAYS_OPEN:
-            return error_response(503, "shutting_down", "the service is shutting down")
-        expected = self.settings.api_key
-        if needs_api_key(scope["path"], scope["method"], self.settings) and not has_valid_key(
-            headers, expected
+        if (
+            self.lifecycle.draining
+            and scope["method"] == "POST"
+            and scope["path"] not in _ALWAYS_OPEN
         ):
-            refusal = unauthorized()
-            return error_response(401, refusal.code, refusal.message, refusal.headers)
+            return error_response(503, "shutting_down", "the service is shutting down")
+        if needs_api_key(scope["path"], scope["method"], self.settings, self.keys):
+            token = bearer_token(headers)
+            key = self.keys.identify(token) if token is not None else None
+            if key is None:
+                refusal = unauthorized()
+                return error_response(401, refusal.code, refusal.message, refusal.headers)
+            scope["state"]["caller"] = caller_of(key, self.settings)
+        elif not self.keys.required:
+            scope["state"]["caller"] = caller_of(None, self.settings)
+        limit = self._body_limit(headers)
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            return error_response(
-                413, "payload_too_large", f"the body is over {self.max_body_bytes} bytes"
-            )
+        if length is not None and length.isdigit() and int(length) > limit:
+            return error_response(413, "payload_too_large", f"the body is over {limit} bytes")
         return None
 
-    def _capped(self, receive: Receive) -> Receive:
+    def _capped(self, receive: Receive, limit: int) -> Receive:
         """``receive`` that enforces the body limits while the body streams in.
 
         Raises ``PayloadTooLarge`` as soon as the body passes ``max_upload_bytes``, and
@@ -156,7 +224,6 @@ class RequestContextMiddleware:
         untouched (it then only reports a disconnect).
         """
         received = 0
-        limit = self.max_body_bytes
         timeout_s = self.settings.body_timeout_s
         deadline = time.monotonic() + timeout_s
         body_done = False
@@ -208,8 +275,48 @@ def configure_logging(level: str = "info") -> None:
     root.propagate = False
 
 
+def open_store(settings: Settings) -> JobStore:
+    """The job store the settings name: Redis at ``redis_url``, else SQLite under
+    ``state_dir``."""
+    limits = StoreLimits(
+        max_jobs=settings.max_jobs,
+        inputs_max_bytes=settings.job_inputs_max_bytes,
+        results_max_bytes=settings.job_results_max_bytes,
+        ttl_s=settings.job_ttl_s,
+        max_attempts=settings.job_max_attempts,
+        idempotency_ttl_s=settings.idempotency_ttl_s,
+    )
+    if settings.redis_url:
+        return RedisJobStore(
+            settings.redis_url,
+            limits,
+            prefix=settings.redis_prefix,
+            webhook_progress_interval_s=settings.webhook_progress_interval_s,
+        )
+    return SqliteJobStore(
+        settings.state_dir / "jobs.db",
+        limits,
+        webhook_progress_interval_s=settings.webhook_progress_interval_s,
+    )
+
+
+def webhook_settings(settings: Settings) -> WebhookSettings:
+    return WebhookSettings(
+        WebhookPolicy(
+            tuple(settings.webhook_allowed_hosts), settings.webhook_allow_private_addresses
+        ),
+        settings.webhook_secret,
+        timeout_s=settings.webhook_timeout_s,
+        max_attempts=settings.webhook_max_attempts,
+        retry_base_s=settings.webhook_retry_base_s,
+    )
+
+
 def create_app(
-    settings: Settings | None = None, *, model_entries: Mapping[str, ModelEntry] | None = None
+    settings: Settings | None = None,
+    *,
+    model_entries: Mapping[str, ModelEntry] | None = None,
+    serve_models: bool = True,
 ) -> FastAPI:
     """Build the application.
 
@@ -217,26 +324,63 @@ def create_app(
         settings: configuration; the process settings (environment) by default.
         model_entries: how to load and run each model by name (tests inject fakes);
             ``service.workers.MODELS`` by default.
+        serve_models: whether to load models here at all (``atelier worker`` runs the
+            runner without the HTTP routes; an API-only replica sets ``load_models``
+            to nothing instead).
     """
     settings = settings or get_settings()
     entries = dict(model_entries if model_entries is not None else MODELS)
     metrics = Metrics()
     lifecycle = Lifecycle()
+    keys = KeyRing(settings.api_keys_file, settings.api_key)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        lifecycle.loop = asyncio.get_running_loop()
+        store = open_store(settings)
+        await store.start()
         loaded, statuses = await asyncio.to_thread(load_models, settings, entries)
         pools = build_pools(loaded, entries, settings, metrics, statuses)
         for pool in pools.values():
             pool.start()
+        runner = JobRunner(
+            store,
+            pools,
+            metrics,
+            worker=worker_name(),
+            lease_s=settings.job_lease_s,
+            progress_interval_s=settings.job_progress_interval_s,
+            max_batch_size=settings.max_batch_size,
+            queue_size=settings.queue_size,
+            max_result_bytes=settings.job_results_max_bytes,
+        )
+        await runner.start()
+        reaper = asyncio.get_running_loop().create_task(
+            reap_forever(store, settings.job_lease_s / 3)
+        )
+        dispatcher = WebhookDispatcher(store, webhook_settings(settings))
+        dispatcher.start()
+        app.state.store = store
+        app.state.runner = runner
         app.state.pools = pools
         app.state.model_status = statuses
+        app.state.catalog = ModelCatalog(pools, statuses, store)
+        app.state.feeds = JobFeeds(
+            store,
+            max_streams=settings.max_event_streams,
+            key_max_streams=settings.key_max_event_streams,
+        )
+        lifecycle.on_drain(lambda: runner.drain(max(0.0, settings.shutdown_timeout_s - 2.0)))
         try:
             yield
         finally:
             lifecycle.begin_drain()
+            lifecycle._start_drain_work()  # at once, if begin_drain came from elsewhere
+            await lifecycle.drained()
             await asyncio.gather(*(pool.close() for pool in pools.values()))
-            await app.state.jobs.close()
+            reaper.cancel()
+            await dispatcher.close()
+            await store.close()
             logger.info("workers stopped")
 
     app = FastAPI(
@@ -249,18 +393,20 @@ def create_app(
     app.state.settings = settings
     app.state.metrics = metrics
     app.state.lifecycle = lifecycle
-    app.state.jobs = JobStore(
-        max_jobs=settings.max_jobs,
-        ttl_s=settings.job_ttl_s,
-        results_max_bytes=settings.job_results_max_bytes,
-        timeout_s=settings.job_timeout_s,
-    )
+    app.state.keys = keys
+    app.state.result_cache = ResultCache()
     app.state.decode_slots = DecodeSlots(
         settings.max_concurrent_decodes, settings.large_image_pixels
     )
     app.state.pools = {}
     app.state.model_status = {}
     install_error_handlers(app)
+
+    async def store_error(request, exc: StoreError):
+        error = service_error_of(exc)
+        return error_response(error.status_code, error.code, error.message, error.headers)
+
+    app.add_exception_handler(StoreError, store_error)
     for module in (page, health, models, stylize, generate, jobs, openai_images):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
@@ -269,7 +415,14 @@ def create_app(
             CORSMiddleware,
             allow_origins=settings.cors_origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Accept", "X-Request-ID", "Prefer"],
+            allow_headers=[
+                "Authorization",
+                "Content-Type",
+                "Accept",
+                "X-Request-ID",
+                "Prefer",
+                "Idempotency-Key",
+            ],
             expose_headers=["X-Request-ID", "Retry-After", "X-Seed", "Location"],
         )
     app.add_middleware(
@@ -277,5 +430,6 @@ def create_app(
         metrics=metrics,
         lifecycle=lifecycle,
         settings=settings,
+        keys=keys,
     )
     return app

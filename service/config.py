@@ -59,14 +59,92 @@ class Settings(BaseSettings):
         "server finishes within request_timeout_s (a 1024 px request with 4 styles is "
         "21 M and took 56 s on a shared 2-core CPU). Past it: 422.",
     )
+    max_batch_pixels: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="Most pixels one batched forward may hold (a memory budget beside "
+        "max_batch_size; stylize counts the content and styles, generate its images): "
+        "compatible requests past it wait for the next batch, one request over it runs "
+        "alone; an out-of-memory error still splits a batch in halves.",
+    )
+    state_dir: Path = Field(
+        default=Path(".atelier"),
+        description="Where the embedded job store keeps its SQLite database (jobs.db) "
+        "when redis_url is unset: accepted jobs and results survive a restart.",
+    )
+    redis_url: str | None = Field(
+        default=None,
+        description="redis://host:port/db (Redis >= 6.2 or Valkey): the shared job store, "
+        "so that every replica and worker sees the same jobs. Unset: the SQLite store.",
+    )
+    redis_prefix: str = Field(default="atelier:", description="Prefix of every Redis key.")
     max_jobs: int = Field(
-        default=64, ge=1, description="Async jobs held at once (unfinished ones: 429 past it)."
+        default=256,
+        ge=1,
+        description="Unfinished async jobs (queued or running) in all; past it: 429.",
     )
-    job_ttl_s: float = Field(default=600.0, gt=0.0, description="How long a finished job is kept.")
+    key_max_jobs: int = Field(
+        default=32,
+        ge=1,
+        description="Unfinished async jobs of one API key, unless its entry in the keys "
+        "file says otherwise; past it: 429.",
+    )
+    job_inputs_max_bytes: int = Field(
+        default=512 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of job inputs (encoded images) held for unfinished jobs; past it: 429.",
+    )
+    job_ttl_s: float = Field(
+        default=3600.0, gt=0.0, description="How long a finished job and its result are kept."
+    )
     job_results_max_bytes: int = Field(
-        default=256 * 1024 * 1024, ge=1024, description="Bytes of job results held in memory."
+        default=256 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of job results held; the oldest finished jobs are forgotten first.",
     )
-    job_timeout_s: float = Field(default=600.0, gt=0.0, description="An async job's deadline.")
+    job_timeout_s: float = Field(
+        default=600.0, gt=0.0, description="An async job's deadline, from its creation."
+    )
+    job_lease_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="A worker's lease on a job: renewed every third of it while the job "
+        "runs; a job whose worker died goes back to the queue once it runs out.",
+    )
+    job_max_attempts: int = Field(
+        default=3,
+        ge=1,
+        description="Leases a job may lose (its worker died) before it fails with "
+        "worker_lost instead of running again.",
+    )
+    job_progress_interval_s: float = Field(
+        default=0.2,
+        ge=0.0,
+        description="Least time between two progress writes of a job to the store.",
+    )
+    max_event_streams: int = Field(
+        default=1024,
+        ge=1,
+        description="Open /v1/jobs/{id}/events streams per replica (they do not count "
+        "against max_connections); past it: 429.",
+    )
+    key_max_event_streams: int = Field(
+        default=8, ge=1, description="Open event streams of one API key per replica; past it: 429."
+    )
+    shutdown_timeout_s: float = Field(
+        default=25.0,
+        gt=0.0,
+        description="After a stop signal (and drain_grace_s): how long requests in flight "
+        "and running jobs may take to finish; then unfinished jobs go back to the queue "
+        "for another worker and the process exits. Keep it under the orchestrator's grace "
+        "period (Kubernetes: 30 s by default).",
+    )
+    max_json_bytes: int = Field(
+        default=64 * 1024,
+        ge=1024,
+        description="Largest body of a request that is not a multipart upload (JSON); "
+        "past it: 413, before any of it is parsed.",
+    )
     max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
     header_timeout_s: float = Field(
         default=10.0,
@@ -110,11 +188,58 @@ class Settings(BaseSettings):
         "at once.",
     )
     api_key: str | None = Field(
-        default=None, description="When set, /v1 routes need 'Authorization: Bearer <key>'."
+        default=None,
+        description="A single API key (named 'default'): when set, /v1 routes need "
+        "'Authorization: Bearer <key>'.",
+    )
+    api_keys_file: Path | None = Field(
+        default=None,
+        description="The named keys made by 'atelier keys add' (hashes, names, limits); "
+        "re-read when it changes or on SIGHUP. When set, /v1 routes need a key.",
+    )
+    key_rate: float | None = Field(
+        default=None,
+        gt=0.0,
+        description="Requests per second (bursts of max(1, rate)) one key may send to the "
+        "routes that start work, unless its entry in the keys file says otherwise; "
+        "past it: 429 with Retry-After. Unset: no limit.",
     )
     protect_metrics_and_docs: bool = Field(
         default=True,
         description="With api_key set, /metrics, /docs, /redoc and /openapi.json need it too.",
+    )
+    idempotency_ttl_s: float = Field(
+        default=24 * 3600.0,
+        gt=0.0,
+        description="How long an Idempotency-Key is remembered (the job's result itself is "
+        "kept job_ttl_s).",
+    )
+    webhook_secret: str | None = Field(
+        default=None,
+        description="The Standard Webhooks signing secret ('whsec_' + base64); webhooks "
+        "are refused (422) without it.",
+    )
+    webhook_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names (or '*.example.com') webhooks may go to, as a JSON list; "
+        "empty: every webhook is refused (422).",
+    )
+    webhook_allow_private_addresses: bool = Field(
+        default=False,
+        description="Let webhooks reach private, loopback and link-local addresses (off: "
+        "a host that resolves to one is refused, at submit and at each delivery).",
+    )
+    webhook_timeout_s: float = Field(default=10.0, gt=0.0, description="One delivery's timeout.")
+    webhook_max_attempts: int = Field(
+        default=8, ge=1, description="Delivery attempts of one event before giving up."
+    )
+    webhook_retry_base_s: float = Field(
+        default=5.0,
+        gt=0.0,
+        description="Wait before the second attempt; doubled before each later one.",
+    )
+    webhook_progress_interval_s: float = Field(
+        default=5.0, gt=0.0, description="Least time between two progress webhooks of a job."
     )
     cors_origins: list[str] = Field(default_factory=list)
     load_models: str = Field(

@@ -8,12 +8,17 @@ a status that says whose fault it was:
 401   ``unauthorized``             an API key is configured and the request lacks it
 408   ``body_timeout``             the body did not arrive within ``body_timeout_s``
 413   ``payload_too_large``        body over ``max_upload_bytes``; image over ``max_pixels``
+404   ``job_not_found``            no such job, another key's job, or an expired one
+409   ``idempotent_result_gone``   an Idempotency-Key replay whose job was forgotten
 415   ``unsupported_media_type``   not an image format the service reads; not multipart
-422   ``validation_error``         a field of the wrong type, out of range, wrong count
-429   ``overloaded``               a worker queue is full (with ``Retry-After``)
+422   ``validation_error``         a field of the wrong type, out of range, wrong count;
+                                   ``idempotency_key_reused``, ``webhook_not_allowed``
+429   ``overloaded``               a queue or a job limit is full; ``rate_limited``,
+                                   ``too_many_streams`` (all with ``Retry-After``)
 499   ``client_closed_request``    the client went away first: its work was cancelled
                                    (logged and counted; nobody receives the answer)
-503   ``not_ready``                model not loaded, or the service is shutting down
+503   ``not_ready``                model not loaded, or the service is shutting down;
+                                   ``store_unavailable`` (the job store cannot be reached)
 504   ``deadline_exceeded``        the request waited past ``request_timeout_s``
 ====  ===========================  ==================================================
 
@@ -90,10 +95,18 @@ class Overloaded(ServiceError):
 
     status_code, code = 429, "overloaded"
 
-    def __init__(self, message: str, *, retry_after_s: float = 1.0):
+    def __init__(self, message: str, *, retry_after_s: float = 1.0, code: str | None = None):
         seconds = max(1, math.ceil(retry_after_s))
-        super().__init__(message, headers={"Retry-After": str(seconds)})
+        super().__init__(message, code=code, headers={"Retry-After": str(seconds)})
         self.retry_after_s = seconds
+
+
+class JobNotFound(ServiceError):
+    status_code, code = 404, "job_not_found"
+
+
+class Conflict(ServiceError):
+    status_code, code = 409, "conflict"
 
 
 class ClientClosedRequest(ServiceError):
@@ -110,8 +123,40 @@ class ShuttingDown(ServiceError):
     status_code, code = 503, "shutting_down"
 
 
+class StoreUnavailable(ServiceError):
+    """The job store (Redis, or the SQLite file) cannot be reached; retry shortly."""
+
+    status_code, code = 503, "store_unavailable"
+
+    def __init__(self, message: str, *, retry_after_s: int = 2):
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+
+
+class InternalError(ServiceError):
+    status_code, code = 500, "internal_error"
+
+
 class DeadlineExceeded(ServiceError):
     status_code, code = 504, "deadline_exceeded"
+
+
+#: How a failed job's error code is answered to a client that waited for it.
+_JOB_ERRORS: dict[str, type[ServiceError]] = {
+    "deadline_exceeded": DeadlineExceeded,
+    "cancelled": ClientClosedRequest,
+    "worker_lost": NotReady,
+    "shutting_down": ShuttingDown,
+    "overloaded": Overloaded,
+    "rejected_by_model": BadRequest,
+    "bad_request": BadRequest,
+}
+
+
+def error_of_job(error: dict[str, str] | None) -> ServiceError:
+    """The exception that answers a synchronous request whose job failed."""
+    error = error or {"code": "internal_error", "message": "internal error"}
+    kind = _JOB_ERRORS.get(error["code"], InternalError)
+    return kind(error["message"], code=error["code"])
 
 
 #: Client input quoted in a message is cut to this many characters.

@@ -2,13 +2,19 @@
 
 Exported series:
 
-* ``atelier_http_requests_total{method, route, status}`` and
+* ``atelier_http_requests_total{method, route, status, key}`` (``key``: the API key's
+  name, from the keys file, so its values are bounded; empty when none was checked) and
   ``atelier_http_request_duration_seconds{method, route}``: every request, labelled by
   the route template (``/v1/stylize``), never the raw path, to bound cardinality.
 * ``atelier_http_requests_in_flight``.
 * ``atelier_batch_size{model, device}`` and ``atelier_forward_duration_seconds{model,
   device}``: one observation per batched forward.
-* ``atelier_queue_depth{model, device}``: items waiting in each batcher.
+* ``atelier_queue_depth{model, device, priority}``: items waiting in each batcher
+  (``interactive``: requests a client waits for; ``background``: async jobs).
+* ``atelier_jobs_queued{model}``: jobs waiting in the job store for a worker (read from
+  the store at each scrape: the figure workers scale on).
+* ``atelier_jobs_total{model, outcome}``: jobs a worker of this process ended
+  (``succeeded``, ``failed``, ``cancelled``, ``handed_back``, ``lost``).
 * ``atelier_work_units_total{model, device}``: item-steps started (sampler steps x
   images for the DiT, passes x images for AdaIN): what the workers spent, so a benchmark
   can show that nothing is computed for abandoned requests after their cancel point.
@@ -42,7 +48,7 @@ class Metrics:
         self.requests = Counter(
             "atelier_http_requests",
             "HTTP requests answered.",
-            ["method", "route", "status"],
+            ["method", "route", "status", "key"],
             registry=self.registry,
         )
         self.latency = Histogram(
@@ -72,7 +78,19 @@ class Metrics:
         self.queue_depth = Gauge(
             "atelier_queue_depth",
             "Items waiting in a batcher's queue.",
-            ["model", "device"],
+            ["model", "device", "priority"],
+            registry=self.registry,
+        )
+        self.jobs_queued = Gauge(
+            "atelier_jobs_queued",
+            "Jobs waiting in the job store for a worker.",
+            ["model"],
+            registry=self.registry,
+        )
+        self.jobs = Counter(
+            "atelier_jobs",
+            "Jobs a worker of this process ended, by outcome.",
+            ["model", "outcome"],
             registry=self.registry,
         )
 
@@ -89,12 +107,14 @@ class Metrics:
             registry=self.registry,
         )
 
-    def observe_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(method, route, str(status)).inc()
+    def observe_request(
+        self, method: str, route: str, status: int, seconds: float, key: str = ""
+    ) -> None:
+        self.requests.labels(method, route, str(status), key).inc()
         self.latency.labels(method, route).observe(seconds)
 
-    def batch_observer(self, model: str, device: str) -> BatchMetrics:
-        return BatchMetrics(self, model, device)
+    def batch_observer(self, model: str, device: str, priority: str) -> BatchMetrics:
+        return BatchMetrics(self, model, device, priority)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
@@ -103,8 +123,8 @@ class Metrics:
 class BatchMetrics:
     """The ``service.batching.BatchObserver`` for one model on one device."""
 
-    def __init__(self, metrics: Metrics, model: str, device: str) -> None:
-        self._depth = metrics.queue_depth.labels(model, device)
+    def __init__(self, metrics: Metrics, model: str, device: str, priority: str) -> None:
+        self._depth = metrics.queue_depth.labels(model, device, priority)
         self._size = metrics.batch_size.labels(model, device)
         self._seconds = metrics.forward_seconds.labels(model, device)
         self._work = metrics.work_units.labels(model, device)

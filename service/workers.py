@@ -2,8 +2,14 @@
 
 A model joins the service with three things: a ``load(search_path, device)`` function,
 a ``run(model, jobs) -> results`` function that does one batched forward, and a job
-type whose ``batch_key()`` says which jobs may share that forward. ``MODELS`` lists
-them; ``load_pools`` builds a ``WorkerPool`` for each one whose weights load.
+type whose ``batch_key()`` says which jobs may share that forward and whose ``cost()``
+(pixels) counts against the per-batch memory budget. ``MODELS`` lists them;
+``build_pools`` builds a ``WorkerPool`` for each one whose weights load.
+
+Each pool has two batchers per device: interactive work (a client waiting on its
+connection) and background work (async jobs). Both share the device's ``DeviceGate``
+with every other pool on that device, so background batches yield the device at their
+step boundaries while interactive work runs (``service.batching``).
 
 The service sees the models only through the protocols of ``service.model_types``.
 This module is where torch meets the generic batcher: forwards run under
@@ -16,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -24,10 +30,18 @@ from typing import Any, Generic, TypeVar
 import torch
 
 from models.control import StepControl
-from service.batching import Batcher, Closed, DeadlineExceeded, ProgressCallback, QueueFull
+from service.batching import (
+    Batcher,
+    Closed,
+    DeadlineExceeded,
+    DeviceGate,
+    ProgressCallback,
+    QueueFull,
+)
 from service.config import Settings
 from service.errors import BadRequest, Overloaded, ShuttingDown
 from service.errors import DeadlineExceeded as DeadlineExceededError
+from service.jobs.records import BACKGROUND, INTERACTIVE, PRIORITIES
 from service.metrics import Metrics
 from service.model_types import (
     BatchJob,
@@ -69,6 +83,10 @@ class StylizeJob:
             self.preserve_color,
             None if self.masks is None else len(self.masks),
         )
+
+    def cost(self) -> float:
+        """Pixels through the encoder: the content and every style."""
+        return sum(image.shape[-2] * image.shape[-1] for image in (self.content, *self.styles))
 
 
 def load_style_transfer(search_path: Sequence[Path], device: str) -> StyleTransferModel:
@@ -117,6 +135,10 @@ class GenerateJob:
     def batch_key(self) -> Hashable:
         return self.options
 
+    def cost(self) -> float:
+        """One image of the model's native size: small next to any stylisation."""
+        return 32 * 32
+
 
 def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageModel:
     from models.dit.pipeline import TextToImage
@@ -147,13 +169,32 @@ def run_generate(
 ModelT = TypeVar("ModelT")
 
 
+def style_transfer_details(model: StyleTransferModel) -> dict[str, Any]:
+    return model.describe()
+
+
+def text_to_image_details(model: TextToImageModel) -> dict[str, Any]:
+    """``describe()`` plus what a replica without the model needs to validate requests:
+    the defaults and the image size."""
+    return {
+        **model.describe(),
+        "defaults": asdict(model.defaults),
+        "image_size": model.image_size,
+    }
+
+
 @dataclass(frozen=True)
 class ModelEntry(Generic[ModelT]):
-    """How to load a model and run one batch of its jobs."""
+    """How to load a model, run one batch of its jobs, and describe it.
+
+    ``details(model)`` is JSON: ``/v1/models`` shows it, and workers publish it so a
+    replica that does not load the model can still validate requests for it.
+    """
 
     name: str
     load: Callable[[Sequence[Path], str], ModelT]
     run: Callable[[ModelT, list, StepControl], list]
+    details: Callable[[ModelT], dict[str, Any]] = lambda model: model.describe()
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -179,13 +220,23 @@ def _inference(
 
 
 MODELS: dict[str, ModelEntry] = {
-    "adain": ModelEntry("adain", load_style_transfer, run_stylize),
-    "dit": ModelEntry("dit", load_text_to_image, run_generate),
+    "adain": ModelEntry("adain", load_style_transfer, run_stylize, style_transfer_details),
+    "dit": ModelEntry("dit", load_text_to_image, run_generate, text_to_image_details),
 }
 
 
+def _job_cost(job: BatchJob) -> float:
+    return job.cost()
+
+
 class WorkerPool(Generic[ModelT]):
-    """The batchers of one model, one per device; ``submit`` picks the least loaded."""
+    """The batchers of one model: per device, one for interactive and one for background
+    work; ``submit`` picks the least loaded device.
+
+    Args:
+        gates: one ``DeviceGate`` per device, shared by every pool on that device (a
+            fresh one per device when not given).
+    """
 
     def __init__(
         self,
@@ -194,24 +245,33 @@ class WorkerPool(Generic[ModelT]):
         run: Callable[[ModelT, list, StepControl], list],
         settings: Settings,
         metrics: Metrics,
+        gates: Mapping[str, DeviceGate] | None = None,
     ) -> None:
         if not models:
             raise ValueError(f"{name}: a pool needs at least one device")
         self.name = name
         self.models = dict(models)
-        #: sha256 of the weight files by file name (filled by ``build_pools``)
-        self.checkpoint_sha256: dict[str, str] = {}
+        #: the model's details (``ModelEntry.details``), filled by ``build_pools``
+        self.details: dict[str, Any] = {}
+        gates = gates or {device: DeviceGate() for device in self.models}
         self.batchers = {
-            device: Batcher(
-                partial(_inference, run, model),
-                max_batch_size=settings.max_batch_size,
-                max_wait_s=settings.max_batch_wait_ms / 1000.0,
-                queue_size=settings.queue_size,
-                observer=metrics.batch_observer(name, device),
-                name=f"{name}-{device}",
-                is_out_of_memory=is_out_of_memory,
-                release_memory=release_memory,
-            )
+            device: {
+                priority: Batcher(
+                    partial(_inference, run, model),
+                    max_batch_size=settings.max_batch_size,
+                    max_wait_s=settings.max_batch_wait_ms / 1000.0,
+                    queue_size=settings.queue_size,
+                    observer=metrics.batch_observer(name, device, priority),
+                    name=f"{name}-{device}-{priority}",
+                    is_out_of_memory=is_out_of_memory,
+                    release_memory=release_memory,
+                    cost=_job_cost,
+                    max_batch_cost=settings.max_batch_pixels,
+                    gate=gates[device],
+                    background=priority == BACKGROUND,
+                )
+                for priority in PRIORITIES
+            }
             for device, model in self.models.items()
         }
 
@@ -222,49 +282,56 @@ class WorkerPool(Generic[ModelT]):
 
     def model_parameters(self) -> dict[str, Any]:
         """The model's own settings that shape a result (e.g. AdaIN's levels)."""
-        details = self.describe_first()
-        return {key: details[key] for key in ("levels", "mode", "dtype") if key in details}
-
-    def describe_first(self) -> dict[str, Any]:
-        model = self.model
-        return model.describe() if hasattr(model, "describe") else {}
+        return {
+            key: self.details[key] for key in ("levels", "mode", "dtype") if key in self.details
+        }
 
     def provenance(self) -> dict[str, Any]:
         """Which model and weights made a result (goes into PNG text chunks and JSON)."""
-        return {"model": self.name, "checkpoint_sha256": self.checkpoint_sha256}
+        return {"model": self.name, "checkpoint_sha256": self.details.get("checkpoint_sha256", {})}
 
     @property
     def devices(self) -> list[str]:
         return list(self.batchers)
 
+    def _all(self) -> list[Batcher]:
+        return [b for per_device in self.batchers.values() for b in per_device.values()]
+
     def start(self) -> None:
-        for batcher in self.batchers.values():
+        for batcher in self._all():
             batcher.start()
 
     async def close(self) -> None:
-        await asyncio.gather(*(batcher.close() for batcher in self.batchers.values()))
+        await asyncio.gather(*(batcher.close() for batcher in self._all()))
 
     async def submit(
         self,
         job: BatchJob,
         *,
+        priority: str = INTERACTIVE,
         timeout_s: float | None = None,
         on_progress: ProgressCallback | None = None,
+        owner: str = "",
     ) -> torch.Tensor:
         """Run ``job`` on the least-loaded device and return its result.
 
         ``on_progress(done, total)`` hears of each step (from the worker thread).
         Cancelling the awaiting task stops the job: dropped from the queue, or from its
-        running batch at the next step.
+        running batch at the next step. ``owner`` is whose work it is (fair share).
 
         Batcher and model errors become API errors: a full queue or an out-of-memory on a
         single item is a 429 with ``Retry-After``, a closed batcher a 503, a missed
         deadline a 504, a ``ValueError`` (input the model refused) a 400.
         """
-        batcher = min(self.batchers.values(), key=lambda b: b.load)
+        device = min(self.batchers, key=lambda d: sum(b.load for b in self.batchers[d].values()))
+        batcher = self.batchers[device][priority]
         try:
             return await batcher.submit(
-                job, key=job.batch_key(), timeout_s=timeout_s, on_progress=on_progress
+                job,
+                key=job.batch_key(),
+                timeout_s=timeout_s,
+                on_progress=on_progress,
+                owner=owner,
             )
         except QueueFull as exc:
             raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc
@@ -335,7 +402,7 @@ def load_models(
             statuses[name] = ModelStatus(name, loaded=False, error=error)
             continue
         first = next(iter(per_device.values()))
-        details = first.describe() if hasattr(first, "describe") else {}
+        details = entry.details(first)
         details["checkpoint_sha256"] = checkpoint_hashes(details)
         loaded[name] = per_device
         statuses[name] = ModelStatus(name, loaded=True, devices=devices, details=details)
@@ -360,11 +427,15 @@ def build_pools(
     metrics: Metrics,
     statuses: Mapping[str, ModelStatus] | None = None,
 ) -> dict[str, WorkerPool]:
+    """One pool per loaded model; pools on the same device share its ``DeviceGate``."""
+    gates: dict[str, DeviceGate] = {}
     pools = {}
     for name, models in loaded.items():
-        pool = WorkerPool(name, models, entries[name].run, settings, metrics)
+        for device in models:
+            gates.setdefault(device, DeviceGate())
+        pool = WorkerPool(name, models, entries[name].run, settings, metrics, gates)
         status = (statuses or {}).get(name)
         if status is not None:
-            pool.checkpoint_sha256 = dict(status.details.get("checkpoint_sha256", {}))
+            pool.details = dict(status.details)
         pools[name] = pool
     return pools

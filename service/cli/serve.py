@@ -22,6 +22,7 @@ import argparse
 import ctypes
 import ctypes.util
 import logging
+import signal
 import sys
 import time
 from functools import partial
@@ -154,7 +155,7 @@ class DrainingServer(uvicorn.Server):
             if time.monotonic() < self._drain_start:
                 return await super().on_tick(counter)
             self._lifecycle.begin_drain()
-            drained = self._lifecycle.in_flight == 0
+            drained = self._lifecycle.in_flight == 0 and not self._lifecycle.busy
             if drained or time.monotonic() >= self._drain_deadline:
                 logger.info("drain over; closing the listening sockets", extra={"drained": drained})
                 self.should_exit = True
@@ -172,7 +173,7 @@ def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
         limit_concurrency=settings.max_connections,
         log_level=settings.log_level,
         access_log=False,  # the app writes one structured line per request
-        timeout_graceful_shutdown=max(1, round(settings.request_timeout_s)),
+        timeout_graceful_shutdown=5,  # the drain above already waited for the work
     )
 
 
@@ -187,8 +188,9 @@ def run(args: argparse.Namespace) -> int:
     server = DrainingServer(
         uvicorn_config(app, settings),
         app.state.lifecycle,
-        drain_timeout_s=settings.request_timeout_s,
+        drain_timeout_s=settings.shutdown_timeout_s,
         drain_grace_s=settings.drain_grace_s,
     )
+    signal.signal(signal.SIGHUP, lambda signum, frame: app.state.keys.reload())
     server.run()
     return 0

@@ -8,15 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request
 from pydantic import BaseModel, Field
 
 from service.config import Settings
-from service.errors import ClientClosedRequest, DeadlineExceeded, NotReady
-from service.workers import WorkerPool
+from service.errors import ClientClosedRequest, DeadlineExceeded
 
 T = TypeVar("T")
 
@@ -26,20 +25,6 @@ def app_settings(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
-
-
-def pool_of(name: str) -> Callable[[Request], WorkerPool]:
-    """A dependency yielding the named model's pool, or a 503 when it is not loaded."""
-
-    def dependency(request: Request) -> WorkerPool:
-        pool = request.app.state.pools.get(name)
-        if pool is None:
-            status = request.app.state.model_status.get(name)
-            reason = status.error if status is not None and status.error else "not requested"
-            raise NotReady(f"model {name!r} is not loaded ({reason})", code="model_not_loaded")
-        return pool
-
-    return dependency
 
 
 def deadline_of(request: Request, settings: Settings) -> float:
@@ -84,17 +69,6 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
     return task.result()
 
 
-async def all_or_nothing(*works: Awaitable[T]) -> list[T]:
-    """Await every ``work``; the first failure cancels the others and is raised (so one
-    image past its deadline stops its siblings too)."""
-    tasks = [asyncio.ensure_future(work) for work in works]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
 class ErrorDetail(BaseModel):
     code: str = Field(description="Stable machine-readable code, e.g. 'validation_error'.")
     message: str = Field(description="What was wrong, for a person.")
@@ -110,12 +84,15 @@ class ErrorBody(BaseModel):
 ERROR_DESCRIPTIONS = {
     400: "bad input: an upload that is not a usable image, a body that does not parse, "
     "input the model refused",
-    401: "an API key is configured and the request lacks it",
+    401: "an API key is configured and the request lacks a valid one",
+    404: "no such job: unknown, expired, or another key's",
+    409: "an Idempotency-Key replay whose first request's job was forgotten",
     413: "the body is over max_upload_bytes, or an image is over max_pixels",
     415: "not an image format the service reads, or not multipart",
     422: "a field of the wrong type, out of range, or the wrong count",
-    429: "a worker queue is full: retry after Retry-After seconds",
-    503: "the model is not loaded, or the service is shutting down",
+    429: "a queue or a job limit is full, the key's rate or stream limit is reached: retry "
+    "after Retry-After seconds",
+    503: "the model is not served, the job store is unreachable, or the service is shutting down",
     504: "the request waited past request_timeout_s",
 }
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}

@@ -8,32 +8,30 @@ cost (steps x images) is over ``max_image_steps`` is refused with 422.
 from __future__ import annotations
 
 import base64
-from dataclasses import asdict
-from typing import Annotated, Any, get_args
+from typing import Annotated, Any, Literal, get_args
 
-from fastapi import APIRouter, Depends, Header, Request, Response
+from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from starlette.concurrency import run_in_threadpool
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
 from service.errors import ValidationFailed
-from service.images import encode_image
-from service.jobs import JobResult, Progress
-from service.model_types import TextToImageModel
-from service.routes import (
-    SettingsDep,
-    all_or_nothing,
-    error_responses,
-    pool_of,
-    remaining_seconds,
-    unless_disconnected,
+from service.jobs.webhooks import EVENTS
+from service.jobs.work import GenerateWork
+from service.routes import SettingsDep, error_responses
+from service.routes.jobs import (
+    CatalogDep,
+    IdempotencyKey,
+    RateLimited,
+    RespondAsync,
+    Submission,
+    answer,
+    check_webhook,
+    fingerprint,
 )
-from service.routes.jobs import RespondAsync, start_job
-from service.workers import GenerateJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["generate"])
 
-GeneratePool = Annotated[WorkerPool[TextToImageModel], Depends(pool_of("dit"))]
+WebhookEvent = Literal[EVENTS]
 
 
 class GenerateRequest(BaseModel):
@@ -73,6 +71,17 @@ class GenerateRequest(BaseModel):
         description="Plan a caption naming several objects into one-object prompts at grid "
         "cells and denoise each cell under its own prompt; model default (on) if unset.",
     )
+    webhook: str | None = Field(
+        default=None,
+        max_length=2048,
+        description="A URL to POST the job to when it completes (signed, Standard "
+        "Webhooks); its host must be on the server's webhook_allowed_hosts.",
+    )
+    webhook_events: list[WebhookEvent] | None = Field(
+        default=None,
+        max_length=2,
+        description="Which events to deliver: 'completed' (the default), 'progress'.",
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -108,19 +117,22 @@ class GenerateResponse(BaseModel):
     responses={
         200: {"content": {"image/png": {}}, "description": "JSON, or the PNG itself."},
         202: {"description": "with 'Prefer: respond-async': the job started (Location)"},
-        **error_responses(400, 401, 413, 422, 429, 503, 504),
+        **error_responses(400, 401, 409, 413, 422, 429, 503, 504),
     },
+    dependencies=[RateLimited],
 )
 async def generate(
     body: GenerateRequest,
     request: Request,
     settings: SettingsDep,
-    pool: GeneratePool,
+    models: CatalogDep,
     respond_async: RespondAsync,
+    idempotency_key: IdempotencyKey,
     accept: Annotated[str | None, Header()] = None,
 ) -> GenerateResponse | Response:
+    served = await models.lookup("dit")
     try:
-        options = pool.model.defaults.resolve(
+        options = served.defaults.resolve(
             steps=body.steps,
             guidance_scale=body.guidance_scale,
             sampler=body.sampler,
@@ -135,64 +147,24 @@ async def generate(
             f"server's budget of {settings.max_image_steps} image-steps per request "
             "(max_image_steps); ask for fewer steps or images"
         )
+    webhook = await check_webhook(body.webhook, body.webhook_events, settings)
     seeds = consecutive_seeds(body.seed, body.num_images)
-    understanding = pool.model.understand(body.prompt)
-    jobs = [GenerateJob(body.prompt, body.negative_prompt, seed, options) for seed in seeds]
-    parameters = {
-        "prompt": body.prompt,
-        "negative_prompt": body.negative_prompt,
-        "steps": options.steps,
-        "guidance_scale": options.guidance_scale,
-        "sampler": options.sampler,
-        "plan_layout": options.plan_layout,
-        "understood": understanding.caption,
-        **pool.provenance(),
-    }
-
-    async def work(progress: Progress | None, timeout_s: float | None) -> list[bytes]:
-        images = await all_or_nothing(
-            *(
-                pool.submit(
-                    job,
-                    timeout_s=timeout_s,
-                    on_progress=None if progress is None else progress.reporter(i),
-                )
-                for i, job in enumerate(jobs)
-            )
-        )
-        return await run_in_threadpool(_encode_all, images, seeds, parameters)
-
-    fields = {
-        "seeds": seeds,
-        **asdict(options),
-        "understood": understanding.caption,
-        "ignored": list(understanding.ignored),
-        "parameters": parameters,
-    }
-    if respond_async:
-
-        async def job_work(progress: Progress) -> JobResult:
-            return JobResult(await work(progress, None), "image/png", fields)
-
-        return start_job(
-            request,
-            "generate",
-            parts=len(jobs),
-            unit="sampler step",
-            parameters=parameters | {"seeds": seeds},
-            work=job_work,
-        )
-    timeout = remaining_seconds(request, settings)
-    pngs = await unless_disconnected(request, work(None, timeout))
-    if body.num_images == 1 and accept is not None and "image/png" in accept:
-        return Response(pngs[0], media_type="image/png", headers={"X-Seed": str(seeds[0])})
-    return GenerateResponse(
-        images=[base64.b64encode(data).decode("ascii") for data in pngs], **fields
+    work = GenerateWork(body.prompt, body.negative_prompt, tuple(seeds), options)
+    identity = body.model_dump_json(by_alias=True)
+    submission = Submission(
+        respond_async=respond_async,
+        idempotency=None
+        if idempotency_key is None
+        else (idempotency_key, fingerprint(request.url.path, identity)),
+        webhook=webhook,
     )
-
-
-def _encode_all(images, seeds, parameters) -> list[bytes]:
-    return [
-        encode_image(image, "png", parameters | {"seed": seed})[0]
-        for image, seed in zip(images, seeds, strict=True)
-    ]
+    result = await answer(request, work, served, submission)
+    if isinstance(result, Response):
+        return result
+    if body.num_images == 1 and accept is not None and "image/png" in accept:
+        seed = str(result.fields["seeds"][0])
+        return Response(result.images[0], media_type="image/png", headers={"X-Seed": seed})
+    return GenerateResponse(
+        images=[base64.b64encode(data).decode("ascii") for data in result.images],
+        **result.fields,
+    )

@@ -27,18 +27,18 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
 
 from service.errors import ServiceError
-from service.routes import ErrorBody, SettingsDep, error_responses, pool_of
+from service.routes import ErrorBody, SettingsDep, error_responses
 from service.routes.generate import GenerateRequest, generate
-from service.workers import WorkerPool
+from service.routes.jobs import CatalogDep, IdempotencyKey, RateLimited
 
 #: OpenAI request fields that are accepted (typed as OpenAI types them) and do nothing here.
 IGNORED_FIELDS = (
@@ -145,8 +145,6 @@ router = APIRouter(
     route_class=OpenAIErrorRoute,
 )
 
-GeneratePool = Annotated[WorkerPool, Depends(pool_of("dit"))]
-
 
 class ImageGenerationRequest(GenerateRequest):
     """OpenAI's ``images.generate`` body; everything of ``GenerateRequest`` but
@@ -216,22 +214,36 @@ class ImagesResponse(BaseModel):
     # service's envelope: 413 and 503 document both. "4XX" keeps FastAPI from promising
     # its 422, which this route never sends.
     responses={
-        **error_responses(400, 401, 429, 504, model=OpenAIErrorBody),
+        **error_responses(400, 401, 409, 429, 504, model=OpenAIErrorBody),
         **error_responses(413, 503, model=OpenAIErrorBody | ErrorBody),
         "4XX": {"model": OpenAIErrorBody, "description": "none other: invalid fields answer 400"},
     },
+    dependencies=[RateLimited],
 )
 async def create_images(
-    body: ImageGenerationRequest, request: Request, settings: SettingsDep, pool: GeneratePool
+    body: ImageGenerationRequest,
+    request: Request,
+    settings: SettingsDep,
+    models: CatalogDep,
+    idempotency_key: IdempotencyKey,
 ) -> ImagesResponse:
-    native = f"{pool.model.image_size}x{pool.model.image_size}"
+    served = await models.lookup("dit")
+    native = f"{served.image_size}x{served.image_size}"
     if body.size not in (None, "auto", native):
         raise InvalidParameter(
             "size",
             f"this model draws {native} images only; send size={native!r} or 'auto' "
             f"(or leave it out), got {body.size!r}",
         )
-    answer = await generate(body, request, settings, pool, respond_async=False, accept=None)
+    answer = await generate(
+        body,
+        request,
+        settings,
+        models,
+        respond_async=False,
+        idempotency_key=idempotency_key,
+        accept=None,
+    )
     return ImagesResponse(
         created=int(time.time()),
         data=[

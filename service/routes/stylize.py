@@ -8,40 +8,38 @@ refused with 422 before anything is decoded.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, File, Form, Request, Response, UploadFile
+import torch
+from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from models.adain.presets import PresetName, get_preset
+from service.catalog import Served
 from service.errors import ValidationFailed, shorten
-from service.images import (
-    ACCEPTED_FORMATS,
-    Decoding,
-    ImageLimits,
-    encode_image,
-    to_grey_mask,
+from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
+from service.jobs.work import StylizeWork, to_uint8
+from service.routes import SettingsDep, deadline_of, error_responses
+from service.routes.jobs import (
+    CallerDep,
+    CatalogDep,
+    IdempotencyKey,
+    RateLimited,
+    RespondAsync,
+    StoreDep,
+    Submission,
+    answer,
+    check_webhook,
+    fingerprint,
 )
-from service.jobs import JobResult, Progress
-from service.model_types import StyleTransferModel
-from service.routes import (
-    SettingsDep,
-    deadline_of,
-    error_responses,
-    pool_of,
-    remaining_seconds,
-    unless_disconnected,
-)
-from service.routes.jobs import RespondAsync, start_job
-from service.workers import StylizeJob, WorkerPool
 
 router = APIRouter(prefix="/v1", tags=["stylize"])
 
 MAX_STYLES = 4
 DEFAULT_SIZE = 512
-StylizePool = Annotated[WorkerPool[StyleTransferModel], Depends(pool_of("adain"))]
 #: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
 _IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
 _ONE_TO_FOUR = {"minItems": 1, "maxItems": MAX_STYLES}
@@ -74,7 +72,7 @@ def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | Non
     return tuple(w / peak for w in weights)
 
 
-def check_cost(size: int, styles: int, pool: WorkerPool, budget: int) -> None:
+def check_cost(size: int, styles: int, served: Served, budget: int) -> None:
     """Refuse (422) a request whose cost bound is over ``budget`` pixel-passes.
 
     The bound needs nothing decoded: the content and every style are resized to at most
@@ -82,7 +80,7 @@ def check_cost(size: int, styles: int, pool: WorkerPool, budget: int) -> None:
     the content (and, once, over each style), so
     ``cost = size^2 x (1 + styles) x passes``.
     """
-    passes = len(pool.model_parameters()["levels"])
+    passes = len(served.levels)
     cost = size * size * (1 + styles) * passes
     if cost > budget:
         raise ValidationFailed(
@@ -93,39 +91,28 @@ def check_cost(size: int, styles: int, pool: WorkerPool, budget: int) -> None:
         )
 
 
-def _build_job(
+def _decode_all(
     content: bytes,
     styles: list[bytes],
     masks: list[bytes] | None,
     *,
     size: int,
     decoding: Decoding,
-    style_weights: tuple[float, ...] | None,
-    alpha: float,
-    preserve_color: bool,
-    preset: str,
-) -> StylizeJob:
-    """Decode and resize every upload (CPU work: runs in the thread pool)."""
-    content_image = decoding.decode(content, name="content", size=size)
+) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
+    """Decode and resize every upload to 8-bit RGB (CPU work: runs in the thread pool)."""
+    content_image = to_uint8(decoding.decode(content, name="content", size=size))
     style_images = tuple(
-        decoding.decode(data, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
+        to_uint8(decoding.decode(data, name=f"style[{i}]", size=size))
+        for i, data in enumerate(styles)
     )
     mask_images = None
     if masks is not None:
         shape = tuple(content_image.shape[-2:])
         mask_images = tuple(
-            to_grey_mask(decoding.decode(data, name=f"mask[{i}]", size=shape))
+            to_uint8(decoding.decode(data, name=f"mask[{i}]", size=shape))
             for i, data in enumerate(masks)
         )
-    return StylizeJob(
-        content=content_image,
-        styles=style_images,
-        style_weights=style_weights,
-        alpha=alpha,
-        preserve_color=preserve_color,
-        masks=mask_images,
-        preset=preset,
-    )
+    return content_image, style_images, mask_images
 
 
 @router.post(
@@ -138,7 +125,7 @@ def _build_job(
             "description": "The stylised image, at the content's aspect, longer side <= size.",
         },
         202: {"description": "with 'Prefer: respond-async': the job started (Location)"},
-        **error_responses(400, 401, 413, 415, 422, 429, 503, 504),
+        **error_responses(400, 401, 409, 413, 415, 422, 429, 503, 504),
     },
     openapi_extra={
         "requestBody": {
@@ -153,12 +140,16 @@ def _build_job(
             }
         }
     },
+    dependencies=[RateLimited],
 )
 async def stylize(
     request: Request,
     settings: SettingsDep,
-    pool: StylizePool,
+    models: CatalogDep,
+    store: StoreDep,
+    who: CallerDep,
     respond_async: RespondAsync,
+    idempotency_key: IdempotencyKey,
     content: Annotated[UploadFile, File(description="The photo.")],
     style: Annotated[
         list[UploadFile],
@@ -197,63 +188,89 @@ async def stylize(
             "one cheap pass at full size (docs/style-transfer.md has both presets' times)."
         ),
     ] = "quality",
+    webhook: Annotated[
+        str | SkipJsonSchema[None],
+        Form(
+            max_length=2048,
+            description="A URL to POST the job to when it completes (signed, Standard "
+            "Webhooks); its host must be on the server's webhook_allowed_hosts.",
+        ),
+    ] = None,
+    webhook_events: Annotated[
+        str | SkipJsonSchema[None],
+        Form(
+            max_length=64,
+            pattern=r"^ *(completed|progress) *(, *(completed|progress) *)?$",
+            description="Comma-separated: 'completed' (the default), 'progress'.",
+        ),
+    ] = None,
 ) -> Response:
+    served = await models.lookup("adain")
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
-    check_cost(size, len(style), pool, settings.max_stylize_pixel_passes)
+    check_cost(size, len(style), served, settings.max_stylize_pixel_passes)
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
         if len(mask) != len(style):
             raise ValidationFailed(f"mask: one mask per style: {len(mask)} for {len(style)}")
         if weights is not None:
             raise ValidationFailed("mask: masks and style_weights cannot be combined")
-    job = await run_in_threadpool(
-        _build_job,
-        await content.read(),
-        [await upload.read() for upload in style],
-        None if mask is None else [await upload.read() for upload in mask],
+    events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
+    hook = await check_webhook(webhook, events, settings)
+    if respond_async:  # refuse before anything is decoded
+        await store.check_admission(who.name, who.max_jobs)
+    uploads = [await content.read(), *[await upload.read() for upload in style]]
+    mask_bytes = None if mask is None else [await upload.read() for upload in mask]
+    content_image, style_images, mask_images = await run_in_threadpool(
+        _decode_all,
+        uploads[0],
+        uploads[1:],
+        mask_bytes,
         size=size,
         decoding=Decoding(
             ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
             request.app.state.decode_slots,
             deadline_of(request, settings),
         ),
-        style_weights=weights,
-        alpha=alpha,
-        preserve_color=preserve_color,
-        preset=preset,
     )
+    options = {
+        "style_weights": None if weights is None else list(weights),
+        "alpha": alpha,
+        "preserve_color": preserve_color,
+        "preset": preset,
+    }
     parameters = {
         "alpha": alpha,
-        "style_weights": list(weights) if weights is not None else None,
+        "style_weights": options["style_weights"],
         "preserve_color": preserve_color,
         "masks": len(mask) if mask is not None else 0,
         "size": size,
-        "content_size": list(job.content.shape[-2:]),
-        **pool.model_parameters(),
+        "content_size": list(content_image.shape[-2:]),
+        **served.model_parameters(),
         **preset_parameters(preset),
-        **pool.provenance(),
     }
-
-    async def work(progress: Progress | None, timeout_s: float | None) -> tuple[bytes, str]:
-        reporter = None if progress is None else progress.reporter(0)
-        image = await pool.submit(job, timeout_s=timeout_s, on_progress=reporter)
-        return await run_in_threadpool(encode_image, image, format, parameters)
-
-    if respond_async:
-
-        async def job_work(progress: Progress) -> JobResult:
-            data, media_type = await work(progress, None)
-            return JobResult([data], media_type, {"parameters": parameters})
-
-        return start_job(
-            request, "stylize", parts=1, unit="pass", parameters=parameters, work=job_work
-        )
-    timeout = remaining_seconds(request, settings)
-    data, media_type = await unless_disconnected(request, work(None, timeout))
-    return Response(data, media_type=media_type)
+    work = StylizeWork(content_image, style_images, mask_images, options, format, parameters)
+    submission = Submission(
+        respond_async=respond_async,
+        idempotency=None
+        if idempotency_key is None
+        else (
+            idempotency_key,
+            fingerprint(
+                request.url.path,
+                json.dumps([options, size, format, webhook, webhook_events], sort_keys=True),
+                *uploads,
+                *(mask_bytes or []),
+            ),
+        ),
+        webhook=hook,
+    )
+    result = await answer(request, work, served, submission)
+    if isinstance(result, Response):
+        return result
+    return Response(result.images[0], media_type=result.media_type)
 
 
 def preset_parameters(name: str) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -225,7 +226,8 @@ def service_responses() -> dict[str, tuple[int, str]] | None:
 
     from service.config import Settings
 
-    client = TestClient(create_app(Settings(load_models="")))
+    state = tempfile.mkdtemp(prefix="atelier-state-")
+    client = TestClient(create_app(Settings(load_models="", state_dir=state)))
     answers = {}
     for path in ("/healthz", "/readyz", "/metrics", "/no-such-route"):
         response = client.get(path)

@@ -56,3 +56,13 @@ def real_models_url():
     with served(app) as url:
         assert set(app.state.pools) == {"adain", "dit"}, app.state.model_status
         yield url
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory):
+    """One real redis-server for the session; tests keep apart by key prefix."""
+    from redis_server import RedisServer
+
+    server = RedisServer(tmp_path_factory.mktemp("redis")).start()
+    yield server
+    server.stop()

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -47,7 +48,11 @@ def live_server(settings: dict[str, str] | None = None, *args: str) -> Iterator[
     """Start ``atelier serve`` with ``ATELIER_*`` settings (no models unless asked) and
     wait until ``/healthz`` answers; kill it on exit if it is still running."""
     port = free_port()
-    env = {**os.environ, "ATELIER_LOAD_MODELS": "nothing"}
+    env = {
+        **os.environ,
+        "ATELIER_LOAD_MODELS": "nothing",
+        "ATELIER_STATE_DIR": tempfile.mkdtemp(prefix="atelier-state-"),
+    }
     env.update({f"ATELIER_{key.upper()}": value for key, value in (settings or {}).items()})
     command = [sys.executable, "-m", "service.cli", "serve", "--port", str(port)]
     process = subprocess.Popen(

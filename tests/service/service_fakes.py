@@ -17,10 +17,12 @@ batch between two steps.
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,7 +32,7 @@ from models.control import take_rows, wanted_rows
 from models.shapes.understand import understand
 from service.config import Settings
 from service.model_types import GenerateDefaults
-from service.workers import ModelEntry, run_generate, run_stylize
+from service.workers import ModelEntry, run_generate, run_stylize, text_to_image_details
 
 
 class Stepper:
@@ -185,7 +187,7 @@ class Fakes:
 
         return {
             "adain": ModelEntry("adain", load_adain, run_stylize),
-            "dit": ModelEntry("dit", load_dit, run_generate),
+            "dit": ModelEntry("dit", load_dit, run_generate, text_to_image_details),
         }
 
 
@@ -200,6 +202,10 @@ def make_settings(**overrides) -> Settings:
         "max_pixels": 4_000_000,
         "max_side": 1024,
         "load_models": "adain,dit",
+        "state_dir": Path(tempfile.mkdtemp(prefix="atelier-state-")),
+        "shutdown_timeout_s": 5.0,
+        "job_lease_s": 3.0,
+        "job_progress_interval_s": 0.0,
         "_env_file": None,
     }
     options.update(overrides)

@@ -67,11 +67,13 @@ def test_metrics_count_requests_and_batches(client):
     client.get("/v1/nope")
     text = client.get("/metrics").text
     assert (
-        'atelier_http_requests_total{method="POST",route="/v1/generate",status="200"} 1.0' in text
+        'atelier_http_requests_total{key="anonymous",method="POST",route="/v1/generate",'
+        'status="200"} 1.0' in text
     )
     assert 'route="unmatched",status="404"' in text
     assert 'atelier_batch_size_count{device="cpu",model="dit"} 1.0' in text
-    assert 'atelier_queue_depth{device="cpu",model="adain"} 0.0' in text
+    assert 'atelier_queue_depth{device="cpu",model="adain",priority="background"} 0.0' in text
+    assert 'atelier_queue_depth{device="cpu",model="adain",priority="interactive"} 0.0' in text
 
 
 def test_unknown_path_uses_the_envelope(client):
@@ -203,7 +205,7 @@ def test_full_queue_answers_429_with_retry_after(client_factory, fakes):
     assert model.entered.wait(10)  # first request in the forward
     threads[1].start()  # second one queues (queue_size=1)
     pool = client.app.state.pools["adain"]
-    batcher = pool.batchers["cpu"]
+    batcher = pool.batchers["cpu"]["interactive"]
     for _ in range(1000):
         if batcher.queued == 1:
             break

@@ -74,7 +74,7 @@ def test_batched_requests_equal_single_ones(patient_client):
     """Four concurrent compatible requests share one forward and get their own answers."""
     style = corpus.png(32, 32, seed=9)
     contents = [corpus.png(40, 32, seed=s) for s in range(4)]
-    batcher = patient_client.app.state.pools["adain"].batchers["cpu"]
+    batcher = patient_client.app.state.pools["adain"].batchers["cpu"]["interactive"]
     forwards_before, items_before = batcher.stats.forwards, batcher.stats.items
 
     def post(content):

@@ -44,7 +44,7 @@ def test_real_server_answers_probes_and_stops_on_sigterm():
         log = server.log()
         assert '"message": "workers stopped"' in log
         assert "Application shutdown complete" in log
-        assert '"message": "draining: new requests get 503"' in log
+        assert '"message": "draining: new work gets 503"' in log
         assert '"route": "/readyz", "status": 503' in log
 
 

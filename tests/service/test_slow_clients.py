@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import signal
 import threading
+import time
 
 import httpx
 import pytest
@@ -118,7 +119,7 @@ def _in_flight(url: str) -> float:
     raise AssertionError("no in-flight gauge")
 
 
-def test_sigterm_drains_new_connections_get_503_until_in_flight_work_ends():
+def test_sigterm_drains_new_work_gets_503_until_in_flight_work_ends():
     with live_server({"body_timeout_s": "60"}) as server:
         slow = server.connect()
         slow.sendall(_HEAD + b"Content-Length: 20\r\n\r\n" + b'{"prompt"')  # in flight
@@ -129,11 +130,12 @@ def test_sigterm_drains_new_connections_get_503_until_in_flight_work_ends():
             pytest.fail("the slow request never reached the app")
         server.process.send_signal(signal.SIGTERM)
         for _ in range(300):  # until the signal handler has run
-            late = httpx.get(f"{server.url}/v1/models")  # a ConnectError fails the test
-            if late.status_code == 503:
+            late = httpx.post(f"{server.url}/v1/generate", json={"prompt": "x"})
+            if late.json()["error"]["code"] == "shutting_down":  # a ConnectError fails
                 break
         assert late.json()["error"]["code"] == "shutting_down"
         assert httpx.get(f"{server.url}/readyz").status_code == 503
+        assert httpx.get(f"{server.url}/v1/models").status_code == 200  # reads go on
         assert server.process.poll() is None  # still serving the request in flight
         slow.sendall(b': "a"}' + b" " * 5)
         answer = read_until_closed(slow)
@@ -161,11 +163,14 @@ def test_sigterm_with_a_grace_period_leaves_rotation_before_refusing_anyone():
             if readiness == "shutting_down":
                 break
         assert readiness == "shutting_down"
-        assert httpx.get(f"{server.url}/v1/models").status_code == 200  # still served
-        for _ in range(600):
-            late = httpx.get(f"{server.url}/v1/models")  # a ConnectError fails the test
-            if late.status_code == 503:
+        still = httpx.post(f"{server.url}/v1/generate", json={"prompt": "x"})
+        assert still.json()["error"]["code"] == "model_not_loaded"  # still served
+        deadline = time.monotonic() + 30  # the 3 s grace, whatever the machine's speed
+        while time.monotonic() < deadline:
+            late = httpx.post(f"{server.url}/v1/generate", json={"prompt": "x"})
+            if late.json()["error"]["code"] == "shutting_down":  # a ConnectError fails
                 break
+            time.sleep(0.05)
         assert late.json()["error"]["code"] == "shutting_down"
         slow.sendall(b': "a"}' + b" " * 5)
         assert _body(read_until_closed(slow))["error"]["code"] == "model_not_loaded"

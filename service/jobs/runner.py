@@ -1,0 +1,369 @@
+"""The worker side of the job queue: claim, run, renew, report, finish; and drain.
+
+A :class:`JobRunner` serves the models of one process's worker pools. For each model it
+claims jobs from the store while the pool has room (interactive jobs up to the
+interactive queue's bound; background jobs up to one full batch per device, so the
+store's fair order decides what runs next, not a local backlog), runs each claimed job
+as a task on the pool, and writes its progress (at most every ``progress_interval_s``)
+and its result (once).
+
+While jobs run, a heartbeat renews their leases every third of ``lease_s`` and
+re-advertises the worker's models. A cancel reaches the runner through the store's
+change notifications (a ``cancel:{id}`` topic, from any replica) or, failing those, at
+the next heartbeat; the job's task is cancelled and its batch drops it at the next
+step. A job whose lease was lost (this worker was too slow to renew, and the job went
+back to the queue) is stopped too, without writing anything.
+
+:meth:`JobRunner.drain` (SIGTERM) stops claiming, lets running jobs finish until its
+timeout, then hands the rest back to the queue, where another worker (or this one,
+restarted) runs them again: nothing accepted is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from service.errors import ServiceError
+from service.jobs.records import (
+    BACKGROUND,
+    CANCELLED,
+    FAILED,
+    INTERACTIVE,
+    SUCCEEDED,
+    JobResult,
+)
+from service.jobs.store import (
+    Claim,
+    JobStore,
+    StoreUnavailable,
+    cancel_topic,
+    work_topic,
+)
+from service.jobs.work import Progress, work_from_payload
+from service.metrics import Metrics
+from service.workers import WorkerPool
+
+logger = logging.getLogger("atelier.jobs.runner")
+
+#: Why a running job's task was cancelled (the message of its ``CancelledError``).
+ASKED, HANDED_BACK, LOST = "cancelled", "handed_back", "lost"
+
+
+def worker_name() -> str:
+    """``host-pid-random``: unique per process, readable in a job's ``worker`` field."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(eq=False)
+class _Running:
+    model: str
+    priority: str
+    parts: int
+    task: asyncio.Task | None = None
+    progress: Progress | None = None
+    write_pending: bool = False
+    last_write: float = 0.0
+    watchers: list[asyncio.Task] = field(default_factory=list)
+
+
+class JobRunner:
+    """Runs the store's jobs on ``pools`` (see the module docstring).
+
+    Args:
+        store: the job store.
+        pools: this process's worker pools by model name.
+        metrics: where job outcomes are counted.
+        worker: this worker's name (unique per process).
+        lease_s: the lease taken on each claimed job.
+        progress_interval_s: least time between two progress writes of a job.
+        max_batch_size, queue_size: the pools' batcher bounds (claims stay within them).
+        max_result_bytes: a result larger than this fails its job (result_too_large).
+    """
+
+    def __init__(
+        self,
+        store: JobStore,
+        pools: Mapping[str, WorkerPool],
+        metrics: Metrics,
+        *,
+        worker: str,
+        lease_s: float,
+        progress_interval_s: float,
+        max_batch_size: int,
+        queue_size: int,
+        max_result_bytes: int,
+    ) -> None:
+        self.store = store
+        self.pools = dict(pools)
+        self.metrics = metrics
+        self.worker = worker
+        self.lease_s = lease_s
+        self.progress_interval_s = progress_interval_s
+        self.max_batch_size = max_batch_size
+        self.queue_size = queue_size
+        self.max_result_bytes = max_result_bytes
+        self._running: dict[str, _Running] = {}
+        self._claiming = False
+        self._tasks: list[asyncio.Task] = []
+        self._room = {model: asyncio.Event() for model in self.pools}
+
+    @property
+    def running(self) -> list[str]:
+        """The ids of the jobs this worker runs now."""
+        return list(self._running)
+
+    def details(self) -> dict[str, dict]:
+        return {name: pool.details for name, pool in self.pools.items()}
+
+    async def start(self) -> None:
+        """Advertise the models, then start claiming and the heartbeat."""
+        if not self.pools:
+            return
+        self._claiming = True
+        loop = self._loop = asyncio.get_running_loop()
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.publish_models(self.worker, self.details(), self.lease_s)
+        self._tasks = [loop.create_task(self._claim_loop(model)) for model in self.pools]
+        self._tasks.append(loop.create_task(self._heartbeat()))
+
+    # ------------------------------------------------------------------ claiming
+    def _free(self, model: str) -> tuple[str, ...]:
+        """The priorities this worker can take another job of ``model`` for."""
+        devices = len(self.pools[model].devices)
+        items = {INTERACTIVE: 0, BACKGROUND: 0}
+        for running in self._running.values():
+            if running.model == model:
+                items[running.priority] += running.parts
+        free = []
+        if items[INTERACTIVE] < self.queue_size * devices:
+            free.append(INTERACTIVE)
+        if items[BACKGROUND] < self.max_batch_size * devices:
+            free.append(BACKGROUND)
+        return tuple(free)
+
+    async def _claim_loop(self, model: str) -> None:
+        backoff = 0.1
+        with self.store.hub.watch(work_topic(model)) as work_arrived:
+            while self._claiming:
+                priorities = self._free(model)
+                if not priorities:
+                    self._room[model].clear()
+                    await self._room[model].wait()
+                    continue
+                try:
+                    claim = await self.store.claim(self.worker, model, priorities, self.lease_s)
+                except StoreUnavailable:
+                    await asyncio.sleep(backoff)
+                    backoff = min(2 * backoff, 2.0)
+                    continue
+                backoff = 0.1
+                if claim is None:
+                    await work_arrived.wait(self.lease_s / 3)
+                    continue
+                self._begin(model, claim)
+
+    def _begin(self, model: str, claim: Claim) -> None:
+        record = claim.record
+        running = _Running(model, record.priority, record.parts)
+        self._running[record.id] = running
+        running.task = asyncio.get_running_loop().create_task(
+            self._execute(claim, running), name=f"job-{record.id}"
+        )
+        running.watchers.append(
+            asyncio.get_running_loop().create_task(self._watch_cancel(record.id, running))
+        )
+
+    # ------------------------------------------------------------------- running
+    async def _execute(self, claim: Claim, running: _Running) -> None:
+        record = claim.record
+        outcome = FAILED
+        try:
+            if record.cancel_requested:
+                raise asyncio.CancelledError(ASKED)
+            work = await asyncio.to_thread(work_from_payload, claim.payload)
+            timeout = None
+            if record.deadline_at is not None:
+                timeout = record.deadline_at - await self.store.now()
+                if timeout <= 0:
+                    raise _DeadlinePassed()
+            running.progress = Progress(work.parts, lambda: self._progress_changed(record.id))
+            result = await work.run(
+                self.pools[running.model],
+                priority=record.priority,
+                timeout_s=timeout,
+                progress=running.progress,
+                owner=record.owner,
+            )
+        except asyncio.CancelledError as exc:
+            reason = exc.args[0] if exc.args else ASKED
+            if reason in (HANDED_BACK, LOST):
+                outcome = reason
+                return
+            outcome = CANCELLED
+            await self._finish(
+                record.id, CANCELLED, error={"code": "cancelled", "message": "cancelled"}
+            )
+        except _DeadlinePassed:
+            await self._finish(
+                record.id,
+                FAILED,
+                error={"code": "deadline_exceeded", "message": "its deadline passed in the queue"},
+            )
+        except ServiceError as exc:
+            await self._finish(record.id, FAILED, error={"code": exc.code, "message": exc.message})
+        except Exception:
+            logger.exception("job failed", extra={"job_id": record.id, "kind": record.kind})
+            await self._finish(
+                record.id, FAILED, error={"code": "internal_error", "message": "internal error"}
+            )
+        else:
+            outcome = await self._store_result(record.id, result)
+        finally:
+            for watcher in running.watchers:
+                watcher.cancel()
+            self._running.pop(record.id, None)
+            self._room[running.model].set()
+            self.metrics.jobs.labels(running.model, outcome).inc()
+
+    async def _store_result(self, job_id: str, result: JobResult) -> str:
+        if result.size > self.max_result_bytes:
+            message = (
+                f"the result is {result.size} bytes, over job_results_max_bytes = "
+                f"{self.max_result_bytes}"
+            )
+            await self._finish(
+                job_id, FAILED, error={"code": "result_too_large", "message": message}
+            )
+            return FAILED
+        data = await asyncio.to_thread(result.to_bytes)
+        await self._progress_now(job_id)
+        await self._finish(job_id, SUCCEEDED, result=data)
+        return SUCCEEDED
+
+    async def _finish(self, job_id: str, state: str, **outcome) -> None:
+        """Write the outcome, retrying while the store is away (the lease keeps the job
+        ours meanwhile; if it runs out, another worker reruns the job and the first
+        outcome written wins)."""
+        delay = 0.1
+        for _ in range(12):
+            try:
+                await self.store.finish(job_id, state, **outcome)
+                return
+            except StoreUnavailable:
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 5.0)
+        logger.error(
+            "could not write a job's outcome; its lease will run out", extra={"job_id": job_id}
+        )
+
+    async def _watch_cancel(self, job_id: str, running: _Running) -> None:
+        """Cancel the job's task when somebody asks (any replica's DELETE)."""
+        with self.store.hub.watch(cancel_topic(job_id)) as asked:
+            while True:
+                if await asked.wait(self.lease_s / 3):
+                    with contextlib.suppress(StoreUnavailable):
+                        record = await self.store.get(job_id)
+                        if record is None or record.cancel_requested:
+                            running.task.cancel(ASKED)
+                            return
+
+    # ------------------------------------------------------------------ progress
+    def _progress_changed(self, job_id: str) -> None:
+        """From the worker thread: a step was reported."""
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            self._loop.call_soon_threadsafe(self._schedule_progress, job_id)
+
+    def _schedule_progress(self, job_id: str) -> None:
+        running = self._running.get(job_id)
+        if running is None or running.write_pending:
+            return
+        running.write_pending = True
+        delay = max(0.0, running.last_write + self.progress_interval_s - time.monotonic())
+        self._loop.call_later(delay, lambda: asyncio.ensure_future(self._progress_now(job_id)))
+
+    async def _progress_now(self, job_id: str) -> None:
+        running = self._running.get(job_id)
+        if running is None or running.progress is None:
+            return
+        running.write_pending = False
+        running.last_write = time.monotonic()
+        step, total = running.progress.current()
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.set_progress(job_id, self.worker, step, total)
+
+    # ----------------------------------------------------------------- heartbeat
+    async def _heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(self.lease_s / 3)
+            try:
+                await self.store.publish_models(self.worker, self.details(), self.lease_s)
+                cancelled, lost = await self.store.renew(self.worker, self.running, self.lease_s)
+            except StoreUnavailable:
+                continue
+            for job_id in cancelled:
+                self._stop(job_id, ASKED)
+            for job_id in lost:
+                logger.warning("lost the lease of a job; stopping it", extra={"job_id": job_id})
+                self._stop(job_id, LOST)
+
+    def _stop(self, job_id: str, reason: str) -> None:
+        running = self._running.get(job_id)
+        if running is not None and running.task is not None:
+            running.task.cancel(reason)
+
+    # --------------------------------------------------------------------- drain
+    async def drain(self, timeout_s: float) -> None:
+        """Stop claiming; give running jobs ``timeout_s`` to finish; hand back the rest."""
+        self._claiming = False
+        for event in self._room.values():
+            event.set()
+        for task in self._tasks[:-1]:  # the claim loops; the heartbeat renews till the end
+            task.cancel()
+        tasks = [r.task for r in self._running.values() if r.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
+        left = self.running
+        for job_id in left:
+            self._stop(job_id, HANDED_BACK)
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.release(self.worker, left)
+        if left:
+            logger.info("handed unfinished jobs back to the queue", extra={"jobs": len(left)})
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop every task of the runner (without handing anything back)."""
+        self._claiming = False
+        running = [r.task for r in self._running.values() if r.task is not None]
+        for task in self._tasks + running:
+            task.cancel(HANDED_BACK)
+        await asyncio.gather(*self._tasks, *running, return_exceptions=True)
+        self._tasks = []
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.withdraw(self.worker)
+
+
+class _DeadlinePassed(Exception):
+    """The job's deadline passed before it started."""
+
+
+async def reap_forever(store: JobStore, interval_s: float) -> None:
+    """Requeue jobs of dead workers and forget expired ones, every ``interval_s``."""
+    while True:
+        try:
+            requeued = await store.reap()
+            if requeued:
+                logger.info("requeued jobs whose worker was lost", extra={"jobs": requeued})
+        except StoreUnavailable:
+            pass
+        except Exception:
+            logger.exception("reaping jobs failed")
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,315 @@
+"""The job store: one interface, two backends (SQLite on one host, Redis across hosts).
+
+A store keeps jobs (``service.jobs.records``) and the queue they wait in. The API side
+creates, reads, cancels and deletes jobs; the worker side claims them under a lease,
+reports progress, and finishes them. Both backends give the same guarantees:
+
+* **Durable**: an accepted job (its record and input) is written before the 202; it
+  survives a restart or a crash of any process (SQLite: a WAL database file; Redis:
+  the server, with append-only persistence in the shipped deployments).
+* **At-least-once**: a claimed job is leased for ``lease_s`` and the worker renews the
+  lease while it runs. A lease that runs out (the worker died) puts the job back at the
+  head of its owner's queue, up to ``max_attempts`` claims; a draining worker hands its
+  unfinished jobs back at once. The work is deterministic for its seed, so a rerun
+  makes the same images.
+* **Written once**: :meth:`JobStore.finish` only moves a job that is not yet final; a
+  second finish (a rerun that also completed) changes nothing.
+* **Fair**: :meth:`JobStore.claim` takes interactive work first, then, among the owners
+  with queued jobs, the one served least recently (its oldest job): one owner's backlog
+  delays another owner's job by about one claim.
+* **Bounded**: unfinished jobs in all (``max_jobs``) and per owner, bytes of queued
+  inputs (``inputs_max_bytes``) and of held results (``results_max_bytes``, oldest
+  finished jobs dropped first), and a finished job's lifetime (``ttl_s``). Admission
+  refuses with :class:`Refused` (429) before anything is stored.
+* **Idempotent submits**: a create with an idempotency key and the request's
+  fingerprint returns the job the same key made before (within
+  ``idempotency_ttl_s``), or raises :class:`IdempotencyKeyReused` for another request.
+
+Change notification: a store calls ``hub.notify(topic)`` for every change it makes or
+hears of (topics from :func:`job_topic`, :func:`cancel_topic`, :func:`work_topic`), so
+waiters (event streams, synchronous requests, workers) wake without polling; waiters
+still re-read after a timeout, so a lost notification costs latency, never correctness.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from service.jobs.records import JobRecord
+
+
+@dataclass(frozen=True)
+class StoreLimits:
+    """The bounds every store enforces (``service.config.Settings`` fills them)."""
+
+    max_jobs: int = 256
+    inputs_max_bytes: int = 512 * 1024 * 1024
+    results_max_bytes: int = 256 * 1024 * 1024
+    ttl_s: float = 3600.0
+    max_attempts: int = 3
+    idempotency_ttl_s: float = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A job a worker now holds the lease of, with its input."""
+
+    record: JobRecord
+    payload: bytes
+
+
+class StoreError(Exception):
+    """Base of the store's errors (the routes map them to API errors)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached (Redis down, the database locked too long)."""
+
+
+class Refused(StoreError):
+    """Admission refused: a limit is full. ``limit`` names the setting."""
+
+    def __init__(self, message: str, *, limit: str, retry_after_s: float = 5.0) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+
+
+class IdempotencyKeyReused(StoreError):
+    """The idempotency key was used before for a different request."""
+
+
+class IdempotentJobExpired(StoreError):
+    """The idempotency key's job ended and was forgotten (past ``ttl_s``)."""
+
+
+def job_topic(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
+def cancel_topic(job_id: str) -> str:
+    return f"cancel:{job_id}"
+
+
+def work_topic(model: str) -> str:
+    return f"work:{model}"
+
+
+class Watch:
+    """A registration for one topic's changes; made before reading, so none is missed."""
+
+    def __init__(self) -> None:
+        self._event = asyncio.Event()
+
+    def _set(self) -> None:
+        self._event.set()
+
+    async def wait(self, timeout: float | None) -> bool:
+        """Wait for a change since the last wait (True) or ``timeout`` seconds (False)."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._event.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._event.clear()
+
+
+class ChangeHub:
+    """In-process fan-out of change notifications by topic (event loop only)."""
+
+    def __init__(self) -> None:
+        self._watches: dict[str, set[Watch]] = defaultdict(set)
+
+    @contextlib.contextmanager
+    def watch(self, *topics: str) -> Iterator[Watch]:
+        """Register for ``topics`` for the duration of the block."""
+        watch = Watch()
+        for topic in topics:
+            self._watches[topic].add(watch)
+        try:
+            yield watch
+        finally:
+            for topic in topics:
+                watchers = self._watches.get(topic)
+                if watchers is not None:
+                    watchers.discard(watch)
+                    if not watchers:
+                        del self._watches[topic]
+
+    def notify(self, topic: str) -> None:
+        for watch in self._watches.get(topic, ()):
+            watch._set()
+
+    def notify_all(self) -> None:
+        """Something changed that this process did not see (another process wrote)."""
+        for watchers in self._watches.values():
+            for watch in watchers:
+                watch._set()
+
+    def watched(self, prefix: str) -> list[str]:
+        """The topics with a watcher that start with ``prefix``."""
+        return [topic for topic in self._watches if topic.startswith(prefix)]
+
+
+class JobStore(ABC):
+    """Where jobs live. See the module docstring for the guarantees."""
+
+    #: whether processes on other hosts can share this store (the API and worker tiers
+    #: apart, several replicas behind a balancer)
+    shared: bool = False
+
+    def __init__(self, limits: StoreLimits, hub: ChangeHub | None = None) -> None:
+        self.limits = limits
+        self.hub = hub or ChangeHub()
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Connect and start background listeners."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Stop listeners and disconnect."""
+
+    @abstractmethod
+    async def now(self) -> float:
+        """The store's clock (Unix seconds): leases, deadlines and due times are on it."""
+
+    # ------------------------------------------------------------------- API side
+    @abstractmethod
+    async def check_admission(self, owner: str, owner_max_jobs: int) -> None:
+        """Refuse early (before a request's uploads are decoded) when ``owner`` or the
+        service has no room for another job.
+
+        Raises:
+            Refused: a limit is full.
+        """
+
+    @abstractmethod
+    async def create(
+        self,
+        record: JobRecord,
+        payload: bytes,
+        *,
+        owner_max_jobs: int,
+        idempotency: tuple[str, str] | None = None,
+    ) -> tuple[JobRecord, bool]:
+        """Store ``record`` and its input and queue it, atomically with the admission
+        checks. Interactive jobs are bounded by their deadline, not by the job counts.
+
+        Args:
+            idempotency: ``(key, fingerprint)``: the same key with the same fingerprint
+                returns the job made before instead of a new one.
+
+        Returns:
+            ``(job, created)``: ``created`` is False for an idempotent replay.
+
+        Raises:
+            Refused: a limit is full.
+            IdempotencyKeyReused: the key was used for a different request.
+            IdempotentJobExpired: the key's job is gone (finished and expired).
+        """
+
+    @abstractmethod
+    async def get(self, job_id: str) -> JobRecord | None:
+        """The job, or ``None`` when unknown or expired."""
+
+    @abstractmethod
+    async def result(self, job_id: str) -> bytes | None:
+        """The job's packed result (``JobResult.to_bytes``), once it succeeded."""
+
+    @abstractmethod
+    async def cancel(self, job_id: str) -> JobRecord | None:
+        """A queued job is cancelled at once; a running one is asked to stop (its worker
+        hears of it and stops at the next step). Returns the job as it is now."""
+
+    @abstractmethod
+    async def delete(self, job_id: str) -> bool:
+        """Forget a finished job and its result (False when unknown or unfinished)."""
+
+    @abstractmethod
+    async def jobs_of(self, owner: str, limit: int) -> list[JobRecord]:
+        """The owner's most recent jobs, newest first."""
+
+    @abstractmethod
+    async def take_token(self, owner: str, rate_per_s: float, burst: float) -> float:
+        """One request of ``owner`` against its rate (a GCRA token bucket shared by every
+        process on the store): 0 when allowed, else the seconds until one would be."""
+
+    # ---------------------------------------------------------------- worker side
+    @abstractmethod
+    async def claim(
+        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+    ) -> Claim | None:
+        """Take the next job of ``model`` for ``worker`` (interactive first, then the
+        owner served least recently) and lease it for ``lease_s``."""
+
+    @abstractmethod
+    async def renew(
+        self, worker: str, job_ids: list[str], lease_s: float
+    ) -> tuple[set[str], set[str]]:
+        """Extend the leases of ``worker``'s running jobs.
+
+        Returns:
+            ``(cancel_requested, lost)``: jobs asked to stop, and jobs no longer this
+            worker's (their lease ran out and they went back, or they were finished).
+        """
+
+    @abstractmethod
+    async def set_progress(self, job_id: str, worker: str, step: int, total: int) -> None:
+        """Record how far a running job got (only while ``worker`` holds it)."""
+
+    @abstractmethod
+    async def finish(
+        self,
+        job_id: str,
+        state: str,
+        *,
+        result: bytes | None = None,
+        error: dict[str, str] | None = None,
+    ) -> bool:
+        """Move a job to a final state with its result or error (False: it was final)."""
+
+    @abstractmethod
+    async def release(self, worker: str, job_ids: list[str]) -> None:
+        """Hand jobs back to the queue (a draining worker): they run again elsewhere."""
+
+    @abstractmethod
+    async def reap(self) -> int:
+        """Requeue jobs whose lease ran out (or fail them past ``max_attempts``), fail
+        queued jobs past their deadline, forget expired jobs. Returns jobs requeued."""
+
+    @abstractmethod
+    async def publish_models(self, worker: str, models: dict[str, Any], ttl_s: float) -> None:
+        """Advertise the models ``worker`` serves (and their details) for ``ttl_s``."""
+
+    @abstractmethod
+    async def withdraw(self, worker: str) -> None:
+        """Stop advertising ``worker`` (it is leaving)."""
+
+    @abstractmethod
+    async def models(self) -> dict[str, tuple[dict[str, Any], bool]]:
+        """Every model a worker ever advertised: ``{name: (details, served now)}``."""
+
+    @abstractmethod
+    async def queue_depths(self) -> dict[str, int]:
+        """Queued jobs per model (what autoscalers read)."""
+
+    # ------------------------------------------------------------------ webhooks
+    @abstractmethod
+    async def due_webhooks(self, lease_s: float, limit: int) -> list[JobRecord]:
+        """Jobs with a webhook delivery due now, each hidden from other dispatchers for
+        ``lease_s`` (a visibility timeout: a dispatcher that dies lets it come back)."""
+
+    @abstractmethod
+    async def update_webhook(
+        self, job_id: str, webhook: dict[str, Any], due_at: float | None
+    ) -> None:
+        """Record a delivery's outcome and when the next attempt is due (None: none)."""

@@ -1,0 +1,324 @@
+"""Prepared requests: what a validated request asks a model to do, runnable anywhere.
+
+A route validates a request once and turns it into a :class:`Work` (``GenerateWork``,
+``StylizeWork``). The same object then runs in one of two ways:
+
+* here, at once, on this process's worker pool (a synchronous request where the model
+  is loaded): :meth:`Work.run`;
+* as a job: :meth:`Work.to_payload` gives the bytes the job store keeps (decoded
+  images travel as 8-bit PNGs, never as float tensors), and the worker that claims the
+  job rebuilds the work with :func:`work_from_payload` and runs it.
+
+Either way the answer is a :class:`~service.jobs.records.JobResult`. Uploads are decoded
+to 8-bit RGB once by the route; an 8-bit source survives the PNG round trip exactly, so
+a job gives the same images as the synchronous request, and a rerun of a job after a
+crash gives the same images as its first run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar, TypeVar
+
+import numpy as np
+import torch
+from PIL import Image
+
+from models.dit.options import GenerateOptions
+from service.batching import DEADLINE
+from service.errors import DeadlineExceeded
+from service.images import encode_image, to_grey_mask
+from service.jobs.records import JobResult, pack, unpack
+from service.workers import GenerateJob, StylizeJob, WorkerPool
+
+T = TypeVar("T")
+
+
+class Progress:
+    """Step progress of a job made of ``parts`` batcher items (e.g. one per image).
+
+    Parts report ``(done, total)`` from the worker thread; the job's progress is the
+    slowest part's, ``step`` of ``total``; ``notify`` is called after each report.
+    """
+
+    def __init__(self, parts: int, notify: Callable[[], None] = lambda: None) -> None:
+        self._done = [0] * parts
+        self._total = 0
+        self._lock = threading.Lock()
+        self._notify = notify
+
+    def reporter(self, part: int) -> Callable[[int, int], None]:
+        def report(done: int, total: int) -> None:  # worker thread
+            with self._lock:
+                self._done[part] = done
+                self._total = total
+            self._notify()
+
+        return report
+
+    def current(self) -> tuple[int, int]:
+        """``(step, total)``: the slowest part's step."""
+        with self._lock:
+            return min(self._done, default=0), self._total
+
+
+async def all_or_nothing(*works: Awaitable[T]) -> list[T]:
+    """Await every ``work``; the first failure cancels the others and is raised (so one
+    image past its deadline stops its siblings too, counted as a deadline)."""
+    tasks = [asyncio.ensure_future(work) for work in works]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except DeadlineExceeded:
+        for task in tasks:
+            task.cancel(DEADLINE)
+        raise
+    finally:
+        for task in tasks:
+            task.cancel()
+
+
+class Work(ABC):
+    """A validated request for one model; see the module docstring."""
+
+    kind: ClassVar[str]
+    model: ClassVar[str]
+    #: what one progress step is, for clients
+    unit: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def parts(self) -> int:
+        """Batcher items the work is split into (progress follows the slowest)."""
+
+    @property
+    @abstractmethod
+    def parameters(self) -> dict[str, Any]:
+        """How the result will be made, as the job shows it before it runs."""
+
+    @abstractmethod
+    def to_payload(self) -> bytes: ...
+
+    @classmethod
+    @abstractmethod
+    def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> Work: ...
+
+    @abstractmethod
+    async def run(
+        self,
+        pool: WorkerPool,
+        *,
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+    ) -> JobResult:
+        """Run on ``pool`` (its items go to the ``priority`` batcher) and encode the
+        answer off the event loop."""
+
+
+# --------------------------------------------------------------- text-to-image
+@dataclass(frozen=True)
+class GenerateWork(Work):
+    """``n`` images of one prompt with seeds ``s, s+1, ...``, options resolved."""
+
+    kind: ClassVar[str] = "generate"
+    model: ClassVar[str] = "dit"
+    unit: ClassVar[str] = "sampler step"
+
+    prompt: str
+    negative_prompt: str | None
+    seeds: tuple[int, ...]
+    options: GenerateOptions
+
+    @property
+    def parts(self) -> int:
+        return len(self.seeds)
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return {
+            "prompt": self.prompt,
+            "negative_prompt": self.negative_prompt,
+            **asdict(self.options),
+            "seeds": list(self.seeds),
+        }
+
+    def to_payload(self) -> bytes:
+        return pack(
+            {
+                "kind": self.kind,
+                "prompt": self.prompt,
+                "negative_prompt": self.negative_prompt,
+                "seeds": list(self.seeds),
+                "options": asdict(self.options),
+            }
+        )
+
+    @classmethod
+    def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> GenerateWork:
+        return cls(
+            header["prompt"],
+            header["negative_prompt"],
+            tuple(header["seeds"]),
+            GenerateOptions(**header["options"]),
+        )
+
+    async def run(self, pool, *, priority, timeout_s, progress, owner) -> JobResult:
+        understanding = pool.model.understand(self.prompt)
+        jobs = [
+            GenerateJob(self.prompt, self.negative_prompt, seed, self.options)
+            for seed in self.seeds
+        ]
+        images = await all_or_nothing(
+            *(
+                pool.submit(
+                    job,
+                    priority=priority,
+                    timeout_s=timeout_s,
+                    on_progress=None if progress is None else progress.reporter(i),
+                    owner=owner,
+                )
+                for i, job in enumerate(jobs)
+            )
+        )
+        parameters = {
+            "prompt": self.prompt,
+            "negative_prompt": self.negative_prompt,
+            **asdict(self.options),
+            "understood": understanding.caption,
+            **pool.provenance(),
+        }
+        pngs = await asyncio.to_thread(_encode_pngs, images, self.seeds, parameters)
+        fields = {
+            "seeds": list(self.seeds),
+            **asdict(self.options),
+            "understood": understanding.caption,
+            "ignored": list(understanding.ignored),
+            "parameters": parameters,
+        }
+        return JobResult(pngs, "image/png", fields)
+
+
+def _encode_pngs(images, seeds, parameters) -> list[bytes]:
+    return [
+        encode_image(image, "png", parameters | {"seed": seed})[0]
+        for image, seed in zip(images, seeds, strict=True)
+    ]
+
+
+# ---------------------------------------------------------------- style transfer
+def to_uint8(image: torch.Tensor) -> torch.Tensor:
+    """``(3, H, W)`` float in [0, 1] -> ``(3, H, W)`` uint8 (exact for 8-bit sources)."""
+    return (image.clamp(0, 1) * 255.0).round().to(torch.uint8)
+
+
+def _to_float(image: torch.Tensor) -> torch.Tensor:
+    return image.to(torch.float32) / 255.0
+
+
+def _png(image: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image.permute(1, 2, 0).numpy()).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def _unpng(data: bytes) -> torch.Tensor:
+    with Image.open(io.BytesIO(data)) as image:
+        array = np.asarray(image.convert("RGB"))
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+
+
+@dataclass(frozen=True, eq=False)
+class StylizeWork(Work):
+    """One stylisation: decoded 8-bit images and the options.
+
+    Shape:
+        - content: ``(3, H, W)`` uint8
+        - styles: each ``(3, h_i, w_i)`` uint8
+        - masks: each ``(3, H, W)`` uint8 (read as their channel mean), or ``None``
+    """
+
+    kind: ClassVar[str] = "stylize"
+    model: ClassVar[str] = "adain"
+    unit: ClassVar[str] = "pass"
+
+    content: torch.Tensor
+    styles: tuple[torch.Tensor, ...]
+    masks: tuple[torch.Tensor, ...] | None
+    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset
+    format: str
+    request_parameters: dict[str, Any]
+
+    @property
+    def parts(self) -> int:
+        return 1
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.request_parameters
+
+    def job(self) -> StylizeJob:
+        weights = self.options["style_weights"]
+        return StylizeJob(
+            content=_to_float(self.content),
+            styles=tuple(_to_float(style) for style in self.styles),
+            style_weights=None if weights is None else tuple(weights),
+            alpha=self.options["alpha"],
+            preserve_color=self.options["preserve_color"],
+            masks=None
+            if self.masks is None
+            else tuple(to_grey_mask(_to_float(mask)) for mask in self.masks),
+            preset=self.options["preset"],
+        )
+
+    def to_payload(self) -> bytes:
+        images = [self.content, *self.styles, *(self.masks or ())]
+        header = {
+            "kind": self.kind,
+            "styles": len(self.styles),
+            "masks": None if self.masks is None else len(self.masks),
+            "options": self.options,
+            "format": self.format,
+            "parameters": self.request_parameters,
+        }
+        return pack(header, [_png(image) for image in images])
+
+    @classmethod
+    def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeWork:
+        images = [_unpng(blob) for blob in blobs]
+        styles = header["styles"]
+        masks = None if header["masks"] is None else tuple(images[1 + styles :])
+        return cls(
+            images[0],
+            tuple(images[1 : 1 + styles]),
+            masks,
+            header["options"],
+            header["format"],
+            header["parameters"],
+        )
+
+    async def run(self, pool, *, priority, timeout_s, progress, owner) -> JobResult:
+        image = await pool.submit(
+            self.job(),
+            priority=priority,
+            timeout_s=timeout_s,
+            on_progress=None if progress is None else progress.reporter(0),
+            owner=owner,
+        )
+        parameters = {**self.request_parameters, **pool.provenance()}
+        data, media_type = await asyncio.to_thread(encode_image, image, self.format, parameters)
+        return JobResult([data], media_type, {"parameters": parameters})
+
+
+WORK_KINDS: dict[str, type[Work]] = {GenerateWork.kind: GenerateWork, StylizeWork.kind: StylizeWork}
+
+
+def work_from_payload(payload: bytes) -> Work:
+    """Rebuild the work a job store kept (CPU work: call it off the event loop)."""
+    header, blobs = unpack(payload)
+    return WORK_KINDS[header["kind"]].from_payload(header, blobs)
