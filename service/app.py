@@ -316,7 +316,7 @@ def create_app(
     settings: Settings | None = None,
     *,
     model_entries: Mapping[str, ModelEntry] | None = None,
-    serve_models: bool = True,
+    api: bool = True,
 ) -> FastAPI:
     """Build the application.
 
@@ -324,9 +324,8 @@ def create_app(
         settings: configuration; the process settings (environment) by default.
         model_entries: how to load and run each model by name (tests inject fakes);
             ``service.workers.MODELS`` by default.
-        serve_models: whether to load models here at all (``atelier worker`` runs the
-            runner without the HTTP routes; an API-only replica sets ``load_models``
-            to nothing instead).
+        api: whether to serve the API; ``atelier worker`` serves only the probes and
+            ``/metrics`` (an API-only replica is the reverse: ``load_models`` empty).
     """
     settings = settings or get_settings()
     entries = dict(model_entries if model_entries is not None else MODELS)
@@ -407,9 +406,11 @@ def create_app(
         return error_response(error.status_code, error.code, error.message, error.headers)
 
     app.add_exception_handler(StoreError, store_error)
-    for module in (page, health, models, stylize, generate, jobs, openai_images):
-        app.include_router(module.router)
-    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.include_router(health.router)
+    if api:
+        for module in (page, models, stylize, generate, jobs, openai_images):
+            app.include_router(module.router)
+        app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

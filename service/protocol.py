@@ -1,4 +1,5 @@
-"""uvicorn's HTTP/1.1 protocol with a deadline on the request head and on late bodies.
+"""uvicorn's HTTP/1.1 protocol: deadlines on the request head and on late bodies, a cap
+on the head's size, and event streams kept out of the connection cap.
 
 uvicorn times out idle keep-alive connections (``timeout_keep_alive``) but has no
 timeout for a request whose line and headers arrive slowly: measured with uvicorn
@@ -17,6 +18,18 @@ client trickling a byte at a time keeps the connection forever. Here it gets
 ``timeout_keep_alive`` seconds to finish, as an idle connection would, then the
 connection is closed. (Closing at once would often reset the connection before the
 client has read the answer.)
+
+Head size: h11 refuses a head over 16 KiB only while it arrives in pieces; a complete
+head that large in one read was accepted. Here the head's bytes are counted as they
+arrive, wherever it ends, and a head over ``MAX_HEAD_BYTES`` gets a bare ``431`` and the
+connection is closed before h11 parses it.
+
+Event streams: uvicorn's ``limit_concurrency`` (``max_connections``) counts every open
+connection and request, so a client holding a hundred ``/v1/jobs/{id}/events`` streams
+locked everyone else out. A request may call
+``scope["state"]["exempt_from_connection_cap"]()`` (the event stream route does): its
+connection and task then count no more, until its answer ends. Streams have their own
+bounds (``max_event_streams``, ``key_max_event_streams``).
 """
 
 from __future__ import annotations
@@ -43,6 +56,38 @@ def _bare_response(status: str, body: dict) -> bytes:
 _HEAD_TIMEOUT_RESPONSE = _bare_response(
     "408 Request Timeout", error_body("header_timeout", "the request headers came too slowly")
 )
+#: The largest request head (request line and headers) accepted, in bytes.
+MAX_HEAD_BYTES = 16 * 1024
+_HEAD_TOO_LARGE_RESPONSE = _bare_response(
+    "431 Request Header Fields Too Large",
+    error_body("header_too_large", f"the request head is over {MAX_HEAD_BYTES} bytes"),
+)
+_HEAD_END = b"\r\n\r\n"
+
+
+class _Uncounted:
+    """One of uvicorn's shared sets (connections or tasks) whose ``len()`` leaves out the
+    members exempted from the connection cap; everything else passes through."""
+
+    def __init__(self, members: set, exempt: set) -> None:
+        self.members = members
+        self.exempt = exempt
+
+    def add(self, item: Any) -> None:
+        self.members.add(item)
+
+    def discard(self, item: Any) -> None:
+        self.members.discard(item)
+        self.exempt.discard(item)
+
+    def __len__(self) -> int:
+        return len(self.members) - sum(1 for item in self.exempt if item in self.members)
+
+    def __iter__(self):
+        return iter(self.members)
+
+    def __contains__(self, item: Any) -> bool:
+        return item in self.members
 
 
 class HeadTimeoutProtocol(H11Protocol):
@@ -59,6 +104,39 @@ class HeadTimeoutProtocol(H11Protocol):
         self.header_timeout_s = header_timeout_s
         self._head_timer: asyncio.TimerHandle | None = None
         self._late_body_timer: asyncio.TimerHandle | None = None
+        self._head_bytes = 0
+        self._head_tail = b""
+        state = self.server_state
+        if not hasattr(state, "exempt_connections"):
+            state.exempt_connections, state.exempt_tasks = set(), set()
+        self.connections = _Uncounted(state.connections, state.exempt_connections)
+        self.tasks = _Uncounted(state.tasks, state.exempt_tasks)
+
+    def _exempt(self) -> None:
+        """Called by the app: this request (an event stream) leaves the connection cap."""
+        task = asyncio.current_task()
+        self.server_state.exempt_connections.add(self)
+        if task is not None:
+            self.server_state.exempt_tasks.add(task)
+            task.add_done_callback(self.server_state.exempt_tasks.discard)
+
+    def handle_events(self) -> None:
+        super().handle_events()
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            scope["state"].setdefault("exempt_from_connection_cap", self._exempt)
+
+    def _head_too_large(self, data: bytes) -> bool:
+        """Count the head's bytes in ``data`` (the head ends at its blank line)."""
+        window = self._head_tail + data
+        end = window.find(_HEAD_END)
+        if end != -1:
+            size = self._head_bytes - len(self._head_tail) + end + len(_HEAD_END)
+            self._head_bytes, self._head_tail = 0, b""
+            return size > MAX_HEAD_BYTES
+        self._head_bytes += len(data)
+        self._head_tail = window[-(len(_HEAD_END) - 1) :]
+        return self._head_bytes > MAX_HEAD_BYTES
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -67,16 +145,24 @@ class HeadTimeoutProtocol(H11Protocol):
     def data_received(self, data: bytes) -> None:
         if self._head_timer is None and self.conn.their_state is h11.IDLE:
             self._arm_head_timer()  # the first byte of a later request on this connection
+        if self.conn.their_state is h11.IDLE and self._head_too_large(data):
+            self.logger.info("closing a connection whose request head is too large")
+            self._disarm_head_timer()
+            self.transport.write(_HEAD_TOO_LARGE_RESPONSE)
+            self.transport.close()
+            return
         super().data_received(data)
         if self.conn.their_state is not h11.IDLE:
             self._disarm_head_timer()  # the head is complete: the request is the app's now
 
     def on_response_complete(self) -> None:
+        self.server_state.exempt_connections.discard(self)
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
             self._late_body_timer = self.loop.call_later(self.timeout_keep_alive, self._late_body)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.server_state.exempt_connections.discard(self)
         self._disarm_head_timer()
         if self._late_body_timer is not None:
             self._late_body_timer.cancel()

@@ -14,6 +14,8 @@ import sys
 #: Sub-command modules, in the order ``atelier --help`` lists them.
 COMMAND_MODULES = (
     "serve",
+    "worker",
+    "keys",
     "stylize",
     "generate",
     "weights",

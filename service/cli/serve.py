@@ -57,9 +57,17 @@ _FLAGS = {
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "serve",
-        help="run the HTTP service",
-        description="Serve style transfer and text-to-image over HTTP (uvicorn).",
+        help="run the HTTP service (and a worker for the models that load here)",
+        description="Serve style transfer and text-to-image over HTTP (uvicorn). The "
+        "models that load here also take jobs from the job store; with "
+        "ATELIER_LOAD_MODELS empty the replica serves the API alone (see atelier worker).",
     )
+    add_setting_flags(parser)
+    parser.set_defaults(func=run)
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags that override settings (``atelier serve`` and ``atelier worker``)."""
     parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port (default 8000)")
     parser.add_argument(
@@ -77,7 +85,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="leave glibc malloc at its defaults (see tune_glibc_malloc)",
     )
-    parser.set_defaults(func=run)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -184,7 +191,13 @@ def run(args: argparse.Namespace) -> int:
     configure_logging(settings.log_level)
     if not args.no_malloc_tuning:
         logger.info("glibc malloc tuned for large reusable blocks: %s", tune_glibc_malloc())
-    app = create_app(settings)
+    serve_app(create_app(settings), settings)
+    return 0
+
+
+def serve_app(app, settings: Settings) -> None:
+    """Serve ``app`` under uvicorn with the drain on stop signals and the keys file
+    re-read on SIGHUP (``atelier serve``, ``atelier worker``)."""
     server = DrainingServer(
         uvicorn_config(app, settings),
         app.state.lifecycle,
@@ -193,4 +206,3 @@ def run(args: argparse.Namespace) -> int:
     )
     signal.signal(signal.SIGHUP, lambda signum, frame: app.state.keys.reload())
     server.run()
-    return 0

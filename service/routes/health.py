@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from service.errors import error_body
+from service.jobs.store import StoreUnavailable
 from service.routes import ErrorBody
 
 router = APIRouter(tags=["operations"])
@@ -18,17 +19,31 @@ async def healthz() -> dict[str, str]:
 
 @router.get(
     "/readyz",
-    summary="Readiness: at least one model loaded and not shutting down",
-    responses={503: {"model": ErrorBody, "description": "not ready (nothing loaded, or draining)"}},
+    summary="Readiness: the job store answers, a model is served here or by a worker, "
+    "and the replica is not shutting down",
+    responses={
+        503: {
+            "model": ErrorBody,
+            "description": "not ready (draining, the job store unreachable, no model)",
+        }
+    },
 )
 async def readyz(request: Request) -> JSONResponse:
-    statuses = request.app.state.model_status
-    models = {name: ("loaded" if s.loaded else s.error) for name, s in statuses.items()}
-    if request.app.state.lifecycle.leaving:
+    state = request.app.state
+    models = {name: ("loaded" if s.loaded else s.error) for name, s in state.model_status.items()}
+    if state.lifecycle.leaving:
         body = error_body("shutting_down", "the service is shutting down")
         return JSONResponse({**body, "models": models}, status_code=503)
-    if not request.app.state.pools:
-        body = error_body("not_ready", "no model is loaded")
+    try:
+        remote = await state.store.models()
+    except StoreUnavailable:
+        body = error_body("store_unavailable", "the job store cannot be reached")
+        return JSONResponse({**body, "models": models}, status_code=503)
+    for name, (_, live) in remote.items():
+        if name not in state.pools:
+            models[name] = "served by workers" if live else "no worker serves it now"
+    if not state.pools and not remote:
+        body = error_body("not_ready", "no model is loaded here or served by a worker")
         return JSONResponse({**body, "models": models}, status_code=503)
     return JSONResponse({"status": "ready", "models": models})
 
@@ -47,4 +62,11 @@ for _path, _probe in (("/healthz", healthz), ("/readyz", readyz)):
 )
 async def metrics(request: Request) -> Response:
     registry = request.app.state.metrics
+    store = getattr(request.app.state, "store", None)
+    if store is not None:
+        try:
+            for model, queued in (await store.queue_depths()).items():
+                registry.jobs_queued.labels(model).set(queued)
+        except StoreUnavailable:
+            pass
     return Response(registry.render(), media_type=registry.content_type)

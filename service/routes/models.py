@@ -32,7 +32,24 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[\w.~+@%=-]+(?:/[\w.~+@%=-]+)*/?")
     responses=error_responses(401, 503),
 )
 async def list_models(request: Request) -> dict:
-    statuses = [status.as_dict() for status in request.app.state.model_status.values()]
+    """Each model requested here (``where: "here"``), then each model served (or once
+    served) by workers elsewhere on the job store (``where: "workers"``)."""
+    local = request.app.state.model_status
+    statuses = [status.as_dict() | {"where": "here"} for status in local.values()]
+    remote = await request.app.state.catalog.remote()
+    for name, (details, live) in sorted(remote.items()):
+        if name in request.app.state.pools:
+            continue
+        statuses.append(
+            {
+                "name": name,
+                "loaded": live,
+                "devices": [],
+                "details": details,
+                "error": None if live else "no worker serves it now",
+                "where": "workers",
+            }
+        )
     folders = request.app.state.settings.weight_search_path()
     public = await run_in_threadpool(lambda: [public_status(s, folders) for s in statuses])
     return {"models": public}

@@ -36,17 +36,28 @@ from service.workers import ModelEntry, run_generate, run_stylize, text_to_image
 
 
 class Stepper:
-    """The step loop of the fakes: asks the control, honours the gate, records rows."""
+    """The step loop of the fakes: asks the control, honours the gate, records rows.
 
-    def __init__(self):
+    ``hold``: a file; while it exists, every step after the first waits (a process whose
+    work a test holds from outside, e.g. to kill it mid-job); one-step work never waits.
+    """
+
+    def __init__(self, hold: Path | None = None):
         self.step_gate: threading.Semaphore | None = None
+        self.hold = hold
         self.step_rows: list[list[int]] = []  # per step: the batch rows (original order)
         self.stepped = threading.Condition()
+
+    def _wait_while_held(self) -> None:
+        while self.hold is not None and self.hold.exists():
+            time.sleep(0.01)
 
     def run(self, batch: int, steps: int, control) -> torch.Tensor:
         """The original row numbers still wanted after ``steps`` steps."""
         rows = torch.arange(batch)
         for done in range(steps + 1):
+            if 0 < done < steps:
+                self._wait_while_held()
             if done < steps and self.step_gate is not None:
                 assert self.step_gate.acquire(timeout=10)
             keep = wanted_rows(control, done, steps)
@@ -67,8 +78,8 @@ class Stepper:
 class FakeStyleTransfer(Stepper):
     PASSES = 2
 
-    def __init__(self, device: str = "cpu"):
-        super().__init__()
+    def __init__(self, device: str = "cpu", hold: Path | None = None):
+        super().__init__(hold)
         self.device = device
         self.batch_sizes: list[int] = []
         self.presets: list[str] = []
@@ -123,8 +134,8 @@ class FakeTextToImage(Stepper):
     )
     image_size = 8
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, hold: Path | None = None):
+        super().__init__(hold)
         self.calls: list[dict] = []
 
     def describe(self) -> dict:
@@ -174,16 +185,17 @@ class FakeTextToImage(Stepper):
 class Fakes:
     """Holds the fake instances an app loaded, one per (model, device)."""
 
-    def __init__(self):
+    def __init__(self, hold: Path | None = None):
+        self.hold = hold
         self.adain: dict[str, FakeStyleTransfer] = {}
         self.dit: dict[str, FakeTextToImage] = {}
 
     def entries(self) -> dict[str, ModelEntry]:
         def load_adain(search_path, device):
-            return self.adain.setdefault(device, FakeStyleTransfer(device))
+            return self.adain.setdefault(device, FakeStyleTransfer(device, self.hold))
 
         def load_dit(search_path, device):
-            return self.dit.setdefault(device, FakeTextToImage())
+            return self.dit.setdefault(device, FakeTextToImage(self.hold))
 
         return {
             "adain": ModelEntry("adain", load_adain, run_stylize),
