@@ -112,19 +112,23 @@ class HeadTimeoutProtocol(H11Protocol):
         self.connections = _Uncounted(state.connections, state.exempt_connections)
         self.tasks = _Uncounted(state.tasks, state.exempt_tasks)
 
-    def _exempt(self) -> None:
+    def _exempt(self, task: asyncio.Task) -> None:
         """Called by the app: this request (an event stream) leaves the connection cap."""
-        task = asyncio.current_task()
         self.server_state.exempt_connections.add(self)
-        if task is not None:
-            self.server_state.exempt_tasks.add(task)
-            task.add_done_callback(self.server_state.exempt_tasks.discard)
+        self.server_state.exempt_tasks.add(task)
+        task.add_done_callback(self.server_state.exempt_tasks.discard)
 
     def handle_events(self) -> None:
+        starting = self.conn.their_state is h11.IDLE  # a new request may begin here
+        before = set(self.tasks.members) if starting else None
         super().handle_events()
+        if before is None:
+            return
+        started = self.tasks.members - before  # the task uvicorn made for the request
         scope = getattr(self, "scope", None)
-        if scope is not None:
-            scope["state"].setdefault("exempt_from_connection_cap", self._exempt)
+        if len(started) == 1 and scope is not None:
+            (task,) = started
+            scope["state"]["exempt_from_connection_cap"] = lambda: self._exempt(task)
 
     def _head_too_large(self, data: bytes) -> bool:
         """Count the head's bytes in ``data`` (the head ends at its blank line)."""

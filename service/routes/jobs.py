@@ -496,8 +496,9 @@ class JobFeeds:
         self._by_key: dict[str, int] = defaultdict(int)
         self.open = 0
 
-    @contextlib.asynccontextmanager
-    async def stream(self, job_id: str, key: str) -> AsyncIterator[JobFeed]:
+    def check_room(self, key: str) -> None:
+        """Refuse (429) a stream past the replica's or the key's bound; called before the
+        answer starts (a refusal inside the stream would cut a 200 short)."""
         if self.open >= self.max_streams:
             raise Overloaded(
                 f"{self.max_streams} event streams are open here (max_event_streams); poll "
@@ -512,6 +513,10 @@ class JobFeeds:
                 retry_after_s=5,
                 code="too_many_streams",
             )
+
+    @contextlib.asynccontextmanager
+    async def stream(self, job_id: str, key: str) -> AsyncIterator[JobFeed]:
+        """Follow ``job_id``'s feed (started for the first stream, stopped after the last)."""
         feed = self._feeds.get(job_id)
         if feed is None:
             feed = self._feeds[job_id] = JobFeed(self.store, job_id)
@@ -532,6 +537,12 @@ class JobFeeds:
                 del self._feeds[job_id]
 
 
+def stream_room(request: Request, job: JobDep) -> JobRecord:
+    """The job, once there is room for another event stream of its key (else 429)."""
+    request.app.state.feeds.check_room(job.owner)
+    return job
+
+
 @router.get(
     "/jobs/{job_id}/events",
     summary="Server-Sent Events: 'progress' at each change, then one 'done' with the job",
@@ -544,7 +555,9 @@ class JobFeeds:
         for status, entry in error_responses(401, 404, 429, 503).items()
     },
 )
-async def job_events(request: Request, job: JobDep) -> AsyncIterator[ServerSentEvent]:
+async def job_events(
+    request: Request, job: Annotated[JobRecord, Depends(stream_room)]
+) -> AsyncIterator[ServerSentEvent]:
     feeds: JobFeeds = request.app.state.feeds
     exempt = request.scope.get("state", {}).get("exempt_from_connection_cap")
     if exempt is not None:

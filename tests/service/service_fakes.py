@@ -40,13 +40,23 @@ class Stepper:
 
     ``hold``: a file; while it exists, every step after the first waits (a process whose
     work a test holds from outside, e.g. to kill it mid-job); one-step work never waits.
+    ``gate_only``: when set, the step gate holds only forwards on batcher threads whose
+    name contains it (``"background"``: async jobs). ``steps_by`` records
+    ``(priority, step)`` of every step run, in order.
     """
 
     def __init__(self, hold: Path | None = None):
         self.step_gate: threading.Semaphore | None = None
+        self.gate_only: str | None = None
         self.hold = hold
         self.step_rows: list[list[int]] = []  # per step: the batch rows (original order)
+        self.steps_by: list[tuple[str, int]] = []
         self.stepped = threading.Condition()
+
+    def _gated(self) -> bool:
+        if self.step_gate is None:
+            return False
+        return self.gate_only is None or self.gate_only in threading.current_thread().name
 
     def _wait_while_held(self) -> None:
         while self.hold is not None and self.hold.exists():
@@ -58,15 +68,18 @@ class Stepper:
         for done in range(steps + 1):
             if 0 < done < steps:
                 self._wait_while_held()
-            if done < steps and self.step_gate is not None:
+            if done < steps and self._gated():
                 assert self.step_gate.acquire(timeout=10)
             keep = wanted_rows(control, done, steps)
             if keep is not None:
                 rows = take_rows(rows, keep)
             if done == steps or rows.numel() == 0:
                 return rows
+            thread = threading.current_thread().name
+            priority = "background" if "background" in thread else "interactive"
             with self.stepped:
                 self.step_rows.append(rows.tolist())
+                self.steps_by.append((priority, done))
                 self.stepped.notify_all()
         return rows
 

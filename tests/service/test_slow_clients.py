@@ -6,6 +6,7 @@ out after 30 s, far above the limits set here, so a missing limit fails the test
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -176,3 +177,55 @@ def test_sigterm_with_a_grace_period_leaves_rotation_before_refusing_anyone():
         assert _body(read_until_closed(slow))["error"]["code"] == "model_not_loaded"
         slow.close()
         assert server.process.wait(timeout=60) in (0, -signal.SIGTERM)
+
+
+def test_a_head_over_16_kib_is_refused_even_when_it_arrives_whole(strict_server):
+    big = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n"
+    with strict_server.connect() as sock:
+        sock.sendall(big)  # one write: h11 alone would parse it
+        response = read_until_closed(sock)
+    assert _status(response) == 431
+    assert _body(response)["error"]["code"] == "header_too_large"
+    with strict_server.connect() as sock:  # a head just under the cap, body and all, passes
+        head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + b"a" * 15_000 + b"\r\n\r\n"
+        sock.sendall(head)
+        assert _status(sock.recv(65536)) == 200
+
+
+def _seed_waiting_job(state_dir) -> str:
+    """A job of a model no process serves here: it waits in the queue for good."""
+    from service.jobs.records import JobRecord, new_job_id
+    from service.jobs.sqlite_store import SqliteJobStore
+    from service.jobs.store import StoreLimits
+
+    async def seed() -> str:
+        store = SqliteJobStore(state_dir / "jobs.db", StoreLimits())
+        await store.start()
+        record = JobRecord(id=new_job_id(), kind="generate", model="dit", owner="anonymous")
+        await store.create(record, b"input", owner_max_jobs=10)
+        await store.close()
+        return record.id
+
+    return asyncio.run(seed())
+
+
+def test_event_streams_do_not_lock_other_clients_out(tmp_path):
+    """Five streams of one client on a server capped at four connections: everyone else
+    is still served; the client's sixth stream is refused by its own limit."""
+    job = _seed_waiting_job(tmp_path)
+    settings = {"state_dir": str(tmp_path), "max_connections": "4", "key_max_event_streams": "5"}
+    with live_server(settings) as server:
+        streams = []
+        for _ in range(5):
+            sock = server.connect()
+            sock.sendall(f"GET /v1/jobs/{job}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert b"200 OK" in sock.recv(65536)  # the head of a stream that stays open
+            streams.append(sock)
+        probes = [httpx.get(f"{server.url}/healthz", timeout=10) for _ in range(3)]
+        job_read = httpx.get(f"{server.url}/v1/jobs/{job}", timeout=10)
+        sixth = httpx.get(f"{server.url}/v1/jobs/{job}/events", timeout=10)
+        for sock in streams:
+            sock.close()
+    assert [p.status_code for p in probes] == [200, 200, 200]
+    assert job_read.status_code == 200 and job_read.json()["state"] == "queued"
+    assert sixth.status_code == 429 and sixth.json()["error"]["code"] == "too_many_streams"

@@ -1,0 +1,156 @@
+"""The job API in one process (fake models): cancel and delete, priority of waiting
+clients over async backlogs, admission before decoding, bounded queues, body caps.
+
+Long work is long by construction: the fakes' step gate holds a batch at a step."""
+
+from __future__ import annotations
+
+import threading
+
+import corpus
+import pytest
+from service_fakes import FakeTextToImage
+
+pytestmark = pytest.mark.timeout(60)
+ASYNC = {"Prefer": "respond-async"}
+
+
+def _events(client, job_id: str) -> list[str]:
+    with client.stream("GET", f"/v1/jobs/{job_id}/events") as stream:
+        return [
+            line.split(":", 1)[1].strip()
+            for line in stream.iter_lines()
+            if line.startswith("event:")
+        ]
+
+
+def _wait(condition, limit: int = 2000) -> None:
+    for _ in range(limit):
+        if condition():
+            return
+        threading.Event().wait(0.005)
+    raise AssertionError("condition never held")
+
+
+def test_delete_answers_the_stopped_job_and_then_forgets_a_finished_one(client, fakes):
+    client.post("/v1/generate", json={"prompt": "warm up"})
+    model = fakes.dit["cpu"]
+    model.step_gate = threading.Semaphore(1)  # step 0 runs, step 1 waits
+    job = client.post("/v1/generate", json={"prompt": "slow", "steps": 50}, headers=ASYNC).json()
+    assert model.wait_for_steps(len(model.step_rows) + 1)
+    stopped = client.delete(f"/v1/jobs/{job['id']}")
+    assert stopped.status_code == 200
+    assert stopped.json()["state"] == "cancelled"  # the state after the cancel, not before
+    for _ in range(60):
+        model.step_gate.release()
+    model.step_gate = None
+    gone = client.delete(f"/v1/jobs/{job['id']}")
+    assert gone.status_code == 204  # a finished job is forgotten, result and all
+    assert client.get(f"/v1/jobs/{job['id']}").status_code == 404
+
+
+def test_repeated_prefer_headers_combine(client):
+    response = client.post(
+        "/v1/generate",
+        json={"prompt": "a cat"},
+        headers=[("Prefer", "wait=10"), ("Prefer", "respond-async")],
+    )
+    assert response.status_code == 202
+    assert response.headers["preference-applied"] == "respond-async"
+
+
+def test_a_waiting_client_runs_between_the_steps_of_an_async_batch(client_factory, fakes):
+    """An async job's batch yields the device at its next step to a synchronous request,
+    which finishes before the batch takes another step."""
+    client = client_factory(max_batch_wait_ms=0.0)
+    model = fakes.dit["cpu"]
+    model.step_gate = threading.Semaphore(1)
+    model.gate_only = "background"
+    job = client.post("/v1/generate", json={"prompt": "a", "steps": 6}, headers=ASYNC).json()
+    _wait(lambda: ("background", 0) in model.steps_by)
+    answer = {}
+    waiting = threading.Thread(
+        target=lambda: answer.update(
+            r=client.post("/v1/generate", json={"prompt": "b", "steps": 3, "seed": 5})
+        )
+    )
+    waiting.start()
+    gate = client.app.state.pools["dit"].batchers["cpu"]["interactive"]._gate
+    _wait(lambda: gate.foreground_waiting == 1)  # the request waits for the step in flight
+    model.step_gate.release()  # background step 0 ends; at step 1 it yields
+    waiting.join(10)
+    for _ in range(10):
+        model.step_gate.release()
+    model.step_gate = None
+    assert answer["r"].status_code == 200
+    assert _events(client, job["id"])[-1] == "done"
+    order = model.steps_by
+    first = order.index(("interactive", 0))
+    assert order[:first] == [("background", 0)]  # the batch paused after the step in flight
+    assert order[first : first + 4] == [*(("interactive", i) for i in range(3)), ("background", 1)]
+
+
+def test_admission_refuses_before_decoding_the_uploads(client_factory, fakes):
+    client = client_factory(key_max_jobs=1)
+    client.post("/v1/generate", json={"prompt": "w"})
+    fakes.dit["cpu"].step_gate = threading.Semaphore(0)
+    held = client.post("/v1/generate", json={"prompt": "a", "steps": 5}, headers=ASYNC)
+    assert held.status_code == 202
+    refused = client.post(
+        "/v1/stylize",
+        files=[("content", b"not an image at all"), ("style", corpus.png(16, 16))],
+        headers=ASYNC,
+    )
+    # 429 (the key holds its one job), not 400: nothing was decoded
+    assert refused.status_code == 429 and "Retry-After" in refused.headers
+    assert "max_jobs" in refused.json()["error"]["message"]
+    client.delete(f"/v1/jobs/{held.json()['id']}")
+    for _ in range(10):
+        fakes.dit["cpu"].step_gate.release()
+    fakes.dit["cpu"].step_gate = None
+
+
+def test_accepted_jobs_never_fail_because_a_batcher_queue_is_full(client_factory, fakes):
+    """More accepted jobs than the batchers hold: the runner only claims what fits, so
+    every 202 ends in success (none in a late 'overloaded')."""
+    client = client_factory(queue_size=1, max_batch_size=1, max_batch_wait_ms=0.0)
+    jobs = [
+        client.post(
+            "/v1/generate", json={"prompt": "a", "seed": i, "steps": 2}, headers=ASYNC
+        ).json()
+        for i in range(6)
+    ]
+    for job in jobs:
+        assert _events(client, job["id"])[-1] == "done"
+        final = client.get(f"/v1/jobs/{job['id']}").json()
+        assert final["state"] == "succeeded", final["error"]
+
+
+def test_a_json_body_over_its_cap_is_refused_before_it_is_parsed(client):
+    nested = b'{"prompt": "a cat", "junk": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    declared = client.post(
+        "/v1/generate", content=nested, headers={"Content-Type": "application/json"}
+    )
+    assert declared.status_code == 413
+    assert declared.json()["error"]["code"] == "payload_too_large"
+
+    def chunks():  # no Content-Length: the cap holds while the body streams in
+        for _ in range(8):
+            yield b"[" * 20_000
+
+    streamed = client.post(
+        "/v1/generate", content=chunks(), headers={"Content-Type": "application/json"}
+    )
+    assert streamed.status_code == 413
+
+
+def test_job_results_are_the_synchronous_answers(client):
+    sync = client.post("/v1/generate", json={"prompt": "a red circle", "seed": 3}).json()
+    job = client.post(
+        "/v1/generate", json={"prompt": "a red circle", "seed": 3}, headers=ASYNC
+    ).json()
+    assert _events(client, job["id"])[-1] == "done"
+    result = client.get(f"/v1/jobs/{job['id']}").json()["result"]
+    assert result["images"] == sync["images"]
+    assert result["parameters"] == sync["parameters"]
+    assert FakeTextToImage.image_size == 8
