@@ -13,7 +13,12 @@ endif
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
-.PHONY: test serve lint install clean
+# Debian packages the tests use: a real Redis for the job store's tests, headless
+# Chromium for the page's test. Installed when missing (as root, with apt); without them
+# those tests are skipped with the reason.
+DEBIAN_PACKAGES := redis-server chromium chromium-driver
+
+.PHONY: test serve lint install system-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,7 +32,17 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-test: lint
+system-deps:
+	@missing=""; \
+	for pkg in $(DEBIAN_PACKAGES); do dpkg -s $$pkg >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages:$$missing"; \
+		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } \
+			|| echo "could not install$$missing: the tests that need them are skipped"; \
+	else echo "missing Debian packages:$$missing (not root): the tests that need them are skipped"; fi
+
+test: lint system-deps
 	$(BIN)/python -m pytest
 
 serve: $(STAMP)

@@ -2,6 +2,7 @@
 // The page talks to the same JSON/multipart API as any client. Both forms start an
 // async job (Prefer: respond-async), follow its progress on the job's Server-Sent
 // Events (read with fetch, so the API key header goes along), and can cancel it.
+// The header says which key is in use (its name only); the table lists its recent jobs.
 
 const $ = (id) => document.getElementById(id);
 
@@ -47,6 +48,57 @@ async function* serverSentEvents(response) {
   }
 }
 
+// Which key the page uses (GET /v1/me), and that key's recent jobs (GET /v1/jobs).
+async function showKey() {
+  const whoami = $("whoami");
+  try {
+    const response = await fetch("/v1/me", { headers: authHeaders() });
+    if (!response.ok) {
+      setStatus(whoami, response.status === 401 ? "No valid key: enter one." : await errorText(response), true);
+      $("jobs-body").replaceChildren();
+      return;
+    }
+    const me = await response.json();
+    setStatus(whoami, `Key in use: ${me.key}`);
+    await showJobs();
+  } catch (error) {
+    setStatus(whoami, `Network error: ${error}`, true);
+  }
+}
+
+async function showJobs() {
+  const response = await fetch("/v1/jobs?limit=10", { headers: authHeaders() });
+  if (!response.ok) {
+    setStatus($("jobs-status"), await errorText(response), true);
+    return;
+  }
+  const { jobs } = await response.json();
+  $("jobs-body").replaceChildren(
+    ...jobs.map((job) => {
+      const row = document.createElement("tr");
+      const cells = [
+        new Date(job.created_at * 1000).toLocaleTimeString(),
+        job.kind,
+        job.state,
+        job.progress.total ? `${job.progress.step} / ${job.progress.total}` : "",
+        job.id,
+      ];
+      for (const [i, text] of cells.entries()) {
+        const cell = document.createElement("td");
+        cell.textContent = text;
+        if (i === 4) cell.className = "id";
+        row.append(cell);
+      }
+      return row;
+    }),
+  );
+  setStatus($("jobs-status"), jobs.length ? "" : "No jobs yet.");
+}
+
+$("api-key").addEventListener("change", showKey);
+$("jobs-refresh").addEventListener("click", showJobs);
+showKey();
+
 // Start a job with `request` (a fetch init), show its progress in the `prefix`-job
 // block, and return the finished job (with its result), or null after an error.
 async function runJob(url, request, prefix) {
@@ -68,20 +120,29 @@ async function runJob(url, request, prefix) {
     cancel.disabled = true;
     await fetch(jobUrl, { method: "DELETE", headers: authHeaders() });
   };
+  showJobs();
   try {
-    const events = await fetch(`${jobUrl}/events`, { headers: authHeaders() });
-    if (!events.ok) {
-      setStatus(status, await errorText(events), true);
-      return null;
-    }
-    for await (const { data } of serverSentEvents(events)) {
-      const { step, total, unit } = data.progress;
-      if (total > 0) {
-        bar.max = total;
-        bar.value = step;
-        setStatus(status, `${data.state}: ${unit} ${step} of ${total}`);
-      } else {
-        setStatus(status, `${data.state}…`);
+    // A replica that stops sends "reconnect": follow the job again (another replica).
+    for (let following = true; following; ) {
+      following = false;
+      const events = await fetch(`${jobUrl}/events`, { headers: authHeaders() });
+      if (!events.ok) {
+        setStatus(status, await errorText(events), true);
+        return null;
+      }
+      for await (const { event, data } of serverSentEvents(events)) {
+        if (event === "reconnect") {
+          following = true;
+          break;
+        }
+        const { step, total, unit } = data.progress;
+        if (total > 0) {
+          bar.max = total;
+          bar.value = step;
+          setStatus(status, `${data.state}: ${unit} ${step} of ${total}`);
+        } else {
+          setStatus(status, `${data.state}…`);
+        }
       }
     }
     const final = await fetch(jobUrl, { headers: authHeaders() });
@@ -90,6 +151,7 @@ async function runJob(url, request, prefix) {
       return null;
     }
     const done = await final.json();
+    showJobs();
     if (done.state === "cancelled") setStatus(status, "Cancelled.");
     else if (done.state === "failed") setStatus(status, `${done.error.code}: ${done.error.message}`, true);
     return done;

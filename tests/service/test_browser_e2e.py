@@ -181,3 +181,32 @@ def test_generate_shows_progress_and_cancels(browser, server_url, fakes):
     assert urllib.request.urlopen(request, timeout=30).status == 200
     # the job ran steps 0 and 1 only (the cancel stopped it before step 2), then "next" 4
     assert len(model.step_rows) - before == 2 + 4
+
+
+def test_the_page_names_the_key_in_use_and_lists_its_jobs(browser, fakes, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from service.keys import KeyFile
+
+    keys = KeyFile(tmp_path / "keys.json")
+    token = keys.add("alice")
+    app = create_app(make_settings(api_keys_file=keys.path), model_entries=fakes.entries())
+    with served(app) as url:
+        browser.get(url + "/")
+        _wait_for(browser, lambda d: "No valid key" in d.find_element(By.ID, "whoami").text)
+        field = browser.find_element(By.ID, "api-key")
+        field.send_keys(token)
+        browser.execute_script("arguments[0].dispatchEvent(new Event('change'));", field)
+        _wait_for(browser, lambda d: d.find_element(By.ID, "whoami").text == "Key in use: alice")
+        assert token not in browser.page_source  # the name is shown, never the key
+        browser.find_element(By.ID, "prompt").send_keys("a red circle")
+        browser.find_element(By.ID, "generate-button").click()
+        _wait_for(
+            browser, lambda d: d.find_element(By.ID, "generate-status").text.startswith("Done")
+        )
+        rows = _wait_for(
+            browser,
+            lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")
+                       if "succeeded" in r.text] or None,
+        )  # fmt: skip
+        assert len(rows) == 1 and "generate" in rows[0].text
