@@ -12,12 +12,78 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------ figures and targets
+#: the loaded/idle p95 ratio a valid request must stay under, in every fault scenario
+LATENCY_RATIO_TARGET = 2.0
+
+
+@dataclass
+class Check:
+    """One row of a benchmark's summary table."""
+
+    scenario: str
+    figure: str
+    measured: str
+    target: str
+    met: bool
+
+
+def p95(values: list[float]) -> float:
+    return float(np.percentile(values, 95))
+
+
+def latency_check(scenario: str, phase: str, idle: list[float], loaded: list[float]) -> Check:
+    ratio = p95(loaded) / p95(idle)
+    return Check(
+        scenario,
+        f"valid request p95 {phase} / idle",
+        f"{p95(loaded):.3f} s / {p95(idle):.3f} s = {ratio:.2f}x",
+        f"served, < {LATENCY_RATIO_TARGET:g}x",
+        ratio < LATENCY_RATIO_TARGET,
+    )
+
+
+# ------------------------------------------------------------------ the process
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _status_kb(pid: int, field: str) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def rss_mb(pid: int) -> float:
+    return _status_kb(pid, "VmRSS") / 1024
+
+
+def peak_rss_mb(pid: int) -> float:
+    return _status_kb(pid, "VmHWM") / 1024
+
+
+def reset_peak_rss(pid: int) -> None:
+    """Linux >= 4.0: writing 5 to ``clear_refs`` resets ``VmHWM`` to the current RSS."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
 def free_port() -> int:
@@ -30,7 +96,8 @@ class Server:
     """``atelier serve --devices cpu`` on a free port of 127.0.0.1, stopped with SIGTERM.
 
     Args:
-        models: ``--load-models`` (``"adain"``, ``"dit"``, ``"adain,dit"``).
+        models: ``--load-models`` (``"adain"``, ``"dit"``, ``"adain,dit"``, ``""``: none,
+            an API-only replica).
         weights_dir: ``--weights-dir`` (else ``ATELIER_WEIGHTS_DIR`` as for any server).
         max_batch_size, max_batch_wait_ms, queue_size, request_timeout_s: the CLI options
             of the same name (``max_batch_wait_ms=None`` keeps the shipped default).
@@ -66,6 +133,8 @@ class Server:
         if max_batch_wait_ms is not None:
             command += ["--max-batch-wait-ms", str(max_batch_wait_ms)]
         env = os.environ | {f"ATELIER_{k.upper()}": v for k, v in (settings or {}).items()}
+        # a job store of its own unless the caller shares one (a restart, replicas)
+        env.setdefault("ATELIER_STATE_DIR", tempfile.mkdtemp(prefix="atelier-bench-"))
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -87,6 +156,11 @@ class Server:
                 pass
             time.sleep(0.2)
         raise RuntimeError("server not ready in time")
+
+    def kill(self) -> None:
+        """SIGKILL: no drain, no hand-back (a crash)."""
+        self.process.kill()
+        self.process.wait()
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)

@@ -41,6 +41,10 @@ load hits both alike. Scenarios (``--scenario``, repeatable; default all, in thi
     meanwhile. Targets: every slow connection closed by the server (within
     ``--slow-give-up-s``), valid p95 < 2x idle.
 
+``job-loss``, ``async-flood``, ``queued-inputs``, ``event-streams``, ``result-reads``,
+``queue-overhead``
+    The job scenarios: see ``job_faults.py``.
+
 Prints each scenario's figures and one JSON line (``RESULT {...}``), then one summary
 table: each target, the measured figure, met or missed. Stops by itself; every server is
 stopped with SIGTERM. Usage::
@@ -59,72 +63,22 @@ import os
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import job_faults  # siblings: run as a script, this folder is on sys.path
 import numpy as np
 from PIL import Image
-from serve_process import Server  # a sibling: run as a script, its folder is on sys.path
-
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-#: the flood/idle p95 ratio a valid request must stay under, in every scenario
-LATENCY_RATIO_TARGET = 2.0
-
-
-@dataclass
-class Check:
-    """One row of the summary table."""
-
-    scenario: str
-    figure: str
-    measured: str
-    target: str
-    met: bool
-
-
-def p95(values: list[float]) -> float:
-    return float(np.percentile(values, 95))
-
-
-def latency_check(scenario: str, phase: str, idle: list[float], loaded: list[float]) -> Check:
-    ratio = p95(loaded) / p95(idle)
-    return Check(
-        scenario,
-        f"valid request p95 {phase} / idle",
-        f"{p95(loaded):.3f} s / {p95(idle):.3f} s = {ratio:.2f}x",
-        f"served, < {LATENCY_RATIO_TARGET:g}x",
-        ratio < LATENCY_RATIO_TARGET,
-    )
-
-
-# ------------------------------------------------------------------ the process
-def _status_kb(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as status:
-        for line in status:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
-
-
-def rss_mb(pid: int) -> float:
-    return _status_kb(pid, "VmRSS") / 1024
-
-
-def peak_rss_mb(pid: int) -> float:
-    return _status_kb(pid, "VmHWM") / 1024
-
-
-def reset_peak_rss(pid: int) -> None:
-    """Linux >= 4.0: writing 5 to ``clear_refs`` resets ``VmHWM`` to the current RSS."""
-    with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")
-
-
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+from serve_process import (
+    Check,
+    Server,
+    cpu_seconds,
+    latency_check,
+    p95,
+    peak_rss_mb,
+    reset_peak_rss,
+    rss_mb,
+)
 
 
 def metric(url: str, name: str, must_contain: str = "") -> float:
@@ -526,6 +480,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], object]] = {
     "deadline": deadline,
     "images": images,
     "slow-clients": slow_clients,
+    **job_faults.SCENARIOS,
 }
 
 
@@ -565,9 +520,10 @@ def main() -> int:
     group.add_argument("--slow-headers", type=int, default=50)
     group.add_argument("--slow-bodies", type=int, default=10)
     group.add_argument("--slow-give-up-s", type=float, default=60.0)
+    job_faults.add_arguments(parser)
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
-    if args.weights_dir is None and {"images", "slow-clients"} & set(names):
+    if args.weights_dir is None and set(names) - {"disconnect", "deadline"}:
         parser.error("the VGG weights are needed: set ATELIER_WEIGHTS_DIR or --weights-dir")
 
     checks: list[Check] = []

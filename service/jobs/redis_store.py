@@ -50,13 +50,17 @@ from service.jobs.records import JobRecord
 from service.jobs.store import (
     ChangeHub,
     Claim,
+    Delivery,
     IdempotencyKeyReused,
     IdempotentJobExpired,
     JobStore,
     Refused,
     StoreLimits,
     StoreUnavailable,
+    cancel_topic,
+    done_topic,
     job_topic,
+    work_topic,
 )
 
 logger = logging.getLogger("atelier.jobs.redis")
@@ -112,6 +116,9 @@ local function finish(id, state, err, result, has_result, budget)
   if has_result == '1' then size = string.len(result) end
   redis.call('HSET', key, 'state', state, 'finished_at', tostring(now), 'error', err,
              'result_bytes', size)
+  if state == 'succeeded' then
+    redis.call('HSET', key, 'step', redis.call('HGET', key, 'total') or '0')
+  end
   local inkey = p .. 'in:' .. id
   redis.call('DECRBY', p .. 'inbytes', redis.call('STRLEN', inkey))
   redis.call('DEL', inkey)
@@ -136,6 +143,7 @@ local function finish(id, state, err, result, has_result, budget)
     end
   end
   changed('job:' .. id)
+  changed('done:' .. id)
   return 1
 end
 """
@@ -338,7 +346,21 @@ _DUE_WEBHOOKS = r"""
 local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', p .. 'webhooks', '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do redis.call('ZADD', p .. 'webhooks', now + lease, id) end
-return due
+return {string.format('%.17g', now + lease), due}
+"""
+
+_UPDATE_WEBHOOK = r"""
+local id, webhook, due, lease = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
+local key = p .. 'job:' .. id
+if redis.call('EXISTS', key) == 0 then return 0 end
+redis.call('HSET', key, 'webhook', webhook)
+local current = redis.call('ZSCORE', p .. 'webhooks', id)
+if current and tonumber(current) == lease then
+  if due == '' then redis.call('ZREM', p .. 'webhooks', id)
+  else redis.call('ZADD', p .. 'webhooks', tonumber(due), id) end
+end
+changed('job:' .. id)
+return 1
 """
 
 _NOW = r"""
@@ -401,6 +423,7 @@ class RedisJobStore(JobStore):
                 "reap": _REAP,
                 "token": _TOKEN,
                 "due_webhooks": _DUE_WEBHOOKS,
+                "update_webhook": _UPDATE_WEBHOOK,
                 "now": _NOW,
             }.items()
         }
@@ -529,6 +552,7 @@ class RedisJobStore(JobStore):
         outcome = reply[0].decode()
         if outcome == "created":
             record.created_at = float(reply[1])
+            self.hub.notify(work_topic(record.model))  # this process's workers, at once
             return record, True
         if outcome == "replay":
             earlier = await self.get(reply[1].decode())
@@ -552,13 +576,22 @@ class RedisJobStore(JobStore):
         return self._alive(await self._call(self._redis.hgetall(self._key("job", job_id))))
 
     async def result(self, job_id: str) -> bytes | None:
-        if await self.get(job_id) is None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.hget(self._key("job", job_id), "finished_at")
+            pipe.get(self._key("out", job_id))
+            finished_at, data = await self._call(pipe.execute())
+        if not finished_at or float(finished_at) + self.limits.ttl_s <= time.time():
             return None
-        return await self._call(self._redis.get(self._key("out", job_id)))
+        return data
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         raw = await self._script("cancel", job_id)
-        return None if not raw else self._alive(_pairs(raw))
+        record = None if not raw else self._alive(_pairs(raw))
+        if record is not None:
+            self.hub.notify(cancel_topic(job_id))
+            if record.finished:
+                self.hub.notify(done_topic(job_id))
+        return record
 
     async def delete(self, job_id: str) -> bool:
         return bool(await self._script("delete", job_id))
@@ -595,7 +628,7 @@ class RedisJobStore(JobStore):
         )
 
     async def finish(self, job_id, state, *, result=None, error=None):
-        done = await self._script(
+        finished = await self._script(
             "finish",
             job_id,
             state,
@@ -604,7 +637,10 @@ class RedisJobStore(JobStore):
             "1" if result is not None else "0",
             self.limits.results_max_bytes,
         )
-        return bool(done)
+        if finished:
+            self.hub.notify(job_topic(job_id))
+            self.hub.notify(done_topic(job_id))
+        return bool(finished)
 
     async def release(self, worker, job_ids):
         if job_ids:
@@ -657,20 +693,13 @@ class RedisJobStore(JobStore):
 
     # ------------------------------------------------------------------ webhooks
     async def due_webhooks(self, lease_s, limit):
-        ids = await self._script("due_webhooks", repr(lease_s), limit)
+        lease, ids = await self._script("due_webhooks", repr(lease_s), limit)
         records = [await self.get(job_id.decode()) for job_id in ids]
-        return [r for r in records if r is not None]
+        return [Delivery(r, float(lease)) for r in records if r is not None]
 
-    async def update_webhook(self, job_id, webhook, due_at):
-        key = self._key("job", job_id)
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, "webhook", json.dumps(webhook))
-            if due_at is None:
-                pipe.zrem(self._key("webhooks"), job_id)
-            else:
-                pipe.zadd(self._key("webhooks"), {job_id: due_at})
-            await self._call(pipe.execute())
-        await self._call(self._redis.publish(self._key("changes"), job_topic(job_id)))
+    async def update_webhook(self, job_id, webhook, due_at, *, lease):
+        due = "" if due_at is None else repr(due_at)
+        await self._script("update_webhook", job_id, json.dumps(webhook), due, repr(lease))
 
     async def now(self) -> float:
         return float(await self._script("now"))

@@ -47,7 +47,7 @@ from service.jobs.store import (
     cancel_topic,
     work_topic,
 )
-from service.jobs.work import Progress, work_from_payload
+from service.jobs.work import Progress, off_loop_if_large, work_from_payload
 from service.metrics import Metrics
 from service.workers import WorkerPool
 
@@ -188,10 +188,10 @@ class JobRunner:
         try:
             if record.cancel_requested:
                 raise asyncio.CancelledError(ASKED)
-            work = await asyncio.to_thread(work_from_payload, claim.payload)
+            work = await off_loop_if_large(len(claim.payload), work_from_payload, claim.payload)
             timeout = None
             if record.deadline_at is not None:
-                timeout = record.deadline_at - await self.store.now()
+                timeout = record.deadline_at - time.time()  # set by a replica's clock too
                 if timeout <= 0:
                     raise _DeadlinePassed()
             running.progress = Progress(work.parts, lambda: self._progress_changed(record.id))
@@ -243,9 +243,8 @@ class JobRunner:
                 job_id, FAILED, error={"code": "result_too_large", "message": message}
             )
             return FAILED
-        data = await asyncio.to_thread(result.to_bytes)
-        await self._progress_now(job_id)
-        await self._finish(job_id, SUCCEEDED, result=data)
+        data = await off_loop_if_large(result.size, result.to_bytes)
+        await self._finish(job_id, SUCCEEDED, result=data)  # the store sets step = total
         return SUCCEEDED
 
     async def _finish(self, job_id: str, state: str, **outcome) -> None:

@@ -30,11 +30,13 @@ from service.jobs.records import (
     INTERACTIVE,
     QUEUED,
     RUNNING,
+    SUCCEEDED,
     JobRecord,
 )
 from service.jobs.store import (
     ChangeHub,
     Claim,
+    Delivery,
     IdempotencyKeyReused,
     IdempotentJobExpired,
     JobStore,
@@ -42,6 +44,7 @@ from service.jobs.store import (
     StoreLimits,
     StoreUnavailable,
     cancel_topic,
+    done_topic,
     job_topic,
     work_topic,
 )
@@ -330,6 +333,8 @@ class SqliteJobStore(JobStore):
         if record is not None:
             self.hub.notify(job_topic(job_id))
             self.hub.notify(cancel_topic(job_id))
+            if record.finished:
+                self.hub.notify(done_topic(job_id))
         return record
 
     def _cancel(self, job_id: str) -> JobRecord | None:
@@ -484,6 +489,7 @@ class SqliteJobStore(JobStore):
         done = await self._run(self._finish, job_id, state, result, error)
         if done:
             self.hub.notify(job_topic(job_id))
+            self.hub.notify(done_topic(job_id))
         return done
 
     def _finish(
@@ -518,6 +524,8 @@ class SqliteJobStore(JobStore):
             lease_until=None,
             webhook_due=webhook_due,
         )
+        if state == SUCCEEDED:
+            db.execute("UPDATE jobs SET step = total WHERE id = ?", (job_id,))
         db.execute("DELETE FROM blobs WHERE id = ? AND kind = 'in'", (job_id,))
         if result is not None:
             db.execute("INSERT OR REPLACE INTO blobs VALUES (?, 'out', ?)", (job_id, result))
@@ -659,26 +667,32 @@ class SqliteJobStore(JobStore):
     async def due_webhooks(self, lease_s, limit):
         return await self._run(self._due_webhooks, lease_s, limit)
 
-    def _due_webhooks(self, lease_s: float, limit: int) -> list[JobRecord]:
+    def _due_webhooks(self, lease_s: float, limit: int) -> list[Delivery]:
         now = self._clock()
+        lease = now + lease_s
         with self._write() as db:
             rows = db.execute(
                 "SELECT * FROM jobs WHERE webhook_due <= ? ORDER BY webhook_due LIMIT ?",
                 (now, limit),
             ).fetchall()
             for row in rows:
-                db.execute(
-                    "UPDATE jobs SET webhook_due = ? WHERE id = ?", (now + lease_s, row["id"])
-                )
-        return [self._record(row) for row in rows if not self._expired(row)]
+                db.execute("UPDATE jobs SET webhook_due = ? WHERE id = ?", (lease, row["id"]))
+        return [Delivery(self._record(row), lease) for row in rows if not self._expired(row)]
 
-    async def update_webhook(self, job_id, webhook, due_at):
-        await self._run(self._update_webhook, job_id, webhook, due_at)
+    async def update_webhook(self, job_id, webhook, due_at, *, lease):
+        await self._run(self._update_webhook, job_id, webhook, due_at, lease)
         self.hub.notify(job_topic(job_id))
 
-    def _update_webhook(self, job_id: str, webhook: dict[str, Any], due_at: float | None) -> None:
+    def _update_webhook(
+        self, job_id: str, webhook: dict[str, Any], due_at: float | None, lease: float
+    ) -> None:
         with self._write() as db:
-            self._update(db, job_id, webhook=webhook, webhook_due=due_at)
+            db.execute(
+                "UPDATE jobs SET webhook = ?,"
+                " webhook_due = CASE WHEN webhook_due = ? THEN ? ELSE webhook_due END"
+                " WHERE id = ?",
+                (json.dumps(webhook), lease, due_at, job_id),
+            )
 
 
 __all__ = ["INTERACTIVE", "SqliteJobStore"]

@@ -26,7 +26,9 @@ reports progress, and finishes them. Both backends give the same guarantees:
   ``idempotency_ttl_s``), or raises :class:`IdempotencyKeyReused` for another request.
 
 Change notification: a store calls ``hub.notify(topic)`` for every change it makes or
-hears of (topics from :func:`job_topic`, :func:`cancel_topic`, :func:`work_topic`), so
+hears of (topics from :func:`job_topic`, :func:`cancel_topic`, :func:`done_topic`,
+:func:`work_topic`; a change this process made is announced here at once, without
+waiting for the store's own broadcast), so
 waiters (event streams, synchronous requests, workers) wake without polling; waiters
 still re-read after a timeout, so a lost notification costs latency, never correctness.
 """
@@ -54,6 +56,15 @@ class StoreLimits:
     ttl_s: float = 3600.0
     max_attempts: int = 3
     idempotency_ttl_s: float = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A job whose webhook delivery a dispatcher took, hidden from others until ``lease``
+    (the store's clock); pass ``lease`` back to :meth:`JobStore.update_webhook`."""
+
+    record: JobRecord
+    lease: float
 
 
 @dataclass(frozen=True)
@@ -95,6 +106,11 @@ def job_topic(job_id: str) -> str:
 
 def cancel_topic(job_id: str) -> str:
     return f"cancel:{job_id}"
+
+
+def done_topic(job_id: str) -> str:
+    """Announced once, when the job reaches a final state."""
+    return f"done:{job_id}"
 
 
 def work_topic(model: str) -> str:

@@ -46,7 +46,7 @@ import httpx
 from standardwebhooks.webhooks import Webhook
 
 from service.jobs.records import JobRecord
-from service.jobs.store import JobStore, StoreUnavailable
+from service.jobs.store import Delivery, JobStore, StoreUnavailable
 
 logger = logging.getLogger("atelier.jobs.webhooks")
 
@@ -208,18 +208,18 @@ class WebhookDispatcher:
             except StoreUnavailable:
                 due = []
             if due:
-                await asyncio.gather(*(self._deliver_one(record) for record in due))
+                await asyncio.gather(*(self._deliver_one(delivery) for delivery in due))
             else:
                 await asyncio.sleep(self.poll_s)
 
-    async def _deliver_one(self, record: JobRecord) -> None:
+    async def _deliver_one(self, delivery: Delivery) -> None:
         async with self._slots:
             try:
-                await self.deliver(record)
+                await self.deliver(delivery)
             except StoreUnavailable:
                 pass  # the visibility timeout brings the delivery back
             except Exception:
-                logger.exception("webhook delivery failed", extra={"job_id": record.id})
+                logger.exception("webhook delivery failed", extra={"job_id": delivery.record.id})
 
     def payload(self, record: JobRecord, event: str) -> str:
         data = record.public()
@@ -227,13 +227,14 @@ class WebhookDispatcher:
         stamp = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         return json.dumps({"type": f"job.{event}", "timestamp": stamp, "data": data})
 
-    async def deliver(self, record: JobRecord) -> None:
-        """Send the event due for ``record`` once; record the outcome and the next try."""
+    async def deliver(self, delivery: Delivery) -> None:
+        """Send the event due for the job once; record the outcome and the next try."""
+        record, lease = delivery.record, delivery.lease
         webhook = dict(record.webhook or {})
         event, message_id = message_of(record)
         delivered = list(webhook.get("delivered", []))
         if message_id in delivered or event not in webhook.get("events", ()):
-            await self.store.update_webhook(record.id, webhook, None)
+            await self.store.update_webhook(record.id, webhook, None, lease=lease)
             return
         if webhook.get("message") != message_id:
             webhook.update(message=message_id, attempts=0)
@@ -250,7 +251,7 @@ class WebhookDispatcher:
         else:
             webhook["gave_up"] = [*webhook.get("gave_up", []), message_id][-16:]
             logger.warning("webhook given up", extra={"job_id": record.id, "error": error})
-        await self.store.update_webhook(record.id, webhook, due)
+        await self.store.update_webhook(record.id, webhook, due, lease=lease)
 
     async def _post(self, url: str, message_id: str, body: str) -> tuple[int | None, str | None]:
         """POST ``body`` to ``url`` pinned to one checked address: ``(status, error)``."""

@@ -67,6 +67,17 @@ class Progress:
             return min(self._done, default=0), self._total
 
 
+#: Bytes above which (de)serializing a job's input or result runs off the event loop.
+OFF_LOOP_BYTES = 256 * 1024
+
+
+async def off_loop_if_large(size: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, on a worker thread when ``size`` bytes make it worth the hop."""
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
+
+
 async def all_or_nothing(*works: Awaitable[T]) -> list[T]:
     """Await every ``work``; the first failure cancels the others and is raised (so one
     image past its deadline stops its siblings too, counted as a deadline)."""

@@ -20,7 +20,9 @@ from service.errors import ClientClosedRequest, DeadlineExceeded
 T = TypeVar("T")
 
 
-def app_settings(request: Request) -> Settings:
+async def app_settings(request: Request) -> Settings:
+    # Dependencies are async: FastAPI runs a plain ``def`` one on a worker thread, a
+    # thread hop per request for reading an attribute.
     return request.app.state.settings
 
 

@@ -27,12 +27,12 @@ import hashlib
 import json
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
@@ -58,11 +58,12 @@ from service.jobs.store import (
     JobStore,
     Refused,
     StoreError,
+    done_topic,
     job_topic,
 )
 from service.jobs.store import StoreUnavailable as StoreDown
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
-from service.jobs.work import Work
+from service.jobs.work import StylizeWork, Work, off_loop_if_large
 from service.routes import error_responses, remaining_seconds, unless_disconnected
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -74,15 +75,15 @@ REREAD_S = 1.0
 
 
 # ------------------------------------------------------------------ dependencies
-def job_store(request: Request) -> JobStore:
+async def job_store(request: Request) -> JobStore:
     return request.app.state.store
 
 
-def catalog(request: Request) -> ModelCatalog:
+async def catalog(request: Request) -> ModelCatalog:
     return request.app.state.catalog
 
 
-def caller(request: Request) -> Caller:
+async def caller(request: Request) -> Caller:
     """The key the request came with (``service.app``'s middleware sets it)."""
     return request.state.caller
 
@@ -117,7 +118,7 @@ def wants_async(request: Request) -> bool:
     return any(value.strip().split(";")[0].strip() == "respond-async" for value in values)
 
 
-def _prefer_doc(
+async def _prefer_doc(
     request: Request,
     prefer: Annotated[
         str | None,
@@ -134,7 +135,7 @@ def _prefer_doc(
 RespondAsync = Annotated[bool, Depends(_prefer_doc)]
 
 
-def idempotency_key(
+async def idempotency_key(
     key: Annotated[
         str | None,
         Header(
@@ -272,7 +273,10 @@ def _record(
 async def _create(
     store: JobStore, record: JobRecord, work: Work, who: Caller, submission: Submission
 ) -> tuple[JobRecord, bool]:
-    payload = await run_in_threadpool(work.to_payload)
+    if isinstance(work, StylizeWork):  # images to encode
+        payload = await run_in_threadpool(work.to_payload)
+    else:
+        payload = work.to_payload()
     return await store.create(
         record, payload, owner_max_jobs=who.max_jobs, idempotency=submission.idempotency
     )
@@ -284,7 +288,7 @@ async def _wait_for(store: JobStore, job: JobRecord, timeout_s: float) -> JobRes
     deadline = time.monotonic() + timeout_s
     finished = False
     try:
-        with store.hub.watch(job_topic(job.id)) as changed:
+        with store.hub.watch(done_topic(job.id)) as changed:
             while True:
                 record = await store.get(job.id)
                 if record is None:
@@ -301,7 +305,7 @@ async def _wait_for(store: JobStore, job: JobRecord, timeout_s: float) -> JobRes
         data = await store.result(job.id)
         if data is None:
             raise JobNotFound("the job's result was forgotten")
-        return await run_in_threadpool(JobResult.from_bytes, data)
+        return await off_loop_if_large(len(data), JobResult.from_bytes, data)
     finally:
         if not finished:
             with contextlib.suppress(StoreError):
@@ -321,22 +325,43 @@ JobDep = Annotated[JobRecord, Depends(job_of)]
 
 
 class ResultCache:
-    """Serialized results (base64 JSON) of recent jobs, bounded in bytes: a result is
-    encoded off the event loop once, then served as bytes."""
+    """Serialized results (base64 JSON) of recent jobs, bounded in bytes.
+
+    A result is encoded once, off the event loop, however many clients ask for it at the
+    same time (they wait for the one encoding: encoding holds the GIL, so sixty-four at
+    once would starve the event loop even on threads); later reads are plain bytes.
+    """
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
         self._held: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
+        self._building: dict[str, asyncio.Future] = {}
 
-    def get(self, job_id: str) -> bytes | None:
+    async def get(self, job_id: str, build: Callable[[], Awaitable[bytes | None]]) -> bytes | None:
         data = self._held.get(job_id)
         if data is not None:
             self._held.move_to_end(job_id)
+            return data
+        pending = self._building.get(job_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        pending = self._building[job_id] = asyncio.get_running_loop().create_future()
+        try:
+            data = await build()
+        except BaseException as exc:
+            pending.set_exception(exc)
+            pending.exception()  # retrieved: the waiters re-raise it
+            raise
+        finally:
+            del self._building[job_id]
+        pending.set_result(data)
+        if data is not None:
+            self._put(job_id, data)
         return data
 
-    def put(self, job_id: str, data: bytes) -> None:
-        if len(data) > self.max_bytes or job_id in self._held:
+    def _put(self, job_id: str, data: bytes) -> None:
+        if len(data) > self.max_bytes:
             return
         self._held[job_id] = data
         self._bytes += len(data)
@@ -355,20 +380,18 @@ def _result_json(packed: bytes) -> bytes:
     return json.dumps(body).encode()
 
 
-async def _job_body(request: Request, store: JobStore, record: JobRecord) -> bytes:
-    """The job as JSON bytes, with its result once it succeeded."""
+async def _job_body(request: Request, store: JobStore, record: JobRecord) -> list[bytes]:
+    """The job as JSON, in parts (the result, once it succeeded, is one large part)."""
     head = json.dumps(record.public()).encode()
     result = b"null"
     if record.state == "succeeded":
-        cache: ResultCache = request.app.state.result_cache
-        cached = cache.get(record.id)
-        if cached is None:
+
+        async def build() -> bytes | None:
             packed = await store.result(record.id)
-            if packed is not None:
-                cached = await run_in_threadpool(_result_json, packed)
-                cache.put(record.id, cached)
-        result = cached or b"null"
-    return head[:-1] + b', "result": ' + result + b"}"
+            return None if packed is None else await run_in_threadpool(_result_json, packed)
+
+        result = await request.app.state.result_cache.get(record.id, build) or b"null"
+    return [head[:-1], b', "result": ', result, b"}"]
 
 
 @router.get(
@@ -381,7 +404,31 @@ async def _job_body(request: Request, store: JobStore, record: JobRecord) -> byt
     },
 )
 async def get_job(request: Request, job: JobDep, store: StoreDep) -> Response:
-    return Response(await _job_body(request, store, job), media_type="application/json")
+    return json_bytes_response(await _job_body(request, store, job))
+
+
+#: Bodies larger than this go out in pieces of this size.
+CHUNK_BYTES = 256 * 1024
+
+
+def json_bytes_response(parts: list[bytes]) -> Response:
+    """A JSON body already encoded, in parts. A large one is sent a piece at a time (views
+    of the parts, never copies), each after the last left the socket's buffer: many large
+    answers at once never pile up megabytes in the event loop's write buffers (which
+    Python 3.11 shifts on every partial send)."""
+    size = sum(len(part) for part in parts)
+    if size <= CHUNK_BYTES:
+        return Response(b"".join(parts), media_type="application/json")
+
+    async def pieces() -> AsyncIterator[memoryview]:
+        for part in parts:
+            view = memoryview(part)
+            for start in range(0, len(view), CHUNK_BYTES):
+                yield view[start : start + CHUNK_BYTES]
+
+    return StreamingResponse(
+        pieces(), media_type="application/json", headers={"Content-Length": str(size)}
+    )
 
 
 @router.delete(
@@ -537,7 +584,7 @@ class JobFeeds:
                 del self._feeds[job_id]
 
 
-def stream_room(request: Request, job: JobDep) -> JobRecord:
+async def stream_room(request: Request, job: JobDep) -> JobRecord:
     """The job, once there is room for another event stream of its key (else 429)."""
     request.app.state.feeds.check_room(job.owner)
     return job

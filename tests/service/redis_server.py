@@ -1,4 +1,5 @@
-"""A real ``redis-server`` (Debian's package) on a free loopback port, for tests.
+"""A real ``redis-server`` (Debian's package) on a free loopback port, for tests and for
+``benchmarks/job_faults.py`` (which loads this file by its path).
 
 ``make test`` installs the package; without it the tests that need Redis are skipped
 with the reason. Each server has its own folder (append-only file on), so a restart
@@ -13,7 +14,9 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
+
+class RedisMissing(RuntimeError):
+    """Debian's redis-server is not installed."""
 
 
 def free_port() -> int:
@@ -28,7 +31,7 @@ class RedisServer:
     def __init__(self, folder: Path, port: int | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            pytest.skip("needs Debian's redis-server (make test installs it)")
+            raise RedisMissing("needs Debian's redis-server (make test installs it)")
         self.binary = binary
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -385,19 +385,22 @@ def test_webhook_deliveries_fall_due_on_completion_and_progress(open_store):
             await store.claim("w", "dit", (BACKGROUND,), LEASE)
         for job in (done, chatty, quiet):
             await store.set_progress(job.id, "w", 1, 4)
-        progress_due = {j.id for j in await store.due_webhooks(60.0, 10)}
+        progress = await store.due_webhooks(60.0, 10)
         for job in (done, chatty, quiet):
             await store.finish(job.id, SUCCEEDED, result=b"r")
-        completed_due = {j.id for j in await store.due_webhooks(60.0, 10)}
+        # the progress delivery ends after the completion fell due: the completion stays due
+        record = {"url": "http://x", "events": ["completed", "progress"], "last_status": 200}
+        for delivery in progress:
+            await store.update_webhook(delivery.record.id, record, None, lease=delivery.lease)
+        completed = await store.due_webhooks(60.0, 10)
         hidden = await store.due_webhooks(60.0, 10)  # taken: hidden for the lease
-        record = {"url": "http://x", "events": ["completed"], "last_status": 200}
-        await store.update_webhook(done.id, record, None)
-        return progress_due, completed_due, hidden, await store.get(done.id), done, chatty
+        for delivery in completed:
+            await store.update_webhook(delivery.record.id, record, None, lease=delivery.lease)
+        return progress, completed, hidden, await store.get(chatty.id), done, chatty
 
-    progress_due, completed_due, hidden, updated, done, chatty = run(open_store, scenario)
-    assert progress_due == {chatty.id}
-    # completion is due at once, even where a progress delivery was still leased
-    assert completed_due == {done.id, chatty.id}
+    progress, completed, hidden, updated, done, chatty = run(open_store, scenario)
+    assert {d.record.id for d in progress} == {chatty.id}
+    assert {d.record.id for d in completed} == {done.id, chatty.id}
     assert hidden == [] and updated.webhook["last_status"] == 200
 
 

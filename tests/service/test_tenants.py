@@ -13,6 +13,7 @@ from standardwebhooks.webhooks import Webhook
 
 from service.cli import main as atelier
 from service.jobs.records import JobRecord
+from service.jobs.store import Delivery
 from service.jobs.webhooks import (
     WebhookDispatcher,
     WebhookPolicy,
@@ -392,7 +393,7 @@ def test_a_name_that_rebinds_to_loopback_is_refused_at_delivery():
         async def now(self):
             return 0.0
 
-        async def update_webhook(self, job_id, webhook, due_at):
+        async def update_webhook(self, job_id, webhook, due_at, *, lease):
             self.updates.append((webhook, due_at))
 
     async def scenario():
@@ -406,7 +407,7 @@ def test_a_name_that_rebinds_to_loopback_is_refused_at_delivery():
             id="j", kind="generate", model="dit", owner="a", state="succeeded",
             finished_at=1.0, webhook={"url": f"http://hooks.example:{receiver.url.rsplit(':', 1)[1]}/", "events": ["completed"]},
         )  # fmt: skip
-        await dispatcher.deliver(record)
+        await dispatcher.deliver(Delivery(record, lease=1.0))
 
     asyncio.run(scenario())
     receiver.close()

@@ -1,0 +1,568 @@
+"""The job scenarios of ``service_faults.py``: what happens to accepted work and to other
+clients when replicas die, async backlogs pile up, or one client hogs a resource.
+
+Every server is a real ``atelier serve`` (``serve_process.Server``, CPU, real models);
+Redis is Debian's ``redis-server`` on a free loopback port. Scenarios:
+
+``job-loss``
+    Jobs in flight while replicas die. On Redis: two replicas share the store; jobs go
+    in through both; one replica is SIGKILLed and restarted, then the other SIGTERMed
+    (drained) and restarted, while a reader reads every job from every replica that is
+    up. On SQLite: one server, SIGKILLed and restarted, then SIGTERMed and restarted.
+    Targets: jobs lost 0 (every accepted job succeeds), reads answered 404: 0.
+``async-flood``
+    Key ``flood`` fills its quota (``--flood-jobs``) with long async jobs; key ``other``
+    sends small synchronous requests, then small async jobs. Targets: the other key's
+    synchronous p95 < 2x idle (and its async p95 is reported against < 2x idle: the
+    two-tenant figure).
+``queued-inputs``
+    ``--queued`` async stylize jobs with 1024 px photos queued at once. Target: the
+    server's peak RSS growth < 1 GB.
+``event-streams``
+    One key opens ``--streams`` event streams on one long job; fresh clients read the
+    probes and the job meanwhile. Targets: fresh-client success 100 %; the long job's
+    time with the streams open (the key's stream limit raised to let them all in) over
+    its time without, reported.
+``result-reads``
+    ``--readers`` concurrent GETs of a finished 1024 px stylize job; ``/healthz`` p95
+    meanwhile over idle. Target < 2x.
+``queue-overhead``
+    The same small synchronous generate request on the local pool and through the job
+    store (an ``Idempotency-Key`` sends it through the queue), interleaved, on Redis
+    and on SQLite. Target: the queue's median cost per job < 5 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import io
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import numpy as np
+from PIL import Image
+from serve_process import (
+    ROOT,
+    Check,
+    Server,
+    latency_check,
+    p95,
+    peak_rss_mb,
+    reset_peak_rss,
+    rss_mb,
+)
+
+ASYNC = {"Prefer": "respond-async"}
+LONG_JOB = {"prompt": "two red circles", "steps": 200, "num_images": 4}
+SMALL = {"prompt": "a red circle", "steps": 10}
+
+
+def _redis_server_class():
+    """``tests/service/redis_server.py``'s launcher, loaded by its path."""
+    spec = importlib.util.spec_from_file_location(
+        "redis_server", ROOT / "tests" / "service" / "redis_server.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.RedisServer
+
+
+def _keys_file(folder: Path, **keys: int) -> tuple[Path, dict[str, str]]:
+    """A keys file with ``name=max_jobs`` keys; the keys by name."""
+    from service.keys import KeyFile
+
+    file = KeyFile(folder / "keys.json")
+    return file.path, {name: file.add(name, max_jobs=limit) for name, limit in keys.items()}
+
+
+async def _finished(client: httpx.AsyncClient, job_id: str, headers=None, limit_s=600.0) -> dict:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        response = await client.get(f"/v1/jobs/{job_id}", headers=headers)
+        body = response.json()
+        if response.status_code == 200 and body["state"] in ("succeeded", "failed", "cancelled"):
+            return body
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"job {job_id} did not finish in {limit_s} s")
+
+
+async def _running(url: str, job_id: str) -> None:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        while (await client.get(f"/v1/jobs/{job_id}")).json()["state"] != "running":
+            await asyncio.sleep(0.05)
+
+
+# --------------------------------------------------------------------- job loss
+class Reader:
+    """Reads every job from every replica that is up, until stopped; counts answers."""
+
+    def __init__(self) -> None:
+        self.statuses: dict[int, int] = {}
+        self.unreachable = 0
+        self.stopped = False
+
+    async def run(self, urls: list[str], jobs: list[str]) -> None:
+        async with httpx.AsyncClient(timeout=30) as client:
+            while not self.stopped:
+                for url in list(urls):
+                    for job in jobs:
+                        try:
+                            response = await client.get(f"{url}/v1/jobs/{job}")
+                        except httpx.TransportError:
+                            self.unreachable += 1
+                            continue
+                        self.statuses[response.status_code] = (
+                            self.statuses.get(response.status_code, 0) + 1
+                        )
+                await asyncio.sleep(0.1)
+
+
+async def _submit(url: str, count: int, seed: int) -> list[str]:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        ids = []
+        for i in range(count):
+            response = await client.post(
+                "/v1/generate", json=LONG_JOB | {"seed": seed + i}, headers=ASYNC
+            )
+            response.raise_for_status()
+            ids.append(response.json()["id"])
+        return ids
+
+
+async def _loss_on_redis(args: argparse.Namespace, folder: Path) -> dict:
+    redis = _redis_server_class()(folder / "redis").start()
+    base = {"redis_url": redis.url, "job_lease_s": "5", "shutdown_timeout_s": "10"}
+
+    def replica() -> Server:
+        server = Server(models="dit", weights_dir=args.weights_dir, settings=base)
+        server.wait_ready()
+        return server
+
+    a, b = replica(), replica()
+    urls = [a.url, b.url]
+    jobs = await _submit(a.url, args.loss_jobs // 2, 0) + await _submit(
+        b.url, args.loss_jobs // 2, 100
+    )
+    reader = Reader()
+    reading = asyncio.create_task(reader.run(urls, jobs))
+    try:
+        await _running(a.url, jobs[0])
+        urls.remove(a.url)
+        a.kill()
+        a = replica()
+        urls.append(a.url)
+        await asyncio.sleep(2)
+        urls.remove(b.url)
+        b.stop()  # SIGTERM: drain, hand back
+        b = replica()
+        urls.append(b.url)
+        async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+            finals = [await _finished(client, job) for job in jobs]
+    finally:
+        reader.stopped = True
+        await reading
+        a.stop()
+        b.stop()
+        redis.stop()
+    return {"finals": finals, "reader": reader}
+
+
+async def _loss_on_sqlite(args: argparse.Namespace, folder: Path) -> dict:
+    settings = {"state_dir": str(folder / "state"), "job_lease_s": "5", "shutdown_timeout_s": "10"}
+
+    def server() -> Server:
+        started = Server(models="dit", weights_dir=args.weights_dir, settings=settings)
+        started.wait_ready()
+        return started
+
+    current = server()
+    urls = [current.url]
+    jobs = await _submit(current.url, args.loss_jobs, 200)
+    reader = Reader()
+    reading = asyncio.create_task(reader.run(urls, jobs))
+    try:
+        await _running(current.url, jobs[0])
+        for stop in ("kill", "stop"):
+            urls.clear()
+            getattr(current, stop)()
+            current = server()
+            urls.append(current.url)
+            await asyncio.sleep(2)
+        async with httpx.AsyncClient(base_url=current.url, timeout=30) as client:
+            finals = [await _finished(client, job) for job in jobs]
+    finally:
+        reader.stopped = True
+        await reading
+        current.stop()
+    return {"finals": finals, "reader": reader}
+
+
+async def job_loss(args: argparse.Namespace):
+    checks, result = [], {"scenario": "job-loss"}
+    with tempfile.TemporaryDirectory() as folder:
+        for store, run in (("redis", _loss_on_redis), ("sqlite", _loss_on_sqlite)):
+            outcome = await run(args, Path(folder) / store)
+            finals, reader = outcome["finals"], outcome["reader"]
+            lost = sum(job["state"] != "succeeded" for job in finals)
+            attempts = sorted(job["attempts"] for job in finals)
+            reads_404 = reader.statuses.get(404, 0)
+            result[store] = {
+                "jobs": len(finals),
+                "lost": lost,
+                "attempts": attempts,
+                "reads": reader.statuses,
+                "reads_while_a_replica_was_down": reader.unreachable,
+            }
+            print(f"job-loss on {store}: {len(finals)} jobs, lost {lost} (target 0), reads "
+                  f"{reader.statuses} (404: {reads_404}, target 0), attempts {attempts}")  # fmt: skip
+            checks += [
+                Check("job-loss", f"{store}: accepted jobs lost across SIGKILL and SIGTERM",
+                      f"{lost} of {len(finals)}", "0", lost == 0),
+                Check("job-loss", f"{store}: reads answered 404", f"{reads_404} of "
+                      f"{sum(reader.statuses.values())}", "0", reads_404 == 0),
+            ]  # fmt: skip
+    return result, checks
+
+
+# ------------------------------------------------------------------ async flood
+async def _sync_latencies(client: httpx.AsyncClient, count: int, headers) -> list[float]:
+    latencies = []
+    for i in range(count):
+        started = time.perf_counter()
+        response = await client.post("/v1/generate", json=SMALL | {"seed": i}, headers=headers)
+        response.raise_for_status()
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+async def _async_latencies(client: httpx.AsyncClient, count: int, headers) -> list[float]:
+    latencies = []
+    for i in range(count):
+        started = time.perf_counter()
+        response = await client.post(
+            "/v1/generate", json=SMALL | {"seed": i}, headers={**headers, **ASYNC}
+        )
+        response.raise_for_status()
+        final = await _finished(client, response.json()["id"], headers)
+        assert final["state"] == "succeeded", final
+        latencies.append(time.perf_counter() - started)
+    return latencies
+
+
+async def async_flood(args: argparse.Namespace):
+    with tempfile.TemporaryDirectory() as folder:
+        keys_path, keys = _keys_file(Path(folder), flood=args.flood_jobs, other=8)
+        flood = {"Authorization": f"Bearer {keys['flood']}"}
+        other = {"Authorization": f"Bearer {keys['other']}"}
+        settings = {"api_keys_file": str(keys_path), "max_jobs": str(args.flood_jobs + 8)}
+        with Server(models="dit", weights_dir=args.weights_dir, settings=settings) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=300) as client:
+                await _sync_latencies(client, 2, other)  # warm-up
+                idle_sync = await _sync_latencies(client, args.probes, other)
+                idle_async = await _async_latencies(client, args.probes, other)
+                backlog = []
+                for i in range(args.flood_jobs):
+                    response = await client.post(
+                        "/v1/generate", json=LONG_JOB | {"seed": i}, headers={**flood, **ASYNC}
+                    )
+                    response.raise_for_status()
+                    backlog.append(response.json()["id"])
+                await asyncio.sleep(1.0)  # the backlog's first batch is running
+                flood_sync = await _sync_latencies(client, args.probes, other)
+                flood_async = await _async_latencies(client, args.probes, other)
+                left = [
+                    job for job in backlog
+                    if (await client.get(f"/v1/jobs/{job}", headers=flood)).json()["state"]
+                    in ("queued", "running")
+                ]  # fmt: skip
+                for job in backlog:
+                    await client.delete(f"/v1/jobs/{job}", headers=flood)
+    result = {
+        "scenario": "async-flood",
+        "flood_jobs": args.flood_jobs,
+        "flood_jobs_unfinished_after_the_probes": len(left),
+        "sync_p95_idle_s": p95(idle_sync),
+        "sync_p95_flood_s": p95(flood_sync),
+        "async_p95_idle_s": p95(idle_async),
+        "async_p95_flood_s": p95(flood_async),
+    }
+    print(f"async flood: {args.flood_jobs} long jobs of one key ({len(left)} still unfinished "
+          f"after the probes); the other key's sync p95 {p95(idle_sync):.3f} s idle, "
+          f"{p95(flood_sync):.3f} s flooded; async p95 {p95(idle_async):.3f} s idle, "
+          f"{p95(flood_async):.3f} s flooded")  # fmt: skip
+    checks = [
+        latency_check("async-flood", "(another key, synchronous) during the flood", idle_sync, flood_sync),
+        latency_check("two-tenants", "(another key, async job) during the flood", idle_async, flood_async),
+    ]  # fmt: skip
+    return result, checks
+
+
+# ----------------------------------------------------------------- queued inputs
+def _noise_png(side: int, seed: int) -> bytes:
+    pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+async def queued_inputs(args: argparse.Namespace):
+    photo, painting = _noise_png(1024, 0), _noise_png(512, 1)
+    files = [
+        ("content", ("p.png", photo, "image/png")),
+        ("style", ("s.png", painting, "image/png")),
+    ]
+    settings = {"key_max_jobs": str(args.queued), "max_jobs": str(args.queued)}
+    with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+            warm = await client.post("/v1/stylize", files=files, data={"size": "256"})
+            warm.raise_for_status()
+            before = rss_mb(server.pid)
+            reset_peak_rss(server.pid)
+            started = await asyncio.gather(
+                *(
+                    client.post("/v1/stylize", files=files, data={"size": "1024"}, headers=ASYNC)
+                    for _ in range(args.queued)
+                )
+            )
+            accepted = [r.json()["id"] for r in started if r.status_code == 202]
+            await asyncio.sleep(5.0)
+            growth = peak_rss_mb(server.pid) - before
+            after = rss_mb(server.pid)
+            for job in accepted:
+                await client.delete(f"/v1/jobs/{job}")
+    result = {
+        "scenario": "queued-inputs",
+        "queued": args.queued,
+        "accepted": len(accepted),
+        "upload_kb": round(len(photo) / 1024),
+        "rss_before_mb": round(before),
+        "peak_rss_growth_mb": round(growth),
+        "rss_after_mb": round(after),
+    }
+    print(f"queued inputs: {len(accepted)} of {args.queued} 1024 px stylize jobs accepted "
+          f"({len(photo) / 1e6:.1f} MB photos); peak RSS growth {growth:.0f} MB (target < 1 GB)")  # fmt: skip
+    check = Check("queued-inputs", f"peak RSS growth, {args.queued} queued 1024 px jobs",
+                  f"{growth:.0f} MB", "< 1024 MB", growth < 1024)  # fmt: skip
+    return result, [check]
+
+
+# ------------------------------------------------------------------ event streams
+async def _stream(url: str, job: str, headers, opened: list, refused: list) -> None:
+    path = f"{url}/v1/jobs/{job}/events"
+    async with (
+        httpx.AsyncClient(timeout=None) as client,
+        client.stream("GET", path, headers=headers) as stream,
+    ):
+        if stream.status_code != 200:
+            refused.append(stream.status_code)
+            return
+        opened.append(1)
+        async for _ in stream.aiter_lines():
+            pass
+
+
+async def _job_seconds(client: httpx.AsyncClient, headers, seed: int) -> tuple[str, float]:
+    response = await client.post(
+        "/v1/generate", json=LONG_JOB | {"seed": seed}, headers={**headers, **ASYNC}
+    )
+    response.raise_for_status()
+    job = response.json()["id"]
+    final = await _finished(client, job, headers)
+    return job, final["running_s"]
+
+
+async def event_streams(args: argparse.Namespace):
+    with tempfile.TemporaryDirectory() as folder:
+        keys_path, keys = _keys_file(Path(folder), hog=8, fresh=8)
+        hog = {"Authorization": f"Bearer {keys['hog']}"}
+        fresh = {"Authorization": f"Bearer {keys['fresh']}"}
+        results = {}
+        for label, per_key in (("limited", "8"), ("raised", str(args.streams))):
+            settings = {"api_keys_file": str(keys_path), "key_max_event_streams": per_key}
+            with Server(models="dit", weights_dir=args.weights_dir, settings=settings) as server:
+                async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+                    _, alone = await _job_seconds(client, hog, 1)
+                    response = await client.post(
+                        "/v1/generate", json=LONG_JOB | {"seed": 2}, headers={**hog, **ASYNC}
+                    )
+                    job = response.json()["id"]
+                    opened, refused = [], []
+                    streams = [
+                        asyncio.create_task(_stream(server.url, job, hog, opened, refused))
+                        for _ in range(args.streams)
+                    ]
+                    await asyncio.sleep(2.0)
+                    answers = []
+                    for _ in range(20):
+                        for path in ("/healthz", "/readyz", "/v1/me"):
+                            try:
+                                answers.append((await client.get(path, headers=fresh)).status_code)
+                            except httpx.TransportError:
+                                answers.append(None)
+                    final = await _finished(client, job, hog)
+                    await asyncio.gather(*streams, return_exceptions=True)
+            results[label] = {
+                "streams_opened": len(opened),
+                "streams_refused": sorted(set(refused)),
+                "fresh_success": sum(a == 200 for a in answers) / len(answers),
+                "job_s_alone": alone,
+                "job_s_with_streams": final["running_s"],
+            }
+    for label, figures in results.items():
+        print(f"event streams ({label} per-key limit): {figures}")
+    limited, raised = results["limited"], results["raised"]
+    slowdown = raised["job_s_with_streams"] / raised["job_s_alone"]
+    checks = [
+        Check("event-streams", f"fresh clients served, one key asking {args.streams} streams",
+              f"{100 * limited['fresh_success']:.0f} % ({limited['streams_opened']} opened, "
+              f"the rest 429)", "100 %", limited["fresh_success"] == 1.0),
+        Check("event-streams", f"fresh clients served, {raised['streams_opened']} streams open",
+              f"{100 * raised['fresh_success']:.0f} %", "100 %", raised["fresh_success"] == 1.0),
+        Check("event-streams", f"a job's time with {raised['streams_opened']} streams / alone",
+              f"{slowdown:.2f}x", "reported (was 2.5-3x)", True),
+    ]  # fmt: skip
+    return {"scenario": "event-streams", **results}, checks
+
+
+# ------------------------------------------------------------------ result reads
+_PROBE = """
+import json, sys, time, httpx
+with httpx.Client(timeout=60) as client:
+    latencies = []
+    for _ in range(int(sys.argv[2])):
+        started = time.perf_counter()
+        client.get(sys.argv[1] + "/healthz").raise_for_status()
+        latencies.append(time.perf_counter() - started)
+        time.sleep(0.02)
+print(json.dumps(latencies))
+"""
+
+
+async def probe_latencies(url: str, count: int) -> list[float]:
+    """``/healthz`` latencies from a process of its own (the reading client's event loop
+    and interpreter must not be part of what is measured)."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _PROBE, url, str(count), stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await process.communicate()
+    return json.loads(out)
+
+
+async def raw_get(url: str, path: str) -> int:
+    """GET ``path`` and read the whole answer without parsing it (a load generator that
+    leaves the CPU to the server); returns the body's length."""
+    host, port = url.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n".encode())
+    await writer.drain()
+    size = 0
+    while chunk := await reader.read(1 << 20):
+        size += len(chunk)
+    writer.close()
+    return size
+
+
+async def result_reads(args: argparse.Namespace):
+    photo, painting = _noise_png(1024, 2), _noise_png(512, 3)
+    files = [
+        ("content", ("p.png", photo, "image/png")),
+        ("style", ("s.png", painting, "image/png")),
+    ]
+    with Server(models="adain", weights_dir=args.weights_dir) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+            response = await client.post(
+                "/v1/stylize", files=files, data={"size": "1024"}, headers=ASYNC
+            )
+            job = response.json()["id"]
+            await _finished(client, job)
+            size = len((await client.get(f"/v1/jobs/{job}")).content)
+            idle = await probe_latencies(server.url, args.probes * 4)
+            loaded = []
+            for _ in range(args.probes):
+                reads = asyncio.gather(
+                    *(client.get(f"/v1/jobs/{job}") for _ in range(args.readers))
+                )
+                loaded += await probe_latencies(server.url, 4)
+                await reads
+    print(f"result reads: {args.readers} concurrent GETs of a {size / 1e6:.1f} MB job answer; "
+          f"/healthz p95 {p95(idle) * 1000:.1f} ms idle, {p95(loaded) * 1000:.1f} ms meanwhile")  # fmt: skip
+    result = {"scenario": "result-reads", "answer_bytes": size, "healthz_p95_idle_s": p95(idle),
+              "healthz_p95_reads_s": p95(loaded)}  # fmt: skip
+    return result, [
+        latency_check(
+            "result-reads", f"(/healthz) during {args.readers} result reads", idle, loaded
+        )
+    ]
+
+
+# ---------------------------------------------------------------- queue overhead
+async def queue_overhead(args: argparse.Namespace):
+    one = {"prompt": "a red circle", "steps": 1, "seed": 1}
+    results, checks = {}, []
+    with tempfile.TemporaryDirectory() as folder:
+        redis = _redis_server_class()(Path(folder) / "redis").start()
+        try:
+            for store, settings in (("redis", {"redis_url": redis.url}), ("sqlite", {})):
+                with Server(
+                    models="dit", weights_dir=args.weights_dir, settings=settings
+                ) as server:
+                    async with httpx.AsyncClient(base_url=server.url, timeout=60) as client:
+                        for _ in range(5):  # warm-up, both paths
+                            await client.post("/v1/generate", json=one)
+                            await client.post(
+                                "/v1/generate",
+                                json=one,
+                                headers={"Idempotency-Key": uuid.uuid4().hex},
+                            )
+                        local, queued = [], []
+                        for i in range(args.pairs):
+                            paths = [(local, {}), (queued, {"Idempotency-Key": uuid.uuid4().hex})]
+                            for latencies, headers in paths if i % 2 else paths[::-1]:
+                                started = time.perf_counter()
+                                (
+                                    await client.post("/v1/generate", json=one, headers=headers)
+                                ).raise_for_status()
+                                latencies.append(time.perf_counter() - started)
+                overhead_ms = (statistics.median(queued) - statistics.median(local)) * 1000
+                results[store] = {"local_median_ms": statistics.median(local) * 1000,
+                                  "queued_median_ms": statistics.median(queued) * 1000,
+                                  "overhead_ms": overhead_ms}  # fmt: skip
+                print(f"queue overhead on {store}: local {results[store]['local_median_ms']:.1f} ms, "
+                      f"through the queue {results[store]['queued_median_ms']:.1f} ms: "
+                      f"+{overhead_ms:.1f} ms per job (target < 5)")  # fmt: skip
+                checks.append(Check("queue-overhead", f"median cost of the queue per job ({store})",
+                                    f"{overhead_ms:.1f} ms", "< 5 ms", overhead_ms < 5))  # fmt: skip
+        finally:
+            redis.stop()
+    return {"scenario": "queue-overhead", **results}, checks
+
+
+SCENARIOS = {
+    "job-loss": job_loss,
+    "async-flood": async_flood,
+    "queued-inputs": queued_inputs,
+    "event-streams": event_streams,
+    "result-reads": result_reads,
+    "queue-overhead": queue_overhead,
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("job scenarios")
+    group.add_argument("--loss-jobs", type=int, default=8, help="jobs in flight in job-loss")
+    group.add_argument("--flood-jobs", type=int, default=64, help="one key's async backlog")
+    group.add_argument("--queued", type=int, default=64, help="queued 1024 px stylize jobs")
+    group.add_argument("--streams", type=int, default=200, help="event streams of one key")
+    group.add_argument("--readers", type=int, default=64, help="concurrent result reads")
+    group.add_argument("--pairs", type=int, default=30, help="queue-overhead request pairs")
+
+
+__all__ = ["SCENARIOS", "add_arguments"]
