@@ -7,6 +7,7 @@ import asyncio
 import http.server
 import json
 import threading
+import uuid
 
 import pytest
 from standardwebhooks.webhooks import Webhook
@@ -415,3 +416,17 @@ def test_a_name_that_rebinds_to_loopback_is_refused_at_delivery():
     ((webhook, due),) = Store.updates
     assert "refused" in webhook["last_error"] and "127.0.0.1" in webhook["last_error"]
     assert due is None and webhook["gave_up"]
+
+
+def test_ownership_holds_across_two_replicas_on_redis(client_factory, keys, redis_server):
+    file, tokens = keys
+    prefix = f"own-{uuid.uuid4().hex[:8]}:"
+    shared = {"api_keys_file": file.path, "redis_url": redis_server.url, "redis_prefix": prefix}
+    a, b = client_factory(**shared), client_factory(**shared)
+    alice, bob = _bearer(tokens["alice"]), _bearer(tokens["bob"])
+    job = a.post("/v1/generate", json={"prompt": "a"}, headers={**ASYNC, **alice}).json()
+    assert _events(b, job["id"], alice)[-1] == "done"  # followed on the other replica
+    assert b.get(f"/v1/jobs/{job['id']}", headers=alice).json()["state"] == "succeeded"
+    assert b.get(f"/v1/jobs/{job['id']}", headers=bob).status_code == 404
+    assert b.delete(f"/v1/jobs/{job['id']}", headers=bob).status_code == 404
+    assert [j["id"] for j in b.get("/v1/jobs", headers=alice).json()["jobs"]] == [job["id"]]
