@@ -216,6 +216,15 @@ class Fakes:
         }
 
 
+def wait_until(condition, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` (set by another thread or the server) until it holds."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition never held")
+        time.sleep(0.005)
+
+
 def make_settings(**overrides) -> Settings:
     options = {
         "devices": "cpu",

@@ -9,7 +9,7 @@ import threading
 
 import corpus
 import pytest
-from service_fakes import FakeTextToImage
+from service_fakes import FakeTextToImage, wait_until
 
 pytestmark = pytest.mark.timeout(60)
 ASYNC = {"Prefer": "respond-async"}
@@ -22,14 +22,6 @@ def _events(client, job_id: str) -> list[str]:
             for line in stream.iter_lines()
             if line.startswith("event:")
         ]
-
-
-def _wait(condition, limit: int = 2000) -> None:
-    for _ in range(limit):
-        if condition():
-            return
-        threading.Event().wait(0.005)
-    raise AssertionError("condition never held")
 
 
 def test_delete_answers_the_stopped_job_and_then_forgets_a_finished_one(client, fakes):
@@ -67,7 +59,7 @@ def test_a_waiting_client_runs_between_the_steps_of_an_async_batch(client_factor
     model.step_gate = threading.Semaphore(1)
     model.gate_only = "background"
     job = client.post("/v1/generate", json={"prompt": "a", "steps": 6}, headers=ASYNC).json()
-    _wait(lambda: ("background", 0) in model.steps_by)
+    wait_until(lambda: ("background", 0) in model.steps_by)
     answer = {}
     waiting = threading.Thread(
         target=lambda: answer.update(
@@ -76,7 +68,7 @@ def test_a_waiting_client_runs_between_the_steps_of_an_async_batch(client_factor
     )
     waiting.start()
     gate = client.app.state.pools["dit"].batchers["cpu"]["interactive"]._gate
-    _wait(lambda: gate.foreground_waiting == 1)  # the request waits for the step in flight
+    wait_until(lambda: gate.foreground_waiting == 1)  # the request waits for the step in flight
     model.step_gate.release()  # background step 0 ends; at step 1 it yields
     waiting.join(10)
     for _ in range(10):

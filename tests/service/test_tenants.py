@@ -10,6 +10,7 @@ import threading
 import uuid
 
 import pytest
+from service_fakes import wait_until
 from standardwebhooks.webhooks import Webhook
 
 from service.cli import main as atelier
@@ -168,7 +169,7 @@ def test_one_keys_backlog_does_not_delay_another_keys_job(client_factory, fakes,
         ).json()
         for i in range(5)
     ]
-    _wait(lambda: len(model.calls) == 1)  # the first backlog job is in the model
+    wait_until(lambda: len(model.calls) == 1)  # the first backlog job is in the model
     other = client.post(
         "/v1/generate",
         json={"prompt": "bob", "steps": 1},
@@ -182,14 +183,6 @@ def test_one_keys_backlog_does_not_delay_another_keys_job(client_factory, fakes,
     model.step_gate = None
     prompts = [call["prompts"][0] for call in model.calls]
     assert prompts.index("bob") <= 2  # after the job in flight (and at most one claimed)
-
-
-def _wait(condition, limit: int = 2000) -> None:
-    for _ in range(limit):
-        if condition():
-            return
-        threading.Event().wait(0.005)
-    raise AssertionError("condition never held")
 
 
 # ------------------------------------------------------------- idempotency
@@ -301,7 +294,7 @@ def test_a_webhook_is_signed_retried_and_recorded(client_factory):
     assert event["data"]["state"] == "succeeded" and "images" not in json.dumps(event)
     ids = {h["webhook-id"] for _, h, _ in receiver.received}
     assert ids == {f"{job['id']}.completed"}  # the same id on every retry
-    _wait(lambda: client.get(f"/v1/jobs/{job['id']}").json()["webhook"].get("delivered"))
+    wait_until(lambda: client.get(f"/v1/jobs/{job['id']}").json()["webhook"].get("delivered"))
     record = client.get(f"/v1/jobs/{job['id']}").json()["webhook"]
     assert record["last_status"] == 200 and record["delivered"] == [f"{job['id']}.completed"]
     assert "url" not in record
@@ -319,7 +312,9 @@ def test_progress_webhooks_are_opt_in(client_factory, fakes):
     assert receiver.wait_for(1)  # a progress event while the job is held
     for _ in range(10):
         fakes.dit["cpu"].step_gate.release()
-    _wait(lambda: any(json.loads(b)["type"] == "job.completed" for _, _, b in receiver.received))
+    wait_until(
+        lambda: any(json.loads(b)["type"] == "job.completed" for _, _, b in receiver.received)
+    )
     quiet = len(receiver.received)
     client.post("/v1/generate", json=chatty, headers=ASYNC)  # completed only (the default)
     assert receiver.wait_for(quiet + 1)
@@ -367,7 +362,7 @@ def test_a_redirect_is_not_followed(client_factory):
         "/v1/generate", json={"prompt": "a", "webhook": receiver.url}, headers=ASYNC
     ).json()
     assert receiver.wait_for(2)
-    _wait(lambda: client.get(f"/v1/jobs/{job['id']}").json()["webhook"].get("gave_up"))
+    wait_until(lambda: client.get(f"/v1/jobs/{job['id']}").json()["webhook"].get("gave_up"))
     record = client.get(f"/v1/jobs/{job['id']}").json()["webhook"]
     assert elsewhere.received == []
     assert record["last_status"] == 302 and "redirects are not followed" in record["last_error"]
