@@ -34,8 +34,12 @@ async def readyz(request: Request) -> JSONResponse:
     if state.lifecycle.leaving:
         body = error_body("shutting_down", "the service is shutting down")
         return JSONResponse({**body, "models": models}, status_code=503)
+    store = getattr(state, "store", None)
+    if store is None:  # the lifespan has not opened it (yet)
+        body = error_body("not_ready", "starting: the job store is not open")
+        return JSONResponse({**body, "models": models}, status_code=503)
     try:
-        remote = await state.store.models()
+        remote = await store.models()
     except StoreUnavailable:
         body = error_body("store_unavailable", "the job store cannot be reached")
         return JSONResponse({**body, "models": models}, status_code=503)
