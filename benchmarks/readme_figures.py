@@ -19,7 +19,7 @@ from PIL import Image, ImageDraw
 from models.adain import StyleTransfer
 from models.adain.images import load_image
 from models.dit.pipeline import TextToImage
-from service.config import get_settings
+from service.config import Settings
 
 PROMPTS = (
     "a red circle to the left of a blue square",
@@ -83,7 +83,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=4)
     args = parser.parse_args()
     torch.manual_seed(0)
-    search_path = get_settings().weight_search_path()
+    search_path = Settings().weight_search_path()
     args.out.mkdir(parents=True, exist_ok=True)
     stylize_figure(search_path, args.images, args.height).save(args.out / "stylize.jpg", quality=88)
     generate_figure(search_path, args.seeds, scale=4).save(args.out / "generate.png")

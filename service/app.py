@@ -31,7 +31,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import bearer_token, caller_of, needs_api_key, unauthorized
 from service.catalog import ModelCatalog
-from service.config import Settings, get_settings
+from service.config import Settings
 from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
@@ -327,7 +327,7 @@ def create_app(
         api: whether to serve the API; ``atelier worker`` serves only the probes and
             ``/metrics`` (an API-only replica is the reverse: ``load_models`` empty).
     """
-    settings = settings or get_settings()
+    settings = settings or Settings()
     entries = dict(model_entries if model_entries is not None else MODELS)
     metrics = Metrics()
     lifecycle = Lifecycle()

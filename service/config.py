@@ -1,12 +1,13 @@
 """Runtime settings, read from the environment (prefix ``ATELIER_``) or a ``.env`` file.
 
 Every knob of the service lives here; nothing else reads environment variables.
+``Settings()`` is the one way to read them (the CLI adds its flags on top:
+``service.cli.settings``); tests build their own ``Settings``.
 """
 
 from __future__ import annotations
 
 import os
-from functools import lru_cache
 from pathlib import Path
 
 from pydantic import Field
@@ -256,9 +257,3 @@ class Settings(BaseSettings):
     def weight_search_path(self) -> list[Path]:
         """Folders searched for a checkpoint, in order."""
         return [self.weights_dir, PROJECT_WEIGHTS_DIR]
-
-
-@lru_cache
-def get_settings() -> Settings:
-    """The process-wide settings (cached); tests build their own ``Settings`` instead."""
-    return Settings()

@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
 
     from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
-    from service.config import get_settings
+    from service.cli.settings import settings_from_args
 
     if args.num_images < 1:
         raise SystemExit("error: -n must be >= 1")
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         seeds = consecutive_seeds(args.seed, args.num_images)
     except ValueError as exc:
         raise SystemExit(f"error: --seed: {exc}") from None
-    settings = get_settings()
+    settings = settings_from_args(args)
     device = args.device or settings.device_list()[0]
     if args.checkpoint is not None:
         pipe = TextToImage.from_checkpoint(args.checkpoint, device=device)

@@ -17,7 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from service.config import Settings
+from service.cli.settings import settings_from_args
 from service.keys import KeyFile
 
 
@@ -42,7 +42,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    path = args.file or Settings().api_keys_file
+    path = args.file or settings_from_args(args).api_keys_file
     if path is None:
         print("atelier keys: give --file or set ATELIER_API_KEYS_FILE", file=sys.stderr)
         return 2

@@ -1,7 +1,7 @@
 """``atelier serve``: run the HTTP service under uvicorn.
 
-Flags override the ``ATELIER_*`` environment (and ``.env``); anything not given keeps
-its setting. On SIGINT/SIGTERM the probes report not ready at once; for
+Every setting is a flag (``service.cli.settings``) that overrides the ``ATELIER_*``
+environment (and ``.env``); anything not given keeps its setting. On SIGINT/SIGTERM the probes report not ready at once; for
 ``drain_grace_s`` (0 by default; set it behind a load balancer to its health-check
 interval) new requests are still served, so the balancer takes the replica out of
 rotation before anyone is refused. Then the app drains: the server keeps accepting
@@ -26,11 +26,11 @@ import signal
 import sys
 import time
 from functools import partial
-from pathlib import Path
 from types import FrameType
 
 import uvicorn
 
+from service.cli.settings import add_setting_flags, settings_from_args
 from service.config import Settings
 from service.protocol import HeadTimeoutProtocol
 
@@ -38,20 +38,6 @@ logger = logging.getLogger("atelier.serve")
 
 # glibc mallopt parameters (malloc.h)
 _M_TRIM_THRESHOLD, _M_MMAP_MAX, _M_ARENA_MAX = -1, -4, -8
-
-#: flag -> Settings field (the flags ``atelier serve`` accepts besides --log-level).
-_FLAGS = {
-    "host": "host",
-    "port": "port",
-    "devices": "devices",
-    "weights_dir": "weights_dir",
-    "load_models": "load_models",
-    "max_batch_size": "max_batch_size",
-    "max_batch_wait_ms": "max_batch_wait_ms",
-    "queue_size": "queue_size",
-    "request_timeout_s": "request_timeout_s",
-    "log_level": "log_level",
-}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -63,38 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "ATELIER_LOAD_MODELS empty the replica serves the API alone (see atelier worker).",
     )
     add_setting_flags(parser)
+    add_malloc_flag(parser)
     parser.set_defaults(func=run)
 
 
-def add_setting_flags(parser: argparse.ArgumentParser) -> None:
-    """The flags that override settings (``atelier serve`` and ``atelier worker``)."""
-    parser.add_argument("--host", help="interface to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port (default 8000)")
-    parser.add_argument(
-        "--devices", help='"auto" (every CUDA device, else CPU), or e.g. "cuda:0,cuda:1", "cpu"'
-    )
-    parser.add_argument("--weights-dir", type=Path, help="folder holding the checkpoints")
-    parser.add_argument("--load-models", help='comma list of models, e.g. "adain,dit"')
-    parser.add_argument("--max-batch-size", type=int, help="most requests in one forward")
-    parser.add_argument("--max-batch-wait-ms", type=float, help="longest wait for a batch")
-    parser.add_argument("--queue-size", type=int, help="queue bound per worker (then 429)")
-    parser.add_argument("--request-timeout-s", type=float, help="per-request deadline (504)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+def add_malloc_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-malloc-tuning",
         action="store_true",
         help="leave glibc malloc at its defaults (see tune_glibc_malloc)",
     )
-
-
-def settings_from_args(args: argparse.Namespace) -> Settings:
-    """The environment's settings with every given flag applied on top."""
-    overrides = {
-        field: getattr(args, flag)
-        for flag, field in _FLAGS.items()
-        if getattr(args, flag, None) is not None
-    }
-    return Settings(**overrides)
 
 
 def tune_glibc_malloc() -> bool:

@@ -22,7 +22,7 @@ from models.adain import StyleTransfer
 from models.adain.images import load_image, save_image
 from models.adain.presets import PRESETS
 from models.hub import WeightsNotFoundError
-from service.config import Settings
+from service.cli.settings import settings_from_args
 
 
 def _weights(text: str) -> list[float]:
@@ -77,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = Settings()
+    settings = settings_from_args(args)
     device = args.device or settings.device_list()[0]
     try:
         model = StyleTransfer.from_pretrained(settings.weight_search_path(), device=device)

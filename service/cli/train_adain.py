@@ -19,7 +19,7 @@ from models.adain.train import TrainConfig, train
 from models.checkpoints import load_state_dict
 from models.hub import Manifest, WeightsNotFoundError, resolve
 from models.vgg import VGGEncoder
-from service.config import Settings
+from service.cli.settings import settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = Settings()
+    settings = settings_from_args(args)
     search_path = [args.weights] if args.weights else settings.weight_search_path()
     try:
         config = TrainConfig(

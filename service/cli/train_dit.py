@@ -7,7 +7,8 @@ import json
 import math
 from pathlib import Path
 
-from service.config import PROJECT_WEIGHTS_DIR, Settings
+from service.cli.settings import settings_from_args
+from service.config import PROJECT_WEIGHTS_DIR
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         seed=args.seed,
     )
-    device = args.device or Settings().device_list()[0]
+    device = args.device or settings_from_args(args).device_list()[0]
     encoder = FakeTextEncoder() if args.fake_text else MiniLMEncoder()
     run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
     export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from models.hub import ChecksumError, Manifest, fetch, status
-from service.config import Settings
+from service.cli.settings import settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = Settings()
+    settings = settings_from_args(args)
     manifest = Manifest.load(args.manifest) if args.manifest else Manifest.load()
     search_path = settings.weight_search_path()
     if args.action == "fetch":

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from service.cli.serve import add_setting_flags, settings_from_args, tune_glibc_malloc
+from service.cli.serve import add_malloc_flag, tune_glibc_malloc
+from service.cli.settings import add_setting_flags, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -23,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_setting_flags(parser)
+    add_malloc_flag(parser)
     parser.set_defaults(func=run)
 
 

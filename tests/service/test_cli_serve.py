@@ -11,7 +11,8 @@ import pytest
 from live_server import ROOT, live_server
 
 from service.cli import build_parser
-from service.cli.serve import settings_from_args
+from service.cli.settings import settings_from_args
+from service.config import Settings
 
 
 def test_flags_override_settings(monkeypatch):
@@ -25,9 +26,35 @@ def test_flags_override_settings(monkeypatch):
     assert settings.max_batch_size == 3  # not given as a flag: the environment's value
 
 
-def test_bad_flag_value_is_rejected():
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["serve", "--port", "eighty"])
+def test_bad_flag_value_is_rejected_naming_the_flag(capsys):
+    args = build_parser().parse_args(["serve", "--port", "eighty"])
+    with pytest.raises(SystemExit) as exit_info:
+        settings_from_args(args)
+    assert exit_info.value.code == 2
+    assert "--port" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["serve", "worker"])
+def test_every_setting_is_a_flag(command):
+    parser = build_parser()
+    flags = parser._subparsers._group_actions[0].choices[command]._option_string_actions
+    for name in Settings.model_fields:
+        assert "--" + name.replace("_", "-") in flags, name
+    args = parser.parse_args(
+        [
+            command,
+            "--webhook-allowed-hosts", "a.example, *.b.example",
+            "--cors-origins", '["https://x.example"]',
+            "--no-protect-metrics-and-docs",
+            "--key-rate", "2.5",
+            "--state-dir", "/tmp/somewhere",
+        ]
+    )  # fmt: skip
+    settings = settings_from_args(args)
+    assert settings.webhook_allowed_hosts == ["a.example", "*.b.example"]
+    assert settings.cors_origins == ["https://x.example"]
+    assert settings.protect_metrics_and_docs is False
+    assert settings.key_rate == 2.5 and str(settings.state_dir) == "/tmp/somewhere"
 
 
 @pytest.mark.timeout(60)

@@ -1,0 +1,75 @@
+"""Settings as command-line flags: one flag per ``Settings`` field, made from the model.
+
+``atelier serve`` and ``atelier worker`` take every setting as a flag
+(``max_batch_size`` -> ``--max-batch-size``), with the field's description as its help;
+a flag overrides the ``ATELIER_*`` environment. Values are parsed by the settings model
+itself, so a flag and its environment variable accept the same text (a list as JSON or
+comma-separated, a boolean as ``--flag`` / ``--no-flag``). Every command that needs
+settings builds them with :func:`settings_from_args`, so there is one path from the
+environment and the flags to a ``Settings``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import typing
+from typing import Any
+
+from pydantic import ValidationError
+
+from service.config import Settings
+
+_DEST = "setting__"
+
+
+def _is_list(annotation: Any) -> bool:
+    return typing.get_origin(annotation) is list
+
+
+def _list_value(text: str) -> list[str]:
+    """A list flag: a JSON list, or comma-separated words."""
+    if text.lstrip().startswith("["):
+        return json.loads(text)
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per ``Settings`` field (see the module docstring)."""
+    group = parser.add_argument_group(
+        "settings", "each overrides its ATELIER_* environment variable (service/config.py)"
+    )
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        default = field.get_default(call_default_factory=True)
+        help_text = f"{field.description or name} (default: {default!r})".replace("%", "%%")
+        if field.annotation is bool:
+            group.add_argument(
+                flag, dest=_DEST + name, action=argparse.BooleanOptionalAction, help=help_text
+            )
+        elif _is_list(field.annotation):
+            group.add_argument(
+                flag, dest=_DEST + name, metavar="LIST", type=_list_value, help=help_text
+            )
+        else:
+            group.add_argument(flag, dest=_DEST + name, metavar=name.upper(), help=help_text)
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    """The environment's settings with every given flag applied on top.
+
+    A value the settings refuse ends the program with the field's error (exit 2).
+    """
+    overrides = {
+        key.removeprefix(_DEST): value
+        for key, value in vars(args).items()
+        if key.startswith(_DEST) and value is not None
+    }
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        for error in exc.errors():
+            where = ".".join(str(part) for part in error["loc"])
+            print(f"atelier: --{where.replace('_', '-')}: {error['msg']}", file=sys.stderr)
+        raise SystemExit(2) from None
