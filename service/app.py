@@ -35,19 +35,20 @@ from service.config import Settings
 from service.errors import (
     PayloadTooLarge,
     RequestTimeout,
-    error_response,
+    ShuttingDown,
     install_error_handlers,
 )
 from service.images import DecodeSlots
+from service.jobs.feeds import JobFeeds
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.runner import JobRunner, reap_forever, worker_name
 from service.jobs.sqlite_store import SqliteJobStore
-from service.jobs.store import JobStore, StoreError, StoreLimits
+from service.jobs.store import JobStore, StoreLimits
 from service.jobs.webhooks import WebhookDispatcher, WebhookPolicy, WebhookSettings
 from service.keys import KeyRing
 from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, stylize
-from service.routes.jobs import JobFeeds, ResultCache, service_error_of
+from service.routes.jobs import ResultCache
 from service.workers import MODELS, ModelEntry, build_pools, load_models
 
 logger = logging.getLogger("atelier.app")
@@ -198,20 +199,19 @@ class RequestContextMiddleware:
             and scope["method"] == "POST"
             and scope["path"] not in _ALWAYS_OPEN
         ):
-            return error_response(503, "shutting_down", "the service is shutting down")
+            return ShuttingDown("the service is shutting down").response()
         if needs_api_key(scope["path"], scope["method"], self.settings, self.keys):
             token = bearer_token(headers)
             key = self.keys.identify(token) if token is not None else None
             if key is None:
-                refusal = unauthorized()
-                return error_response(401, refusal.code, refusal.message, refusal.headers)
+                return unauthorized().response()
             scope["state"]["caller"] = caller_of(key, self.settings)
         elif not self.keys.required:
             scope["state"]["caller"] = caller_of(None, self.settings)
         limit = self._body_limit(headers)
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limit:
-            return error_response(413, "payload_too_large", f"the body is over {limit} bytes")
+            return PayloadTooLarge(f"the body is over {limit} bytes").response()
         return None
 
     def _capped(self, receive: Receive, limit: int) -> Receive:
@@ -401,11 +401,6 @@ def create_app(
     app.state.model_status = {}
     install_error_handlers(app)
 
-    async def store_error(request, exc: StoreError):
-        error = service_error_of(exc)
-        return error_response(error.status_code, error.code, error.message, error.headers)
-
-    app.add_exception_handler(StoreError, store_error)
     app.include_router(health.router)
     if api:
         for module in (page, models, stylize, generate, jobs, openai_images):

@@ -1,28 +1,13 @@
-"""The error envelope and the exceptions that map to it.
+"""The error envelope and the one hierarchy of errors that map to it.
 
 Every error leaves the service as JSON ``{"error": {"code": ..., "message": ...}}`` with
-a status that says whose fault it was:
-
-====  ===========================  ==================================================
-400   ``bad_image`` and friends    an upload that is not a usable image, a bad field
-401   ``unauthorized``             an API key is configured and the request lacks it
-408   ``body_timeout``             the body did not arrive within ``body_timeout_s``
-413   ``payload_too_large``        body over ``max_upload_bytes``; image over ``max_pixels``
-404   ``job_not_found``            no such job, another key's job, or an expired one
-409   ``idempotent_result_gone``   an Idempotency-Key replay whose job was forgotten
-415   ``unsupported_media_type``   not an image format the service reads; not multipart
-422   ``validation_error``         a field of the wrong type, out of range, wrong count;
-                                   ``idempotency_key_reused``, ``webhook_not_allowed``
-429   ``overloaded``               a queue or a job limit is full; ``rate_limited``,
-                                   ``too_many_streams`` (all with ``Retry-After``)
-499   ``client_closed_request``    the client went away first: its work was cancelled
-                                   (logged and counted; nobody receives the answer)
-503   ``not_ready``                model not loaded, or the service is shutting down;
-                                   ``store_unavailable`` (the job store cannot be reached)
-504   ``deadline_exceeded``        the request waited past ``request_timeout_s``
-====  ===========================  ==================================================
-
-A 500 means a bug in the service, never bad input.
+a status that says whose fault it was (:data:`STATUS_DESCRIPTIONS`; a 500 means a bug
+in the service, never bad input). Each kind of error is one :class:`ServiceError`
+subclass with its status and default code; the middleware's early refusals, the probes,
+the job records, the bare answers of ``service.protocol`` and the OpenAPI descriptions
+(:func:`error_responses`) all render these classes, so a code means one thing
+everywhere. A failed job keeps its error as ``as_dict()``; a client waiting for the job
+gets it back as the same class (:func:`error_of_job`).
 
 ``ServiceError`` subclasses Starlette's ``HTTPException`` on purpose: FastAPI re-raises
 those untouched when they surface while it parses a body, which is how the streamed
@@ -41,9 +26,32 @@ from http import HTTPStatus
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 logger = logging.getLogger("atelier.errors")
+
+
+#: What each status means, for people and for the OpenAPI description of every route.
+STATUS_DESCRIPTIONS = {
+    400: "bad input: an upload that is not a usable image, a body that does not parse, "
+    "input the model refused",
+    401: "an API key is configured and the request lacks a valid one",
+    404: "no such job: unknown, expired, or another key's",
+    408: "the request head or body came too slowly",
+    409: "an Idempotency-Key replay whose first request's job was forgotten",
+    413: "the body is over its cap, or an image is over max_pixels",
+    415: "not an image format the service reads, or not multipart",
+    422: "a field of the wrong type, out of range, or the wrong count; an Idempotency-Key "
+    "reused for another request; a webhook target that is not allowed",
+    429: "a queue or a job limit is full, or the key's rate or stream limit is reached: "
+    "retry after Retry-After seconds",
+    431: "the request head is over 16 KiB",
+    499: "the client went away first: its work was cancelled (logged; nobody receives it)",
+    500: "a bug in the service",
+    503: "the model is not served, the job store is unreachable, or the service is shutting down",
+    504: "the request or job ran past its deadline",
+}
 
 
 class ServiceError(StarletteHTTPException):
@@ -51,6 +59,12 @@ class ServiceError(StarletteHTTPException):
 
     status_code = 400
     code = "bad_request"
+    #: default code -> class, for :func:`error_of_job`
+    by_code: dict[str, type[ServiceError]] = {}
+
+    def __init_subclass__(cls, **kwargs) -> None:
+        super().__init_subclass__(**kwargs)
+        ServiceError.by_code.setdefault(cls.code, cls)
 
     def __init__(
         self, message: str, *, code: str | None = None, headers: dict[str, str] | None = None
@@ -58,6 +72,17 @@ class ServiceError(StarletteHTTPException):
         super().__init__(status_code=type(self).status_code, detail=message, headers=headers)
         self.code = code or type(self).code
         self.message = message
+
+    def as_dict(self) -> dict[str, str]:
+        """``{"code", "message"}``: the envelope's inside, and a failed job's error."""
+        return {"code": self.code, "message": self.message}
+
+    def body(self) -> dict:
+        return {"error": self.as_dict()}
+
+    def response(self, **extra) -> JSONResponse:
+        """The error as an answer (``extra`` fields beside ``error``, e.g. a probe's)."""
+        return JSONResponse(self.body() | extra, status_code=self.status_code, headers=self.headers)
 
 
 class BadRequest(ServiceError):
@@ -68,6 +93,12 @@ class BadImage(ServiceError):
     status_code, code = 400, "bad_image"
 
 
+class RejectedByModel(ServiceError):
+    """The model refused its input (a ``ValueError`` from the model)."""
+
+    status_code, code = 400, "rejected_by_model"
+
+
 class Unauthorized(ServiceError):
     status_code, code = 401, "unauthorized"
 
@@ -76,6 +107,18 @@ class RequestTimeout(ServiceError):
     """The body came too slowly (``service.protocol`` then closes the connection)."""
 
     status_code, code = 408, "body_timeout"
+
+
+class HeaderTimeout(ServiceError):
+    """The request head came too slowly (answered bare by ``service.protocol``)."""
+
+    status_code, code = 408, "header_timeout"
+
+
+class HeaderTooLarge(ServiceError):
+    """The request head is over the cap (answered bare by ``service.protocol``)."""
+
+    status_code, code = 431, "header_too_large"
 
 
 class PayloadTooLarge(ServiceError):
@@ -115,6 +158,28 @@ class ClientClosedRequest(ServiceError):
     status_code, code = 499, "client_closed_request"
 
 
+class JobCancelled(ServiceError):
+    """The job was cancelled (a DELETE, or its waiting client left)."""
+
+    status_code, code = 499, "cancelled"
+
+
+class WorkerLost(ServiceError):
+    """The job's worker was lost ``max_attempts`` times; it is not tried again."""
+
+    status_code, code = 503, "worker_lost"
+
+
+class InternalError(ServiceError):
+    status_code, code = 500, "internal_error"
+
+
+class ResultTooLarge(ServiceError):
+    """A job's result is over ``job_results_max_bytes``."""
+
+    status_code, code = 500, "result_too_large"
+
+
 class NotReady(ServiceError):
     status_code, code = 503, "not_ready"
 
@@ -128,34 +193,19 @@ class StoreUnavailable(ServiceError):
 
     status_code, code = 503, "store_unavailable"
 
-    def __init__(self, message: str, *, retry_after_s: int = 2):
-        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
-
-
-class InternalError(ServiceError):
-    status_code, code = 500, "internal_error"
+    def __init__(self, message: str, *, retry_after_s: int = 2, code: str | None = None):
+        super().__init__(message, code=code, headers={"Retry-After": str(retry_after_s)})
 
 
 class DeadlineExceeded(ServiceError):
     status_code, code = 504, "deadline_exceeded"
 
 
-#: How a failed job's error code is answered to a client that waited for it.
-_JOB_ERRORS: dict[str, type[ServiceError]] = {
-    "deadline_exceeded": DeadlineExceeded,
-    "cancelled": ClientClosedRequest,
-    "worker_lost": NotReady,
-    "shutting_down": ShuttingDown,
-    "overloaded": Overloaded,
-    "rejected_by_model": BadRequest,
-    "bad_request": BadRequest,
-}
-
-
 def error_of_job(error: dict[str, str] | None) -> ServiceError:
-    """The exception that answers a synchronous request whose job failed."""
-    error = error or {"code": "internal_error", "message": "internal error"}
-    kind = _JOB_ERRORS.get(error["code"], InternalError)
+    """The exception that answers a synchronous request whose job failed: the class whose
+    code the job recorded."""
+    error = error or InternalError("internal error").as_dict()
+    kind = ServiceError.by_code.get(error["code"], InternalError)
     return kind(error["message"], code=error["code"])
 
 
@@ -171,14 +221,43 @@ def shorten(value: object) -> str:
     return _echo.repr(value)
 
 
-def error_body(code: str, message: str) -> dict:
-    return {"error": {"code": code, "message": message}}
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine-readable code, e.g. 'validation_error'.")
+    message: str = Field(description="What was wrong, for a person.")
 
 
-def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
-) -> JSONResponse:
-    return JSONResponse(error_body(code, message), status_code=status, headers=headers)
+class ErrorBody(BaseModel):
+    """The service's error envelope, as the OpenAPI schema shows it."""
+
+    error: ErrorDetail
+
+
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
+
+
+def error_responses(*statuses: int, model: type | object = ErrorBody) -> dict[int, dict]:
+    """``responses=`` entries documenting ``statuses`` with the error body ``model``."""
+    return {
+        status: {
+            "model": model,
+            "description": STATUS_DESCRIPTIONS[status],
+            **({"headers": _RETRY_AFTER} if status == 429 else {}),
+        }
+        for status in statuses
+    }
+
+
+def json_error_responses(*statuses: int) -> dict[int, dict]:
+    """As :func:`error_responses`, for a route whose own answers are not JSON (an event
+    stream): its errors are still ``application/json``."""
+    schema = {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
+    return {
+        status: {
+            "description": STATUS_DESCRIPTIONS[status],
+            "content": {"application/json": schema},
+        }
+        for status in statuses
+    }
 
 
 def _code_for_status(status: int) -> str:
@@ -190,13 +269,14 @@ def _code_for_status(status: int) -> str:
 
 async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSONResponse:
     if isinstance(exc, ServiceError):
-        return error_response(exc.status_code, exc.code, exc.message, exc.headers)
+        return exc.response()
     # Routing errors (404, 405) and FastAPI's own: same envelope, code from the status.
     message = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
     headers = exc.headers
     if exc.status_code == 405:
         headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
-    return error_response(exc.status_code, _code_for_status(exc.status_code), message, headers)
+    body = {"error": {"code": _code_for_status(exc.status_code), "message": message}}
+    return JSONResponse(body, status_code=exc.status_code, headers=headers)
 
 
 def _allowed_methods(request: Request) -> list[str]:
@@ -230,12 +310,12 @@ def _describe_validation(exc: RequestValidationError) -> str:
 
 
 async def _validation_exception(request: Request, exc: RequestValidationError) -> JSONResponse:
-    return error_response(422, "validation_error", _describe_validation(exc))
+    return ValidationFailed(_describe_validation(exc)).response()
 
 
 async def _unhandled_exception(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unhandled error", extra={"path": request.url.path})
-    return error_response(500, "internal_error", "internal server error")
+    return InternalError("internal server error").response()
 
 
 def install_error_handlers(app: FastAPI) -> None:

@@ -36,16 +36,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+from http import HTTPStatus
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from service.errors import error_body
+from service.errors import HeaderTimeout, HeaderTooLarge, ServiceError
 
 
-def _bare_response(status: str, body: dict) -> bytes:
-    payload = json.dumps(body).encode()
+def _bare_response(error: ServiceError) -> bytes:
+    """The whole answer to ``error`` as bytes, for a connection the app never saw."""
+    payload = json.dumps(error.body()).encode()
+    status = f"{error.status_code} {HTTPStatus(error.status_code).phrase}"
     head = (
         f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\nconnection: close\r\n"
         f"content-length: {len(payload)}\r\n\r\n"
@@ -53,14 +56,11 @@ def _bare_response(status: str, body: dict) -> bytes:
     return head.encode() + payload
 
 
-_HEAD_TIMEOUT_RESPONSE = _bare_response(
-    "408 Request Timeout", error_body("header_timeout", "the request headers came too slowly")
-)
+_HEAD_TIMEOUT_RESPONSE = _bare_response(HeaderTimeout("the request headers came too slowly"))
 #: The largest request head (request line and headers) accepted, in bytes.
 MAX_HEAD_BYTES = 16 * 1024
 _HEAD_TOO_LARGE_RESPONSE = _bare_response(
-    "431 Request Header Fields Too Large",
-    error_body("header_too_large", f"the request head is over {MAX_HEAD_BYTES} bytes"),
+    HeaderTooLarge(f"the request head is over {MAX_HEAD_BYTES} bytes")
 )
 _HEAD_END = b"\r\n\r\n"
 

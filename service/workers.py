@@ -39,8 +39,8 @@ from service.batching import (
     QueueFull,
 )
 from service.config import Settings
-from service.errors import BadRequest, Overloaded, ShuttingDown
 from service.errors import DeadlineExceeded as DeadlineExceededError
+from service.errors import Overloaded, RejectedByModel, ShuttingDown
 from service.jobs.records import BACKGROUND, INTERACTIVE, PRIORITIES
 from service.metrics import Metrics
 from service.model_types import (
@@ -340,7 +340,7 @@ class WorkerPool(Generic[ModelT]):
         except DeadlineExceeded as exc:
             raise DeadlineExceededError(str(exc)) from exc
         except ValueError as exc:
-            raise BadRequest(f"{self.name}: {exc}", code="rejected_by_model") from exc
+            raise RejectedByModel(f"{self.name}: {exc}") from exc
         except RuntimeError as exc:
             if is_out_of_memory(exc):
                 raise Overloaded(f"{self.name}: out of memory, retry later") from exc

@@ -58,8 +58,11 @@ from service.jobs.store import (
     StoreLimits,
     StoreUnavailable,
     cancel_topic,
+    cancelled_error,
     done_topic,
     job_topic,
+    late_error,
+    lost_error,
     work_topic,
 )
 
@@ -272,7 +275,7 @@ local key = p .. 'job:' .. id
 local state = redis.call('HGET', key, 'state')
 if not state then return false end
 if state == 'queued' then
-  finish(id, 'cancelled', '{"code": "cancelled", "message": "cancelled"}', '', '0', 0)
+  finish(id, 'cancelled', ARGV[3], '', '0', 0)
 elseif state == 'running' then
   redis.call('HSET', key, 'cancel_requested', '1')
   changed('cancel:' .. id)
@@ -303,7 +306,7 @@ return 1
 """
 
 _REAP = r"""
-local max_attempts, ttl = tonumber(ARGV[2]), tonumber(ARGV[3])
+local max_attempts, ttl, lost, late = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local requeued = 0
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. 'leases', '-inf', now, 'LIMIT', 0, 100)) do
   local key = p .. 'job:' .. id
@@ -311,9 +314,7 @@ for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. 'leases', '-inf', now, 'LIM
   redis.call('ZREM', p .. 'leases', id)
   if f[1] == 'running' then
     if (tonumber(f[2]) or 0) >= max_attempts then
-      local msg = 'its worker was lost ' .. f[2] ..
-        ' times (max_attempts); the job is not tried again'
-      finish(id, 'failed', cjson.encode({code = 'worker_lost', message = msg}), '', '0', 0)
+      finish(id, 'failed', string.gsub(lost, '{attempts}', f[2]), '', '0', 0)
     else
       requeue(id, f[3], f[4], f[5])
       requeued = requeued + 1
@@ -323,7 +324,7 @@ end
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. 'deadlines', '-inf', now, 'LIMIT', 0, 100)) do
   redis.call('ZREM', p .. 'deadlines', id)
   if redis.call('HGET', p .. 'job:' .. id, 'state') == 'queued' then
-    finish(id, 'failed', '{"code": "deadline_exceeded", "message": "its deadline passed in the queue"}', '', '0', 0)
+    finish(id, 'failed', late, '', '0', 0)
   end
 end
 for _, id in ipairs(redis.call('ZRANGEBYSCORE', p .. 'finished', '-inf', now - ttl, 'LIMIT', 0, 200)) do
@@ -557,12 +558,12 @@ class RedisJobStore(JobStore):
         if outcome == "replay":
             earlier = await self.get(reply[1].decode())
             if earlier is None:
-                raise IdempotentJobExpired("the key's job finished and was forgotten")
+                raise IdempotentJobExpired()
             return earlier, False
         if outcome == "reused":
-            raise IdempotencyKeyReused("the key was used for another request")
+            raise IdempotencyKeyReused()
         if outcome == "expired":
-            raise IdempotentJobExpired("the key's job finished and was forgotten")
+            raise IdempotentJobExpired()
         limit = reply[1].decode()
         messages = {
             "key_max_jobs": "this key has reached its limit of unfinished jobs (max_jobs of the key)",
@@ -585,7 +586,7 @@ class RedisJobStore(JobStore):
         return data
 
     async def cancel(self, job_id: str) -> JobRecord | None:
-        raw = await self._script("cancel", job_id)
+        raw = await self._script("cancel", job_id, json.dumps(cancelled_error()))
         record = None if not raw else self._alive(_pairs(raw))
         if record is not None:
             self.hub.notify(cancel_topic(job_id))
@@ -647,7 +648,13 @@ class RedisJobStore(JobStore):
             await self._script("release", worker, *job_ids)
 
     async def reap(self) -> int:
-        requeued = await self._script("reap", self.limits.max_attempts, repr(self.limits.ttl_s))
+        requeued = await self._script(
+            "reap",
+            self.limits.max_attempts,
+            repr(self.limits.ttl_s),
+            json.dumps(lost_error("{attempts}")),
+            json.dumps(late_error()),
+        )
         await self._drop_dead_workers()
         return int(requeued)
 

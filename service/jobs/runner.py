@@ -31,7 +31,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.errors import ServiceError
+from service.errors import InternalError, ResultTooLarge, ServiceError
 from service.jobs.records import (
     BACKGROUND,
     CANCELLED,
@@ -45,6 +45,8 @@ from service.jobs.store import (
     JobStore,
     StoreUnavailable,
     cancel_topic,
+    cancelled_error,
+    late_error,
     work_topic,
 )
 from service.jobs.work import Progress, off_loop_if_large, work_from_payload
@@ -208,22 +210,18 @@ class JobRunner:
                 outcome = reason
                 return
             outcome = CANCELLED
-            await self._finish(
-                record.id, CANCELLED, error={"code": "cancelled", "message": "cancelled"}
-            )
+            await self._finish(record.id, CANCELLED, error=cancelled_error())
         except _DeadlinePassed:
             await self._finish(
                 record.id,
                 FAILED,
-                error={"code": "deadline_exceeded", "message": "its deadline passed in the queue"},
+                error=late_error(),
             )
         except ServiceError as exc:
-            await self._finish(record.id, FAILED, error={"code": exc.code, "message": exc.message})
+            await self._finish(record.id, FAILED, error=exc.as_dict())
         except Exception:
             logger.exception("job failed", extra={"job_id": record.id, "kind": record.kind})
-            await self._finish(
-                record.id, FAILED, error={"code": "internal_error", "message": "internal error"}
-            )
+            await self._finish(record.id, FAILED, error=InternalError("internal error").as_dict())
         else:
             outcome = await self._store_result(record.id, result)
         finally:
@@ -239,9 +237,7 @@ class JobRunner:
                 f"the result is {result.size} bytes, over job_results_max_bytes = "
                 f"{self.max_result_bytes}"
             )
-            await self._finish(
-                job_id, FAILED, error={"code": "result_too_large", "message": message}
-            )
+            await self._finish(job_id, FAILED, error=ResultTooLarge(message).as_dict())
             return FAILED
         data = await off_loop_if_large(result.size, result.to_bytes)
         await self._finish(job_id, SUCCEEDED, result=data)  # the store sets step = total

@@ -44,8 +44,11 @@ from service.jobs.store import (
     StoreLimits,
     StoreUnavailable,
     cancel_topic,
+    cancelled_error,
     done_topic,
     job_topic,
+    late_error,
+    lost_error,
     work_topic,
 )
 
@@ -286,10 +289,10 @@ class SqliteJobStore(JobStore):
                 ).fetchone()
                 if earlier is not None:
                     if earlier["fingerprint"] != fingerprint:
-                        raise IdempotencyKeyReused("the key was used for another request")
+                        raise IdempotencyKeyReused()
                     row = self._row(db, earlier["job_id"])
                     if row is None:
-                        raise IdempotentJobExpired("the key's job finished and was forgotten")
+                        raise IdempotentJobExpired()
                     return self._record(row), False
             self._admit(db, record.owner, owner_max_jobs, record.priority, len(payload))
             record.input_bytes = len(payload)
@@ -343,8 +346,7 @@ class SqliteJobStore(JobStore):
             if row is None:
                 return None
             if row["state"] == QUEUED:
-                error = {"code": "cancelled", "message": "cancelled"}
-                self._finish_in(db, row, CANCELLED, None, error)
+                self._finish_in(db, row, CANCELLED, None, cancelled_error())
             elif row["state"] == RUNNING:
                 self._update(db, job_id, cancel_requested=True)
             return self._record(self._row(db, job_id))
@@ -591,13 +593,7 @@ class SqliteJobStore(JobStore):
             ).fetchall()
             for row in lost:
                 if row["attempts"] >= self.limits.max_attempts:
-                    message = (
-                        f"its worker was lost {row['attempts']} times (max_attempts); "
-                        "the job is not tried again"
-                    )
-                    self._finish_in(
-                        db, row, FAILED, None, {"code": "worker_lost", "message": message}
-                    )
+                    self._finish_in(db, row, FAILED, None, lost_error(row["attempts"]))
                 else:
                     self._update(db, row["id"], state=QUEUED, worker=None, lease_until=None)
                     requeued += 1
@@ -607,8 +603,7 @@ class SqliteJobStore(JobStore):
                 (QUEUED, now),
             ).fetchall()
             for row in late:
-                error = {"code": "deadline_exceeded", "message": "its deadline passed in the queue"}
-                self._finish_in(db, row, FAILED, None, error)
+                self._finish_in(db, row, FAILED, None, late_error())
             expired = db.execute(
                 "SELECT id FROM jobs WHERE finished_at <= ?",
                 (now - self.limits.ttl_s,),

@@ -43,7 +43,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from service.errors import (
+    Conflict,
+    DeadlineExceeded,
+    JobCancelled,
+    Overloaded,
+    StoreUnavailable,
+    ValidationFailed,
+    WorkerLost,
+)
 from service.jobs.records import JobRecord
+
+__all__ = ["StoreUnavailable"]  # the store's errors are the service's own (503 and more)
 
 
 @dataclass(frozen=True)
@@ -75,29 +86,55 @@ class Claim:
     payload: bytes
 
 
-class StoreError(Exception):
-    """Base of the store's errors (the routes map them to API errors)."""
-
-
-class StoreUnavailable(StoreError):
-    """The store cannot be reached (Redis down, the database locked too long)."""
-
-
-class Refused(StoreError):
-    """Admission refused: a limit is full. ``limit`` names the setting."""
+class Refused(Overloaded):
+    """Admission refused (429): a limit is full. ``limit`` names the setting."""
 
     def __init__(self, message: str, *, limit: str, retry_after_s: float = 5.0) -> None:
-        super().__init__(message)
+        super().__init__(message, retry_after_s=retry_after_s)
         self.limit = limit
-        self.retry_after_s = retry_after_s
 
 
-class IdempotencyKeyReused(StoreError):
-    """The idempotency key was used before for a different request."""
+class IdempotencyKeyReused(ValidationFailed):
+    """The idempotency key was used before for a different request (422)."""
+
+    code = "idempotency_key_reused"
+
+    def __init__(
+        self,
+        message: str = "Idempotency-Key: this key was used for a different request; use a new key",
+        **kwargs,
+    ) -> None:
+        super().__init__(message, **kwargs)
 
 
-class IdempotentJobExpired(StoreError):
-    """The idempotency key's job ended and was forgotten (past ``ttl_s``)."""
+class IdempotentJobExpired(Conflict):
+    """The idempotency key's job ended and was forgotten, past ``ttl_s`` (409)."""
+
+    code = "idempotent_result_gone"
+
+    def __init__(
+        self,
+        message: str = "Idempotency-Key: the first request's job finished and was forgotten "
+        "(job_ttl_s); its answer is no longer held",
+        **kwargs,
+    ) -> None:
+        super().__init__(message, **kwargs)
+
+
+def cancelled_error() -> dict[str, str]:
+    """The error of a job cancelled before it ended."""
+    return JobCancelled("cancelled").as_dict()
+
+
+def late_error() -> dict[str, str]:
+    """The error of a queued job whose deadline passed before a worker took it."""
+    return DeadlineExceeded("its deadline passed in the queue").as_dict()
+
+
+def lost_error(attempts: int | str) -> dict[str, str]:
+    """The error of a job whose worker was lost ``max_attempts`` times."""
+    message = f"its worker was lost {attempts} times (max_attempts); it is not tried again"
+    return WorkerLost(message).as_dict()
 
 
 def job_topic(job_id: str) -> str:

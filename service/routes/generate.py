@@ -14,19 +14,16 @@ from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
-from service.errors import ValidationFailed
+from service.errors import ValidationFailed, error_responses
 from service.jobs.webhooks import EVENTS
 from service.jobs.work import GenerateWork
-from service.routes import SettingsDep, error_responses
-from service.routes.jobs import (
+from service.routes.answer import Submission, answer, check_webhook, fingerprint
+from service.routes.deps import (
     CatalogDep,
     IdempotencyKey,
     RateLimited,
     RespondAsync,
-    Submission,
-    answer,
-    check_webhook,
-    fingerprint,
+    SettingsDep,
 )
 
 router = APIRouter(prefix="/v1", tags=["generate"])

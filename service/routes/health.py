@@ -5,9 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
-from service.errors import error_body
-from service.jobs.store import StoreUnavailable
-from service.routes import ErrorBody
+from service.errors import ErrorBody, NotReady, ShuttingDown, StoreUnavailable
 
 router = APIRouter(tags=["operations"])
 
@@ -32,23 +30,20 @@ async def readyz(request: Request) -> JSONResponse:
     state = request.app.state
     models = {name: ("loaded" if s.loaded else s.error) for name, s in state.model_status.items()}
     if state.lifecycle.leaving:
-        body = error_body("shutting_down", "the service is shutting down")
-        return JSONResponse({**body, "models": models}, status_code=503)
+        return ShuttingDown("the service is shutting down").response(models=models)
     store = getattr(state, "store", None)
     if store is None:  # the lifespan has not opened it (yet)
-        body = error_body("not_ready", "starting: the job store is not open")
-        return JSONResponse({**body, "models": models}, status_code=503)
+        return NotReady("starting: the job store is not open").response(models=models)
     try:
         remote = await store.models()
-    except StoreUnavailable:
-        body = error_body("store_unavailable", "the job store cannot be reached")
-        return JSONResponse({**body, "models": models}, status_code=503)
+    except StoreUnavailable as exc:
+        return exc.response(models=models)
     for name, (_, live) in remote.items():
         if name not in state.pools:
             models[name] = "served by workers" if live else "no worker serves it now"
     if not state.pools and not remote:
-        body = error_body("not_ready", "no model is loaded here or served by a worker")
-        return JSONResponse({**body, "models": models}, status_code=503)
+        refusal = NotReady("no model is loaded here or served by a worker")
+        return refusal.response(models=models)
     return JSONResponse({"status": "ready", "models": models})
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from fastapi import APIRouter, Request
 from starlette.concurrency import run_in_threadpool
 
-from service.routes import error_responses
+from service.errors import error_responses
 
 router = APIRouter(prefix="/v1", tags=["models"])
 

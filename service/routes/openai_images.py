@@ -35,10 +35,9 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
 
-from service.errors import ServiceError
-from service.routes import ErrorBody, SettingsDep, error_responses
+from service.errors import ErrorBody, ServiceError, error_responses
+from service.routes.deps import CatalogDep, IdempotencyKey, RateLimited, SettingsDep
 from service.routes.generate import GenerateRequest, generate
-from service.routes.jobs import CatalogDep, IdempotencyKey, RateLimited
 
 #: OpenAI request fields that are accepted (typed as OpenAI types them) and do nothing here.
 IGNORED_FIELDS = (
@@ -60,8 +59,8 @@ class InvalidParameter(ServiceError):
 
     status_code, code = 400, "invalid_parameter"
 
-    def __init__(self, param: str, message: str):
-        super().__init__(f"{param}: {message}")
+    def __init__(self, message: str, *, param: str | None = None, **kwargs) -> None:
+        super().__init__(f"{param}: {message}" if param else message, **kwargs)
         self.param = param
 
 
@@ -231,8 +230,8 @@ async def create_images(
     native = f"{served.image_size}x{served.image_size}"
     if body.size not in (None, "auto", native):
         raise InvalidParameter(
-            "size",
-            f"this model draws {native} images only; send size={native!r} or 'auto' "
+            param="size",
+            message=f"this model draws {native} images only; send size={native!r} or 'auto' "
             f"(or leave it out), got {body.size!r}",
         )
     answer = await generate(

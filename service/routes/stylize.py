@@ -19,21 +19,19 @@ from starlette.concurrency import run_in_threadpool
 
 from models.adain.presets import PresetName, get_preset
 from service.catalog import Served
-from service.errors import ValidationFailed, shorten
+from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
 from service.jobs.work import StylizeWork, to_uint8
-from service.routes import SettingsDep, deadline_of, error_responses
-from service.routes.jobs import (
+from service.routes.answer import Submission, answer, check_webhook, fingerprint
+from service.routes.deps import (
     CallerDep,
     CatalogDep,
     IdempotencyKey,
     RateLimited,
     RespondAsync,
+    SettingsDep,
     StoreDep,
-    Submission,
-    answer,
-    check_webhook,
-    fingerprint,
+    deadline_of,
 )
 
 router = APIRouter(prefix="/v1", tags=["stylize"])

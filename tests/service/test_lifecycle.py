@@ -18,7 +18,7 @@ from service_fakes import FakeTextToImage, make_settings
 from service.errors import ClientClosedRequest, DeadlineExceeded
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
-from service.routes import unless_disconnected
+from service.routes.disconnect import unless_disconnected
 from service.workers import GenerateJob, WorkerPool, run_generate
 
 pytestmark = pytest.mark.timeout(60)

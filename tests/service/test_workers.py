@@ -9,7 +9,7 @@ import pytest
 import torch
 from service_fakes import Fakes, FakeStyleTransfer, make_settings
 
-from service.errors import BadRequest, Overloaded
+from service.errors import Overloaded, RejectedByModel
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
 from service.workers import (
@@ -90,7 +90,7 @@ class _Raising:
 @pytest.mark.parametrize(
     ("exc", "api_error", "status"),
     [
-        (ValueError("mask 0 must be (1, 1, 8, 8)"), BadRequest, 400),
+        (ValueError("mask 0 must be (1, 1, 8, 8)"), RejectedByModel, 400),
         (torch.cuda.OutOfMemoryError("CUDA out of memory"), Overloaded, 429),
     ],
 )

@@ -1,0 +1,122 @@
+"""Event streams' source: one reader per followed job per replica.
+
+A hundred ``/v1/jobs/{id}/events`` streams of one job cost one store read per change:
+the job's :class:`JobFeed` re-reads it when the store announces a change (or after a
+while, in case an announcement was lost), serializes it once, and every stream sends
+that. :class:`JobFeeds` also bounds the streams of the replica and of each key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import defaultdict
+from collections.abc import AsyncIterator
+
+from service.errors import Overloaded, StoreUnavailable
+from service.jobs.store import JobStore, job_topic
+
+#: Seconds between re-reads of a job whose change notification may have been missed.
+REREAD_S = 5.0
+
+
+class JobFeed:
+    """One job's changes, read from the store once per change for every stream here."""
+
+    def __init__(self, store: JobStore, job_id: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.streams = 0
+        self.latest: tuple[str, str] | None = None
+        self.version = 0
+        self._changed = asyncio.Event()
+        self.task: asyncio.Task | None = None
+
+    def _publish(self, event: str, data: str) -> None:
+        self.latest = (event, data)
+        self.version += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def run(self) -> None:
+        with self.store.hub.watch(job_topic(self.job_id)) as changed:
+            while True:
+                try:
+                    record = await self.store.get(self.job_id)
+                except StoreUnavailable:
+                    await changed.wait(1.0)
+                    continue
+                if record is None:
+                    self._publish("gone", json.dumps({"id": self.job_id}))
+                    return
+                data = json.dumps(record.public())
+                if self.latest is None or data != self.latest[1]:
+                    self._publish("done" if record.finished else "progress", data)
+                if record.finished:
+                    return
+                await changed.wait(REREAD_S)
+
+    async def wait(self, seen: int, stop: asyncio.Event) -> None:
+        """Until a version after ``seen`` exists, or ``stop`` is set."""
+        if self.version != seen or stop.is_set():
+            return
+        changed = asyncio.ensure_future(self._changed.wait())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({changed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            stopped.cancel()
+
+
+class JobFeeds:
+    """The feeds of this replica, and the bounds on its event streams."""
+
+    def __init__(self, store: JobStore, *, max_streams: int, key_max_streams: int) -> None:
+        self.store = store
+        self.max_streams = max_streams
+        self.key_max_streams = key_max_streams
+        self._feeds: dict[str, JobFeed] = {}
+        self._by_key: dict[str, int] = defaultdict(int)
+        self.open = 0
+
+    def check_room(self, key: str) -> None:
+        """Refuse (429) a stream past the replica's or the key's bound; called before the
+        answer starts (a refusal inside the stream would cut a 200 short)."""
+        if self.open >= self.max_streams:
+            raise Overloaded(
+                f"{self.max_streams} event streams are open here (max_event_streams); poll "
+                "GET /v1/jobs/{id} or retry later",
+                retry_after_s=5,
+                code="too_many_streams",
+            )
+        if self._by_key[key] >= self.key_max_streams:
+            raise Overloaded(
+                f"this key has {self.key_max_streams} event streams open "
+                "(key_max_event_streams); close one or poll GET /v1/jobs/{id}",
+                retry_after_s=5,
+                code="too_many_streams",
+            )
+
+    @contextlib.asynccontextmanager
+    async def stream(self, job_id: str, key: str) -> AsyncIterator[JobFeed]:
+        """Follow ``job_id``'s feed (started for the first stream, stopped after the last)."""
+        feed = self._feeds.get(job_id)
+        if feed is None:
+            feed = self._feeds[job_id] = JobFeed(self.store, job_id)
+            feed.task = asyncio.get_running_loop().create_task(feed.run())
+        feed.streams += 1
+        self.open += 1
+        self._by_key[key] += 1
+        try:
+            yield feed
+        finally:
+            feed.streams -= 1
+            self.open -= 1
+            self._by_key[key] -= 1
+            if self._by_key[key] == 0:
+                del self._by_key[key]
+            if feed.streams == 0:
+                feed.task.cancel()
+                del self._feeds[job_id]

@@ -1,0 +1,183 @@
+"""How a validated request is answered: now, on this process's model, or as a job.
+
+``POST /v1/generate``, ``/v1/stylize`` and ``/v1/images/generations`` validate their
+request into a :class:`~service.jobs.work.Work`, then :func:`answer` decides how it runs:
+
+* ``Prefer: respond-async`` (RFC 7240): a background job, answered ``202 Accepted`` with
+  the job and ``Location: /v1/jobs/{id}``; it is in the store before the 202 is sent;
+* an ``Idempotency-Key``, a ``webhook``, or a model this process does not load: an
+  interactive job that the request waits for (a replay of the key waits for, or
+  returns, the first request's job);
+* otherwise the work runs here at once on the model's interactive batcher.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+from starlette.concurrency import run_in_threadpool
+
+from service.auth import Caller
+from service.catalog import Served
+from service.config import Settings
+from service.errors import (
+    DeadlineExceeded,
+    JobNotFound,
+    NotReady,
+    ServiceError,
+    ValidationFailed,
+    error_of_job,
+)
+from service.jobs.records import BACKGROUND, INTERACTIVE, JobRecord, JobResult, new_job_id
+from service.jobs.store import JobStore, done_topic
+from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
+from service.jobs.work import StylizeWork, Work, off_loop_if_large
+from service.routes.deps import remaining_seconds
+from service.routes.disconnect import unless_disconnected
+
+#: Seconds between re-reads of a job whose change notification may have been missed.
+REREAD_S = 1.0
+
+
+def fingerprint(*parts: bytes | str) -> str:
+    """The request's identity for ``Idempotency-Key``: SHA-256 over its parts."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+async def check_webhook(url: str | None, events: list[str] | None, settings: Settings):
+    """The job's webhook field, or a 422 naming why the target is refused."""
+    if url is None:
+        if events:
+            raise ValidationFailed("webhook_events: give a webhook URL too")
+        return None
+    if settings.webhook_secret is None:
+        raise ValidationFailed(
+            "webhook: webhooks are not configured on this server (webhook_secret)",
+            code="webhook_not_allowed",
+        )
+    policy = WebhookPolicy(
+        tuple(settings.webhook_allowed_hosts), settings.webhook_allow_private_addresses
+    )
+    try:
+        await check_target(url, policy)
+    except WebhookRefused as exc:
+        raise ValidationFailed(f"webhook: {exc}", code="webhook_not_allowed") from None
+    return webhook_request(url, events)
+
+
+@dataclass(frozen=True)
+class Submission:
+    """How the client asked for its work to be answered."""
+
+    respond_async: bool = False
+    idempotency: tuple[str, str] | None = None  # (key, fingerprint)
+    webhook: dict[str, Any] | None = None
+
+
+# ---------------------------------------------------------------------- answering
+async def answer(
+    request: Request,
+    work: Work,
+    served: Served,
+    submission: Submission,
+) -> JobResult | Response:
+    """Run ``work`` as the client asked (see the module docstring)."""
+    settings: Settings = request.app.state.settings
+    who: Caller = request.state.caller
+    store: JobStore = request.app.state.store
+    if submission.respond_async:
+        record = _record(work, who, BACKGROUND, time.time() + settings.job_timeout_s, submission)
+        job, _ = await _create(store, record, work, who, submission)
+        return JSONResponse(
+            job.public(),
+            status_code=202,
+            headers={"Location": f"/v1/jobs/{job.id}", "Preference-Applied": "respond-async"},
+        )
+    timeout = remaining_seconds(request, settings)
+    if submission.idempotency is None and submission.webhook is None and served.pool is not None:
+        return await unless_disconnected(
+            request,
+            work.run(
+                served.pool, priority=INTERACTIVE, timeout_s=timeout, progress=None, owner=who.name
+            ),
+        )
+    if not served.live:
+        raise NotReady(
+            f"no worker serves {served.name!r} now; send the request with "
+            "'Prefer: respond-async' to queue it",
+            code="model_not_loaded",
+        )
+    record = _record(work, who, INTERACTIVE, time.time() + timeout, submission)
+    job, _ = await _create(store, record, work, who, submission)
+    return await unless_disconnected(request, _wait_for(store, job, timeout))
+
+
+def _record(
+    work: Work, who: Caller, priority: str, deadline_at: float, submission: Submission
+) -> JobRecord:
+    return JobRecord(
+        id=new_job_id(),
+        kind=work.kind,
+        model=work.model,
+        owner=who.name,
+        priority=priority,
+        parts=work.parts,
+        unit=work.unit,
+        parameters=work.parameters,
+        deadline_at=deadline_at,
+        webhook=submission.webhook,
+    )
+
+
+async def _create(
+    store: JobStore, record: JobRecord, work: Work, who: Caller, submission: Submission
+) -> tuple[JobRecord, bool]:
+    if isinstance(work, StylizeWork):  # images to encode
+        payload = await run_in_threadpool(work.to_payload)
+    else:
+        payload = work.to_payload()
+    return await store.create(
+        record, payload, owner_max_jobs=who.max_jobs, idempotency=submission.idempotency
+    )
+
+
+async def _wait_for(store: JobStore, job: JobRecord, timeout_s: float) -> JobResult:
+    """Wait for an interactive job's result; past ``timeout_s`` or when the client left,
+    the job is cancelled (its batch drops it at the next step)."""
+    deadline = time.monotonic() + timeout_s
+    finished = False
+    try:
+        with store.hub.watch(done_topic(job.id)) as changed:
+            while True:
+                record = await store.get(job.id)
+                if record is None:
+                    raise JobNotFound("the job was forgotten before it finished")
+                if record.finished:
+                    finished = True
+                    break
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise DeadlineExceeded(f"no result within {timeout_s:g} s")
+                await changed.wait(min(left, REREAD_S))
+        if record.state != "succeeded":
+            raise error_of_job(record.error)
+        data = await store.result(job.id)
+        if data is None:
+            raise JobNotFound("the job's result was forgotten")
+        return await off_loop_if_large(len(data), JobResult.from_bytes, data)
+    finally:
+        if not finished:
+            with contextlib.suppress(ServiceError):
+                await asyncio.shield(store.cancel(job.id))

@@ -1,0 +1,123 @@
+"""The routes' shared dependencies, as ``Annotated`` aliases: settings and deadlines, the
+job store, the model catalog, the caller's key, and the request headers every work
+route reads (``Prefer``, ``Idempotency-Key``) with the caller's rate limit.
+
+They are ``async def``: FastAPI runs a plain ``def`` dependency on a worker thread, a
+thread hop per request for reading an attribute.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+
+from service.auth import Caller
+from service.catalog import ModelCatalog
+from service.config import Settings
+from service.errors import DeadlineExceeded, Overloaded, ValidationFailed
+from service.jobs.store import JobStore
+
+
+async def app_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+SettingsDep = Annotated[Settings, Depends(app_settings)]
+
+
+def deadline_of(request: Request, settings: Settings) -> float:
+    """The ``time.monotonic()`` at which the request's ``request_timeout_s`` runs out."""
+    return time.monotonic() + remaining_seconds(request, settings)
+
+
+def remaining_seconds(request: Request, settings: Settings) -> float:
+    """What is left of ``request_timeout_s`` since the request arrived (504 when none)."""
+    started = getattr(request.state, "started", None) or time.monotonic()
+    left = settings.request_timeout_s - (time.monotonic() - started)
+    if left <= 0:
+        raise DeadlineExceeded(f"no time left of the {settings.request_timeout_s:g} s deadline")
+    return left
+
+
+async def job_store(request: Request) -> JobStore:
+    return request.app.state.store
+
+
+async def catalog(request: Request) -> ModelCatalog:
+    return request.app.state.catalog
+
+
+async def caller(request: Request) -> Caller:
+    """The key the request came with (``service.app``'s middleware sets it)."""
+    return request.state.caller
+
+
+StoreDep = Annotated[JobStore, Depends(job_store)]
+CatalogDep = Annotated[ModelCatalog, Depends(catalog)]
+CallerDep = Annotated[Caller, Depends(caller)]
+
+
+def wants_async(request: Request) -> bool:
+    """Whether any ``Prefer`` header (repeated headers combine, RFC 7240) asks for
+    ``respond-async``."""
+    values = ",".join(request.headers.getlist("prefer")).lower().split(",")
+    return any(value.strip().split(";")[0].strip() == "respond-async" for value in values)
+
+
+async def _prefer_doc(
+    request: Request,
+    prefer: Annotated[
+        str | None,
+        Header(
+            description="'respond-async' (RFC 7240): answer 202 with a job instead of "
+            "waiting; follow it at /v1/jobs/{id}"
+        ),
+    ] = None,
+) -> bool:
+    """Documents the header; reads every ``Prefer`` header of the request."""
+    return wants_async(request)
+
+
+RespondAsync = Annotated[bool, Depends(_prefer_doc)]
+
+
+async def idempotency_key(
+    key: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Makes a retried POST safe: the same key and the same request "
+            "within idempotency_ttl_s answer the first request's job or result; the same "
+            "key with another request is a 422.",
+        ),
+    ] = None,
+) -> str | None:
+    if key is None:
+        return None
+    key = key.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':
+        key = key[1:-1]  # a structured-field string, as the IETF draft writes it
+    if not 1 <= len(key) <= 255 or not key.isprintable() or not key.isascii():
+        raise ValidationFailed("Idempotency-Key: 1 to 255 printable ASCII characters")
+    return key
+
+
+IdempotencyKey = Annotated[str | None, Depends(idempotency_key)]
+
+
+async def rate_limited(request: Request, store: StoreDep, caller: CallerDep) -> None:
+    """One request of the caller's key against its rate (``key_rate``)."""
+    if caller.rate is None:
+        return
+    wait = await store.take_token(caller.name, caller.rate, caller.burst)
+    if wait > 0:
+        raise Overloaded(
+            f"this key sends more than {caller.rate:g} requests per second; retry later",
+            retry_after_s=wait,
+            code="rate_limited",
+        )
+
+
+RateLimited = Depends(rate_limited)
