@@ -188,7 +188,7 @@ class DeviceGate:
 class _Pending:
     item: Any
     key: Hashable
-    future: asyncio.Future
+    future: asyncio.Future[Any]
     enqueued_at: float
     deadline: float = math.inf
     on_progress: ProgressCallback | None = None
@@ -346,7 +346,7 @@ class Batcher(Generic[ItemT, ResultT]):
         self._queued = 0
         self._in_flight = 0
         self._wakeup = asyncio.Event()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._seconds_per_forward = 0.0
         self.stats = BatcherStats()
@@ -449,7 +449,7 @@ class Batcher(Generic[ItemT, ResultT]):
     def _drop_expired(self, now: float) -> None:
         for key in list(self._groups):
             group = self._groups[key]
-            kept = deque()
+            kept: deque[_Pending] = deque()
             for pending in group:
                 if pending.future.done():
                     continue

@@ -22,6 +22,7 @@ import math
 import re
 import reprlib
 from http import HTTPStatus
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -62,7 +63,7 @@ class ServiceError(StarletteHTTPException):
     #: default code -> class, for :func:`error_of_job`
     by_code: dict[str, type[ServiceError]] = {}
 
-    def __init_subclass__(cls, **kwargs) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         ServiceError.by_code.setdefault(cls.code, cls)
 
@@ -77,10 +78,10 @@ class ServiceError(StarletteHTTPException):
         """``{"code", "message"}``: the envelope's inside, and a failed job's error."""
         return {"code": self.code, "message": self.message}
 
-    def body(self) -> dict:
+    def body(self) -> dict[str, dict[str, str]]:
         return {"error": self.as_dict()}
 
-    def response(self, **extra) -> JSONResponse:
+    def response(self, **extra: Any) -> JSONResponse:
         """The error as an answer (``extra`` fields beside ``error``, e.g. a probe's)."""
         return JSONResponse(self.body() | extra, status_code=self.status_code, headers=self.headers)
 
@@ -235,7 +236,9 @@ class ErrorBody(BaseModel):
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "integer"}}}
 
 
-def error_responses(*statuses: int, model: type | object = ErrorBody) -> dict[int, dict]:
+def error_responses(
+    *statuses: int, model: type | object = ErrorBody
+) -> dict[int | str, dict[str, Any]]:
     """``responses=`` entries documenting ``statuses`` with the error body ``model``."""
     return {
         status: {
@@ -247,7 +250,7 @@ def error_responses(*statuses: int, model: type | object = ErrorBody) -> dict[in
     }
 
 
-def json_error_responses(*statuses: int) -> dict[int, dict]:
+def json_error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """As :func:`error_responses`, for a route whose own answers are not JSON (an event
     stream): its errors are still ``application/json``."""
     schema = {"schema": {"$ref": "#/components/schemas/ErrorBody"}}
@@ -267,7 +270,8 @@ def _code_for_status(status: int) -> str:
         return "http_error"
 
 
-async def _http_exception(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+async def _http_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
     if isinstance(exc, ServiceError):
         return exc.response()
     # Routing errors (404, 405) and FastAPI's own: same envelope, code from the status.
@@ -309,7 +313,8 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-async def _validation_exception(request: Request, exc: RequestValidationError) -> JSONResponse:
+async def _validation_exception(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
     return ValidationFailed(_describe_validation(exc)).response()
 
 

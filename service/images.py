@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -409,9 +409,10 @@ def encode_image(
     array = (image.detach().float().clamp(0, 1) * 255.0).round().to(torch.uint8)
     pil = Image.fromarray(array.permute(1, 2, 0).cpu().numpy())
     buffer = io.BytesIO()
+    extra: dict[str, Any] = dict(options)
     if parameters and pil_format == "PNG":
-        options = {**options, "pnginfo": _png_text(parameters)}
-    pil.save(buffer, format=pil_format, **options)
+        extra["pnginfo"] = _png_text(parameters)
+    pil.save(buffer, format=pil_format, **extra)
     return buffer.getvalue(), media_type
 
 

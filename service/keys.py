@@ -137,6 +137,8 @@ class KeyRing:
         return self._single is not None or self.path is not None
 
     def _file_stamp(self) -> tuple[int, int, int] | None:
+        if self.path is None:
+            return None
         try:
             info = os.stat(self.path)
         except OSError:

@@ -21,7 +21,7 @@ from service.cli.settings import settings_from_args
 from service.keys import KeyFile
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "keys",
         help="make, list and revoke named API keys",

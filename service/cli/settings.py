@@ -31,7 +31,7 @@ def _is_list(annotation: Any) -> bool:
 def _list_value(text: str) -> list[str]:
     """A list flag: a JSON list, or comma-separated words."""
     if text.lstrip().startswith("["):
-        return json.loads(text)
+        return [str(item) for item in json.loads(text)]
     return [item.strip() for item in text.split(",") if item.strip()]
 
 

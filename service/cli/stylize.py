@@ -36,7 +36,7 @@ def _levels(text: str) -> list[str]:
     return [item.strip() for item in text.split(",") if item.strip()]
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stylize",
         help="render a photo in the style of one or more paintings",

@@ -22,7 +22,7 @@ from models.vgg import VGGEncoder
 from service.cli.settings import settings_from_args
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "train-adain",
         help="train an AdaIN decoder (content + style loss, Adam)",

@@ -11,7 +11,7 @@ from service.cli.settings import settings_from_args
 from service.config import PROJECT_WEIGHTS_DIR
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "train-dit",
         help="train the text-to-image DiT",

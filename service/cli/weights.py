@@ -15,7 +15,7 @@ from models.hub import ChecksumError, Manifest, fetch, status
 from service.cli.settings import settings_from_args
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "weights",
         help="list, verify or download checkpoints",

@@ -16,7 +16,7 @@ from service.cli.serve import add_malloc_flag, tune_glibc_malloc
 from service.cli.settings import add_setting_flags, settings_from_args
 
 
-def register(subparsers: argparse._SubParsersAction) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "worker",
         help="run a worker alone: take jobs from the shared job store",

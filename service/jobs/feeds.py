@@ -31,7 +31,7 @@ class JobFeed:
         self.latest: tuple[str, str] | None = None
         self.version = 0
         self._changed = asyncio.Event()
-        self.task: asyncio.Task | None = None
+        self.task: asyncio.Task[None] | None = None
 
     def _publish(self, event: str, data: str) -> None:
         self.latest = (event, data)
@@ -118,5 +118,6 @@ class JobFeeds:
             if self._by_key[key] == 0:
                 del self._by_key[key]
             if feed.streams == 0:
-                feed.task.cancel()
+                if feed.task is not None:
+                    feed.task.cancel()
                 del self._feeds[job_id]

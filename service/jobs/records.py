@@ -21,7 +21,7 @@ import json
 import struct
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -134,7 +134,8 @@ class JobRecord:
         values: dict[str, Any] = {}
         for f in fields(cls):
             text = data.get(f.name, "")
-            values[f.name] = _PARSE.get(f.name, _text)(text)
+            parse: Callable[[str], Any] = _PARSE.get(f.name, _text)
+            values[f.name] = parse(text)
         if values["parameters"] is None:
             values["parameters"] = {}
         return cls(**values)

@@ -37,7 +37,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.backoff import ExponentialBackoff
@@ -67,7 +67,6 @@ from service.jobs.store import (
 )
 
 logger = logging.getLogger("atelier.jobs.redis")
-T = TypeVar("T")
 
 # Shared Lua: the server's clock and the two ways a job leaves (finished, forgotten).
 _PRELUDE = r"""
@@ -369,9 +368,14 @@ return tostring(now)
 """
 
 
-def _pairs(raw: list) -> dict[bytes, bytes]:
+def _pairs(raw: list[Any]) -> dict[bytes, bytes]:
     """``HGETALL``'s flat list from a script as a dict."""
     return dict(zip(raw[::2], raw[1::2], strict=True))
+
+
+def _text(value: bytes | str) -> str:
+    """A reply of the client (bytes: it does not decode) as text."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class RedisJobStore(JobStore):
@@ -428,7 +432,7 @@ class RedisJobStore(JobStore):
                 "now": _NOW,
             }.items()
         }
-        self._listener: asyncio.Task | None = None
+        self._listener: asyncio.Task[None] | None = None
         self._listening = asyncio.Event()
 
     # ----------------------------------------------------------------- lifecycle
@@ -467,7 +471,7 @@ class RedisJobStore(JobStore):
                 while True:
                     message = await pubsub.get_message(timeout=1.0)
                     if message is not None:
-                        self.hub.notify(message["data"].decode())
+                        self.hub.notify(_text(message["data"]))
             except (RedisError, OSError) as exc:
                 self._listening.clear()
                 logger.warning(
@@ -478,9 +482,11 @@ class RedisJobStore(JobStore):
                 backoff = min(backoff * 2, 2.0)
             finally:
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _call(self, work: Awaitable[T]) -> T:
+    async def _call(self, work: Awaitable[Any]) -> Any:
+        """Await a command; the client types its replies loosely (bytes, as it does not
+        decode), so they are ``Any`` here and typed where they are read."""
         try:
             return await work
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
@@ -521,7 +527,14 @@ class RedisJobStore(JobStore):
                 limit="job_inputs_max_bytes",
             )
 
-    async def create(self, record, payload, *, owner_max_jobs, idempotency=None):
+    async def create(
+        self,
+        record: JobRecord,
+        payload: bytes,
+        *,
+        owner_max_jobs: int,
+        idempotency: tuple[str, str] | None = None,
+    ) -> tuple[JobRecord, bool]:
         idem_key, fingerprint = "", ""
         if idempotency is not None:
             key, fingerprint = idempotency
@@ -550,13 +563,13 @@ class RedisJobStore(JobStore):
             "" if record.deadline_at is None else repr(record.deadline_at),
             *flat,
         )
-        outcome = reply[0].decode()
+        outcome = _text(reply[0])
         if outcome == "created":
             record.created_at = float(reply[1])
             self.hub.notify(work_topic(record.model))  # this process's workers, at once
             return record, True
         if outcome == "replay":
-            earlier = await self.get(reply[1].decode())
+            earlier = await self.get(_text(reply[1]))
             if earlier is None:
                 raise IdempotentJobExpired()
             return earlier, False
@@ -564,7 +577,7 @@ class RedisJobStore(JobStore):
             raise IdempotencyKeyReused()
         if outcome == "expired":
             raise IdempotentJobExpired()
-        limit = reply[1].decode()
+        limit = _text(reply[1])
         messages = {
             "key_max_jobs": "this key has reached its limit of unfinished jobs (max_jobs of the key)",
             "max_jobs": f"too many jobs: {self.limits.max_jobs} are queued or running (max_jobs)",
@@ -583,7 +596,7 @@ class RedisJobStore(JobStore):
             finished_at, data = await self._call(pipe.execute())
         if not finished_at or float(finished_at) + self.limits.ttl_s <= time.time():
             return None
-        return data
+        return bytes(data) if data is not None else None
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         raw = await self._script("cancel", job_id, json.dumps(cancelled_error()))
@@ -601,7 +614,7 @@ class RedisJobStore(JobStore):
         ids = await self._call(self._redis.zrevrange(self._key("owner", owner), 0, 2 * limit))
         async with self._redis.pipeline(transaction=False) as pipe:
             for job_id in ids:
-                pipe.hgetall(self._key("job", job_id.decode()))
+                pipe.hgetall(self._key("job", _text(job_id)))
             rows = await self._call(pipe.execute())
         records = [self._alive(row) for row in rows]
         return [r for r in records if r is not None][:limit]
@@ -610,25 +623,36 @@ class RedisJobStore(JobStore):
         return float(await self._script("token", owner, repr(1.0 / rate_per_s), repr(burst)))
 
     # --------------------------------------------------------------- worker side
-    async def claim(self, worker, model, priorities, lease_s):
+    async def claim(
+        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+    ) -> Claim | None:
         reply = await self._script("claim", worker, model, repr(lease_s), *priorities)
         if not reply:
             return None
         payload, raw = reply
-        return Claim(JobRecord.from_fields(_pairs(raw)), payload)
+        return Claim(JobRecord.from_fields(_pairs(raw)), bytes(payload))
 
-    async def renew(self, worker, job_ids, lease_s):
+    async def renew(
+        self, worker: str, job_ids: list[str], lease_s: float
+    ) -> tuple[set[str], set[str]]:
         if not job_ids:
             return set(), set()
         cancelled, lost = await self._script("renew", worker, repr(lease_s), *job_ids)
-        return {i.decode() for i in cancelled}, {i.decode() for i in lost}
+        return {_text(i) for i in cancelled}, {_text(i) for i in lost}
 
-    async def set_progress(self, job_id, worker, step, total):
+    async def set_progress(self, job_id: str, worker: str, step: int, total: int) -> None:
         await self._script(
             "progress", job_id, worker, step, total, repr(self.webhook_progress_interval_s)
         )
 
-    async def finish(self, job_id, state, *, result=None, error=None):
+    async def finish(
+        self,
+        job_id: str,
+        state: str,
+        *,
+        result: bytes | None = None,
+        error: dict[str, str] | None = None,
+    ) -> bool:
         finished = await self._script(
             "finish",
             job_id,
@@ -643,7 +667,7 @@ class RedisJobStore(JobStore):
             self.hub.notify(done_topic(job_id))
         return bool(finished)
 
-    async def release(self, worker, job_ids):
+    async def release(self, worker: str, job_ids: list[str]) -> None:
         if job_ids:
             await self._script("release", worker, *job_ids)
 
@@ -665,7 +689,7 @@ class RedisJobStore(JobStore):
         if dead:
             await self._call(self._redis.hdel(self._key("workers"), *dead))
 
-    async def publish_models(self, worker, models, ttl_s):
+    async def publish_models(self, worker: str, models: dict[str, Any], ttl_s: float) -> None:
         now = await self.now()
         entry = json.dumps({"models": sorted(models), "expires_at": now + ttl_s})
         async with self._redis.pipeline(transaction=True) as pipe:
@@ -677,10 +701,10 @@ class RedisJobStore(JobStore):
                 )
             await self._call(pipe.execute())
 
-    async def withdraw(self, worker):
+    async def withdraw(self, worker: str) -> None:
         await self._call(self._redis.hdel(self._key("workers"), worker))
 
-    async def models(self):
+    async def models(self) -> dict[str, tuple[dict[str, Any], bool]]:
         workers = await self._call(self._redis.hgetall(self._key("workers")))
         details = await self._call(self._redis.hgetall(self._key("models")))
         now = await self.now()
@@ -690,21 +714,22 @@ class RedisJobStore(JobStore):
             if entry["expires_at"] > now:
                 served.update(entry["models"])
         return {
-            name.decode(): (json.loads(raw), name.decode() in served)
-            for name, raw in details.items()
+            _text(name): (json.loads(raw), _text(name) in served) for name, raw in details.items()
         }
 
-    async def queue_depths(self):
+    async def queue_depths(self) -> dict[str, int]:
         raw = await self._call(self._redis.hgetall(self._key("queued")))
-        return {name.decode(): max(0, int(count)) for name, count in raw.items()}
+        return {_text(name): max(0, int(count)) for name, count in raw.items()}
 
     # ------------------------------------------------------------------ webhooks
-    async def due_webhooks(self, lease_s, limit):
+    async def due_webhooks(self, lease_s: float, limit: int) -> list[Delivery]:
         lease, ids = await self._script("due_webhooks", repr(lease_s), limit)
-        records = [await self.get(job_id.decode()) for job_id in ids]
+        records = [await self.get(_text(job_id)) for job_id in ids]
         return [Delivery(r, float(lease)) for r in records if r is not None]
 
-    async def update_webhook(self, job_id, webhook, due_at, *, lease):
+    async def update_webhook(
+        self, job_id: str, webhook: dict[str, Any], due_at: float | None, *, lease: float
+    ) -> None:
         due = "" if due_at is None else repr(due_at)
         await self._script("update_webhook", job_id, json.dumps(webhook), due, repr(lease))
 

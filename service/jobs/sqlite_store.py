@@ -135,8 +135,8 @@ class SqliteJobStore(JobStore):
         self.webhook_progress_interval_s = webhook_progress_interval_s
         self._clock = clock
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-jobs")
-        self._db: sqlite3.Connection | None = None
-        self._poller: asyncio.Task | None = None
+        self._connection: sqlite3.Connection | None = None
+        self._poller: asyncio.Task[None] | None = None
         self._data_version = -1
 
     # ----------------------------------------------------------------- lifecycle
@@ -150,8 +150,8 @@ class SqliteJobStore(JobStore):
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
-        if self._db is not None:
-            await self._run(self._db.close)
+        if self._connection is not None:
+            await self._run(self._connection.close)
         self._executor.shutdown(wait=True)
 
     def _open(self) -> None:
@@ -162,14 +162,21 @@ class SqliteJobStore(JobStore):
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=10000")
         db.executescript(_SCHEMA)
-        self._db = db
+        self._connection = db
         self._data_version = self._version()
 
     async def now(self) -> float:
         return self._clock()
 
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StoreUnavailable("the job database is not open")
+        return self._connection
+
     def _version(self) -> int:
-        return self._db.execute("PRAGMA data_version").fetchone()[0]
+        version: int = self._db.execute("PRAGMA data_version").fetchone()[0]
+        return version
 
     async def _poll_other_writers(self) -> None:
         """Wake every waiter when another process has written (``data_version`` moved)."""
@@ -208,7 +215,9 @@ class SqliteJobStore(JobStore):
         )
 
     def _row(self, db: sqlite3.Connection, job_id: str) -> sqlite3.Row | None:
-        row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        row: sqlite3.Row | None = db.execute(
+            "SELECT * FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
         if row is None or self._expired(row):
             return None
         return row
@@ -264,7 +273,14 @@ class SqliteJobStore(JobStore):
     def _check_admission(self, owner: str, owner_max_jobs: int) -> None:
         self._admit(self._db, owner, owner_max_jobs, BACKGROUND, 0)
 
-    async def create(self, record, payload, *, owner_max_jobs, idempotency=None):
+    async def create(
+        self,
+        record: JobRecord,
+        payload: bytes,
+        *,
+        owner_max_jobs: int,
+        idempotency: tuple[str, str] | None = None,
+    ) -> tuple[JobRecord, bool]:
         job, created = await self._run(self._create, record, payload, owner_max_jobs, idempotency)
         if created:
             self.hub.notify(work_topic(job.model))
@@ -349,7 +365,8 @@ class SqliteJobStore(JobStore):
                 self._finish_in(db, row, CANCELLED, None, cancelled_error())
             elif row["state"] == RUNNING:
                 self._update(db, job_id, cancel_requested=True)
-            return self._record(self._row(db, job_id))
+            now = self._row(db, job_id)
+            return None if now is None else self._record(now)
 
     async def delete(self, job_id: str) -> bool:
         return await self._run(self._delete, job_id)
@@ -392,7 +409,9 @@ class SqliteJobStore(JobStore):
             return 0.0
 
     # --------------------------------------------------------------- worker side
-    async def claim(self, worker, model, priorities, lease_s):
+    async def claim(
+        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+    ) -> Claim | None:
         claim = await self._run(self._claim, worker, model, priorities, lease_s)
         if claim is not None:
             self.hub.notify(job_topic(claim.record.id))
@@ -449,7 +468,9 @@ class SqliteJobStore(JobStore):
                 return Claim(record, bytes(payload))
         return None
 
-    async def renew(self, worker, job_ids, lease_s):
+    async def renew(
+        self, worker: str, job_ids: list[str], lease_s: float
+    ) -> tuple[set[str], set[str]]:
         if not job_ids:
             return set(), set()
         return await self._run(self._renew, worker, job_ids, lease_s)
@@ -470,7 +491,7 @@ class SqliteJobStore(JobStore):
         cancelled = {r["id"] for r in rows if r["id"] in mine and r["cancel_requested"]}
         return cancelled, set(job_ids) - mine
 
-    async def set_progress(self, job_id, worker, step, total):
+    async def set_progress(self, job_id: str, worker: str, step: int, total: int) -> None:
         await self._run(self._set_progress, job_id, worker, step, total)
         self.hub.notify(job_topic(job_id))
 
@@ -487,7 +508,14 @@ class SqliteJobStore(JobStore):
                 (now, now + self.webhook_progress_interval_s, job_id, now),
             )
 
-    async def finish(self, job_id, state, *, result=None, error=None):
+    async def finish(
+        self,
+        job_id: str,
+        state: str,
+        *,
+        result: bytes | None = None,
+        error: dict[str, str] | None = None,
+    ) -> bool:
         done = await self._run(self._finish, job_id, state, result, error)
         if done:
             self.hub.notify(job_topic(job_id))
@@ -550,7 +578,7 @@ class SqliteJobStore(JobStore):
             self._forget(db, oldest["id"])
             held -= oldest["result_bytes"]
 
-    async def release(self, worker, job_ids):
+    async def release(self, worker: str, job_ids: list[str]) -> None:
         if job_ids:
             await self._run(self._release, worker, job_ids)
             for job_id in job_ids:
@@ -565,8 +593,9 @@ class SqliteJobStore(JobStore):
                 f" WHERE id IN ({marks}) AND worker = ? AND state = ?",
                 (QUEUED, *job_ids, worker, RUNNING),
             )
-        for model in {self._model_of(j) for j in job_ids} - {None}:
-            self._notify_soon(work_topic(model))
+        for model in {self._model_of(j) for j in job_ids}:
+            if model is not None:
+                self._notify_soon(work_topic(model))
 
     def _model_of(self, job_id: str) -> str | None:
         row = self._db.execute("SELECT model FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -614,7 +643,7 @@ class SqliteJobStore(JobStore):
             db.execute("DELETE FROM workers WHERE expires_at <= ?", (now,))
         return requeued, models
 
-    async def publish_models(self, worker, models, ttl_s):
+    async def publish_models(self, worker: str, models: dict[str, Any], ttl_s: float) -> None:
         await self._run(self._publish_models, worker, models, ttl_s)
 
     def _publish_models(self, worker: str, models: dict[str, Any], ttl_s: float) -> None:
@@ -628,14 +657,14 @@ class SqliteJobStore(JobStore):
                     "INSERT OR REPLACE INTO models VALUES (?, ?)", (name, json.dumps(details))
                 )
 
-    async def withdraw(self, worker):
+    async def withdraw(self, worker: str) -> None:
         await self._run(self._withdraw, worker)
 
     def _withdraw(self, worker: str) -> None:
         with self._write() as db:
             db.execute("DELETE FROM workers WHERE id = ?", (worker,))
 
-    async def models(self):
+    async def models(self) -> dict[str, tuple[dict[str, Any], bool]]:
         return await self._run(self._models)
 
     def _models(self) -> dict[str, tuple[dict[str, Any], bool]]:
@@ -649,7 +678,7 @@ class SqliteJobStore(JobStore):
             for name, details in self._db.execute("SELECT name, details FROM models")
         }
 
-    async def queue_depths(self):
+    async def queue_depths(self) -> dict[str, int]:
         return await self._run(self._queue_depths)
 
     def _queue_depths(self) -> dict[str, int]:
@@ -659,7 +688,7 @@ class SqliteJobStore(JobStore):
         return {model: count for model, count in rows}
 
     # ------------------------------------------------------------------ webhooks
-    async def due_webhooks(self, lease_s, limit):
+    async def due_webhooks(self, lease_s: float, limit: int) -> list[Delivery]:
         return await self._run(self._due_webhooks, lease_s, limit)
 
     def _due_webhooks(self, lease_s: float, limit: int) -> list[Delivery]:
@@ -674,7 +703,9 @@ class SqliteJobStore(JobStore):
                 db.execute("UPDATE jobs SET webhook_due = ? WHERE id = ?", (lease, row["id"]))
         return [Delivery(self._record(row), lease) for row in rows if not self._expired(row)]
 
-    async def update_webhook(self, job_id, webhook, due_at, *, lease):
+    async def update_webhook(
+        self, job_id: str, webhook: dict[str, Any], due_at: float | None, *, lease: float
+    ) -> None:
         await self._run(self._update_webhook, job_id, webhook, due_at, lease)
         self.hub.notify(job_topic(job_id))
 

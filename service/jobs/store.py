@@ -102,7 +102,7 @@ class IdempotencyKeyReused(ValidationFailed):
     def __init__(
         self,
         message: str = "Idempotency-Key: this key was used for a different request; use a new key",
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)
 
@@ -116,7 +116,7 @@ class IdempotentJobExpired(Conflict):
         self,
         message: str = "Idempotency-Key: the first request's job finished and was forgotten "
         "(job_ttl_s); its answer is no longer held",
-        **kwargs,
+        **kwargs: Any,
     ) -> None:
         super().__init__(message, **kwargs)
 
@@ -357,12 +357,16 @@ class JobStore(ABC):
 
     # ------------------------------------------------------------------ webhooks
     @abstractmethod
-    async def due_webhooks(self, lease_s: float, limit: int) -> list[JobRecord]:
+    async def due_webhooks(self, lease_s: float, limit: int) -> list[Delivery]:
         """Jobs with a webhook delivery due now, each hidden from other dispatchers for
         ``lease_s`` (a visibility timeout: a dispatcher that dies lets it come back)."""
 
     @abstractmethod
     async def update_webhook(
-        self, job_id: str, webhook: dict[str, Any], due_at: float | None
+        self, job_id: str, webhook: dict[str, Any], due_at: float | None, *, lease: float
     ) -> None:
-        """Record a delivery's outcome and when the next attempt is due (None: none)."""
+        """Record a delivery's outcome and when the next attempt is due (None: none).
+
+        The due time changes only if it is still ``lease`` (the one :meth:`due_webhooks`
+        set): an event that fell due meanwhile (the job finished while its progress was
+        being delivered) keeps its own due time."""

@@ -63,7 +63,7 @@ class WebhookRefused(ValueError):
 async def resolve(host: str, port: int) -> list[str]:
     """Every address ``host`` resolves to (the system's resolver, off the event loop)."""
     infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({info[4][0] for info in infos})
+    return sorted({str(info[4][0]) for info in infos})
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class WebhookDispatcher:
         self.poll_s = poll_s
         self._slots = asyncio.Semaphore(concurrency)
         self._signer = Webhook(settings.secret) if settings.secret else None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run())
