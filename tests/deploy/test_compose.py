@@ -26,6 +26,7 @@ from deploy_files import (
     stage_env,
 )
 
+from service.cli import build_parser
 from service.cli.serve import uvicorn_config
 from service.config import Settings
 
@@ -40,7 +41,12 @@ ATELIER = {
     name: svc for name, svc in SERVICES.items() if svc.get("build", {}).get("context") == "."
 }
 REDIS = SERVICES["redis"]
-SCALE_REPLICAS = {name: svc for name, svc in ATELIER.items() if "scale" in svc.get("profiles", [])}
+SCALE = {name: svc for name, svc in ATELIER.items() if "scale" in svc.get("profiles", [])}
+#: The scale profile's two tiers: GPU workers (`atelier worker`) and API replicas.
+SCALE_WORKERS = {
+    name: svc for name, svc in SCALE.items() if svc.get("command", [""])[-1] == "worker"
+}
+SCALE_API = {name: svc for name, svc in SCALE.items() if name not in SCALE_WORKERS}
 
 
 def _validator() -> jsonschema.protocols.Validator:
@@ -144,12 +150,12 @@ def test_the_single_service_publishes_the_service_port():
 
 
 def test_scale_replicas_are_reached_only_through_the_load_balancer():
-    assert len(SCALE_REPLICAS) >= 2
-    for name, replica in SCALE_REPLICAS.items():
+    assert len(SCALE_API) >= 2 and len(SCALE_WORKERS) >= 2
+    for name, replica in SCALE.items():
         assert "ports" not in replica, name
     lb = SERVICES["lb"]
     assert lb["profiles"] == ["scale"]
-    assert set(lb["depends_on"]) == set(SCALE_REPLICAS)
+    assert set(lb["depends_on"]) == set(SCALE_API)
 
 
 # ---------------------------------------------------------------- healthchecks
@@ -215,16 +221,18 @@ def test_single_service_reserves_every_gpu():
     assert device["count"] == "all"
 
 
-def test_scale_replicas_get_one_distinct_gpu_each():
+def test_scale_workers_get_one_distinct_gpu_each_and_api_replicas_none():
+    for name, replica in SCALE_API.items():
+        assert "deploy" not in replica, name
     seen: set[str] = set()
-    for name, replica in SCALE_REPLICAS.items():
+    for name, replica in SCALE_WORKERS.items():
         (device,) = _gpu_devices(replica)
         assert device["driver"] == "nvidia" and "gpu" in device["capabilities"]
         assert "count" not in device  # count: 1 would hand every replica the same GPU
         (gpu,) = device["device_ids"]
         assert gpu not in seen, f"{name} shares GPU {gpu}"
         seen.add(gpu)
-    assert seen == {str(i) for i in range(len(SCALE_REPLICAS))}
+    assert seen == {str(i) for i in range(len(SCALE_WORKERS))}
 
 
 # ---------------------------------------------------------------- load balancer
@@ -261,7 +269,7 @@ def test_load_balancer_balances_over_every_replica_by_connections_with_health_ch
     router = dynamic["http"]["routers"]["atelier"]
     balancer = dynamic["http"]["services"][router["service"]]["loadBalancer"]
     servers = {server["url"] for server in balancer["servers"]}
-    assert servers == {f"http://{name}:{SERVICE_PORT}" for name in SCALE_REPLICAS}
+    assert servers == {f"http://{name}:{SERVICE_PORT}" for name in SCALE_API}
     # Fewer requests in flight wins (least-connections between two random replicas).
     assert balancer["strategy"] == "p2c"
     check = balancer["healthcheck"]
@@ -287,7 +295,13 @@ def test_stop_grace_period_covers_the_drain(name, monkeypatch):
     # A synchronous request admitted just before the stop may run request_timeout_s:
     # the drain waits for it.
     assert settings.shutdown_timeout_s >= settings.request_timeout_s
-    # Traefik's health check sees the replica leave before it refuses anyone.
+
+
+@pytest.mark.parametrize("name", sorted(SCALE_API))
+def test_api_replicas_leave_traefiks_rotation_before_they_refuse(name, monkeypatch):
+    # /readyz fails at once on SIGTERM; new requests are still served drain_grace_s,
+    # longer than Traefik's health-check interval, so it stops routing there first.
+    settings = _settings_of(SCALE_API[name], monkeypatch)
     dynamic = load_yaml(TRAEFIK_DIR / "dynamic.yml")
     interval = dynamic["http"]["services"]["atelier"]["loadBalancer"]["healthcheck"]["interval"]
     assert settings.drain_grace_s > float(interval.removesuffix("s"))
@@ -298,9 +312,9 @@ def test_environment_defaults_are_valid_settings(monkeypatch):
         _settings_of(service, monkeypatch)  # parses (and range-checks) every value
 
 
-def test_cpu_override_runs_the_scale_replicas_on_the_cpu():
+def test_cpu_override_runs_the_scale_workers_on_the_cpu():
     merged = merge_compose(COMPOSE, load_yaml(COMPOSE_CPU_OVERRIDE))
-    for name in SCALE_REPLICAS:
+    for name in SCALE_WORKERS:
         replica = merged["services"][name]
         assert "deploy" not in replica, name
         assert _environment(replica)["ATELIER_DEVICES"] == "cpu"
@@ -320,20 +334,20 @@ def test_requests_that_reach_no_replica_are_resent():
     (middleware,) = router["middlewares"]
     retry = dynamic["http"]["middlewares"][middleware]["retry"]
     # More attempts than replicas: a pick of the stopped replica is followed by others.
-    assert retry["attempts"] > len(SCALE_REPLICAS)
+    assert retry["attempts"] > len(SCALE_API)
     assert retry["initialInterval"].endswith("ms")
 
 
 # ---------------------------------------------------------------- Redis (scale profile)
-def test_scale_replicas_share_the_redis_service(monkeypatch):
+def test_scale_tiers_share_the_redis_service(monkeypatch):
     config = redis_config()
-    for name, replica in SCALE_REPLICAS.items():
+    for name, replica in SCALE.items():
         url = urlsplit(_settings_of(replica, monkeypatch).redis_url)
         assert url.scheme == "redis", name
         assert (url.hostname, url.port) == ("redis", int(config["port"][0])), name
         assert replica["depends_on"]["redis"] == {"condition": "service_healthy"}, name
     # An external Redis instead, through the same variable.
-    spec = _environment(SCALE_REPLICAS["atelier-gpu0"])["ATELIER_REDIS_URL"]
+    spec = _environment(SCALE["atelier-gpu0"])["ATELIER_REDIS_URL"]
     assert interpolate(spec, {"ATELIER_REDIS_URL": "redis://db:6380/2"}) == "redis://db:6380/2"
     # The single service keeps the embedded store unless told otherwise.
     assert _environment(SERVICES["atelier"])["ATELIER_REDIS_URL"] is None
@@ -371,3 +385,24 @@ def test_redis_is_built_on_the_same_base_as_the_atelier_image():
 def test_redis_healthcheck_asks_for_a_pong():
     test = REDIS["healthcheck"]["test"]
     assert test[0] == "CMD" and "redis-cli ping" in " ".join(test) and "PONG" in test[-1]
+
+
+# ---------------------------------------------------------------- roles (scale profile)
+@pytest.mark.parametrize("name", sorted(SCALE_API))
+def test_api_replicas_serve_the_api_and_load_no_model(name, monkeypatch):
+    replica = SCALE_API[name]
+    assert "command" not in replica  # the image's CMD: atelier serve
+    (cmd,) = [ins for ins in DOCKERFILE if ins.keyword == "CMD"]
+    assert build_parser().parse_args(cmd.exec_form()[1:]).command == "serve"
+    assert _settings_of(replica, monkeypatch).load_models == ""
+
+
+@pytest.mark.parametrize("name", sorted(SCALE_WORKERS))
+def test_workers_run_the_worker_with_models_the_service_knows(name, monkeypatch):
+    from service.workers import MODELS
+
+    worker = SCALE_WORKERS[name]
+    assert worker["command"][0] == "atelier"
+    assert build_parser().parse_args(worker["command"][1:]).command == "worker"
+    names = _settings_of(worker, monkeypatch).load_models.split(",")
+    assert names and set(names) <= set(MODELS)
