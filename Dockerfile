@@ -9,7 +9,7 @@
 #
 #   docker build -t atelier .
 #   docker build -t atelier --build-arg FETCH_WEIGHTS="NAME ..." .   # bake third-party weights in
-#   docker run --gpus all -p 8000:8000 -v atelier-weights:/weights atelier
+#   docker run --gpus all -p 8000:8000 -v atelier-weights:/weights -v atelier-state:/state atelier
 #
 # Behind a mirror or offline, name the base image and the package index (the ARGs
 # below; deploy/smoke.py builds this way, from a debootstrap base and a local index):
@@ -81,12 +81,16 @@ ENV VIRTUAL_ENV=/opt/venv \
     NVIDIA_DRIVER_CAPABILITIES=compute,utility \
     ATELIER_HOST=0.0.0.0 \
     ATELIER_PORT=8000 \
-    ATELIER_WEIGHTS_DIR=/weights
+    ATELIER_WEIGHTS_DIR=/weights \
+    ATELIER_STATE_DIR=/state
 
+# /state holds the embedded job store (SQLite, used when ATELIER_REDIS_URL is unset):
+# mount a volume there so that accepted jobs and results outlive the container. Both
+# folders belong to the service user, and a named volume mounted on them starts so.
 RUN groupadd --system --gid 10001 atelier \
     && useradd --system --uid 10001 --gid atelier --create-home --home-dir /home/atelier atelier \
-    && mkdir /weights \
-    && chown atelier:atelier /weights
+    && mkdir /weights /state \
+    && chown atelier:atelier /weights /state
 
 # Code and venv stay owned by root: the service user can read them, not change them.
 COPY --from=builder /opt/venv /opt/venv

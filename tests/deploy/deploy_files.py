@@ -25,6 +25,7 @@ DOCKERIGNORE = ROOT / ".dockerignore"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 COMPOSE_CPU_OVERRIDE = ROOT / "deploy" / "compose.cpu.yml"
 TRAEFIK_DIR = ROOT / "deploy" / "traefik"
+REDIS_DIR = ROOT / "deploy" / "redis"
 KUBERNETES_DIR = ROOT / "deploy" / "kubernetes"
 DEPLOYMENT_DOC = ROOT / "docs" / "deployment.md"
 
@@ -108,6 +109,19 @@ def compose_schema() -> dict:
 
     path = files("check_jsonschema.builtin_schemas.vendor").joinpath("compose-spec.json")
     return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------- redis.conf
+def redis_config(path: Path = REDIS_DIR / "redis.conf") -> dict[str, list[str]]:
+    """Directive -> its arguments, as redis-server reads its configuration file (one
+    directive a line, ``#`` comments, double-quoted arguments; the last one wins)."""
+    config: dict[str, list[str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            directive, *arguments = shlex.split(line)
+            config[directive.lower()] = arguments
+    return config
 
 
 # ---------------------------------------------------------------- Dockerfile
@@ -215,8 +229,9 @@ def service_responses() -> dict[str, tuple[int, str]] | None:
     """``GET`` status and body of the probe and metrics routes from the real app, or
     None while ``service.app`` is not importable yet.
 
-    The app runs without its lifespan (no model is loaded), as a container does between
-    start and the end of model loading: ``/healthz`` answers, ``/readyz`` says not ready.
+    The app runs its lifespan (its job store opens, in a temporary state folder) with no
+    model to load and no worker elsewhere, as a container is before any model is loaded:
+    ``/healthz`` answers, ``/readyz`` says not ready.
     """
     try:
         from service.app import create_app
@@ -226,12 +241,13 @@ def service_responses() -> dict[str, tuple[int, str]] | None:
 
     from service.config import Settings
 
-    state = tempfile.mkdtemp(prefix="atelier-state-")
-    client = TestClient(create_app(Settings(load_models="", state_dir=state)))
     answers = {}
-    for path in ("/healthz", "/readyz", "/metrics", "/no-such-route"):
-        response = client.get(path)
-        answers[path] = (response.status_code, response.text)
+    with tempfile.TemporaryDirectory(prefix="atelier-state-") as state:
+        settings = Settings(_env_file=None, load_models="", state_dir=state)
+        with TestClient(create_app(settings)) as client:
+            for path in ("/healthz", "/readyz", "/metrics", "/no-such-route"):
+                response = client.get(path)
+                answers[path] = (response.status_code, response.text)
     return answers
 
 

@@ -17,6 +17,7 @@ from deploy_files import (
     COMPOSE_FILE,
     DEPLOYMENT_DOC,
     DOCKERFILE,
+    REDIS_DIR,
     ROOT,
     TRAEFIK_DIR,
     Instruction,
@@ -35,6 +36,7 @@ INSTRUCTIONS = dockerfile_instructions()
 FINAL_STAGE = max(ins.stage for ins in INSTRUCTIONS)
 CODE_DIRS = ("norms", "models", "service")
 TRAEFIK_DOCKERFILE = TRAEFIK_DIR / "Dockerfile"
+REDIS_DOCKERFILE = REDIS_DIR / "Dockerfile"
 
 
 def _in_stage(stage: int, keyword: str | None = None) -> list[Instruction]:
@@ -338,10 +340,18 @@ def test_image_leaves_gpu_visibility_to_the_runtime():
 
 
 def test_compose_build_args_are_declared_by_the_dockerfile():
-    declared = {ins.arguments.partition("=")[0] for ins in INSTRUCTIONS if ins.keyword == "ARG"}
+    built = 0
     for name, service in load_yaml(COMPOSE_FILE)["services"].items():
         if "build" in service:
+            context = ROOT / service["build"]["context"]
+            dockerfile = context / service["build"].get("dockerfile", "Dockerfile")
+            instructions = dockerfile_instructions(dockerfile)
+            declared = {
+                ins.arguments.partition("=")[0] for ins in instructions if ins.keyword == "ARG"
+            }
             assert set(service["build"].get("args", {})) <= declared, name
+            built += 1
+    assert built >= 2  # the Atelier image and Redis
 
 
 def test_fetch_steps_use_the_cli_as_it_parses():
@@ -423,6 +433,30 @@ def test_traefik_image_carries_the_version_compose_names():
     assert user.arguments.split(":")[0] not in {"0", "root"}
 
 
-def test_hadolint_finds_nothing_in_the_traefik_dockerfile():
-    result = subprocess.run([_hadolint(), str(TRAEFIK_DOCKERFILE)], capture_output=True, text=True)
+@pytest.mark.parametrize(
+    "dockerfile", [TRAEFIK_DOCKERFILE, REDIS_DOCKERFILE], ids=["traefik", "redis"]
+)
+def test_hadolint_finds_nothing_in_the_other_dockerfiles(dockerfile):
+    result = subprocess.run([_hadolint(), str(dockerfile)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_redis_image_is_debians_server_run_as_a_numeric_non_root_user():
+    instructions = dockerfile_instructions(REDIS_DOCKERFILE)
+    (from_,) = [ins for ins in instructions if ins.keyword == "FROM"]
+    assert from_.arguments == "${BASE_IMAGE}"
+    # The Atelier image's default base (a Debian bookworm image), so they share layers.
+    assert _declared_args(instructions, -1)["BASE_IMAGE"] == _build_args()["PYTHON_IMAGE"]
+    (install,) = [ins for ins in instructions if "apt-get install" in ins.arguments]
+    commands = shell_commands(install.arguments)
+    assert "apt-get update" in commands
+    (apt,) = [c for c in commands if c.startswith("apt-get install")]
+    assert "redis-server" in apt.split() and "--no-install-recommends" in apt.split()
+    # The user exists before the package's maintainer script runs (it keeps it), with
+    # a fixed uid in Debian's system range (adduser --system refuses another one).
+    (useradd,) = [c for c in commands if c.startswith("useradd")]
+    uid = re.search(r"--uid (\d+)", useradd)[1]
+    assert commands.index(useradd) < commands.index(apt)
+    assert 100 <= int(uid) <= 999
+    (user,) = [ins for ins in instructions if ins.keyword == "USER"]
+    assert user.arguments.split(":")[0] == uid

@@ -6,12 +6,15 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 import zipfile
 from pathlib import Path
 
-import pytest
 from deploy_files import ROOT, load_yaml
 
 sys.path.insert(0, str(ROOT / "deploy"))
@@ -102,20 +105,102 @@ def test_smoke_override_binds_loopback_and_mounts_weights_read_only(tmp_path):
     assert override["atelier"]["ports"] == ["127.0.0.1:18000:8000"]
     assert override["lb"]["ports"] == ["127.0.0.1:18080:8080"]
     assert "!override" in path.read_text()
-    for name in ("atelier", "atelier-gpu0", "atelier-gpu1"):
+    for name in ("atelier", "atelier-api0", "atelier-api1", "atelier-gpu0", "atelier-gpu1"):
         assert override[name]["volumes"] == ["/srv/weights:/weights:ro"]
     # Every service it touches exists in the compose file.
     compose = load_yaml(ROOT / "docker-compose.yml")["services"]
     assert set(override) <= set(compose)
 
 
-@pytest.mark.parametrize(
-    ("metrics", "expected"),
-    [
-        ({'atelier_http_requests_total{method="POST",route="/v1/stylize",status="200"}': 3.0}, 3),
-        ({'atelier_http_requests_total{method="POST",route="/v1/stylize",status="503"}': 2.0}, 0),
-        ({'atelier_http_requests_total{method="POST",route="/v1/generate",status="200"}': 1.0}, 0),
-    ],
-)
-def test_answered_counts_only_successes_of_the_route(metrics, expected):
-    assert smoke.answered(metrics, "/v1/stylize") == expected
+EXPOSITION = """\
+# HELP atelier_http_requests_total HTTP requests answered.
+# TYPE atelier_http_requests_total counter
+atelier_http_requests_total{key="anonymous",method="POST",route="/v1/stylize",status="200"} 3.0
+atelier_http_requests_total{key="ops, \\"night\\" shift",method="POST",route="/v1/stylize",status="200"} 2.0
+atelier_http_requests_total{key="",method="POST",route="/v1/stylize",status="503"} 4.0
+atelier_http_requests_total{key="anonymous",method="POST",route="/v1/generate",status="200"} 1.0
+atelier_http_requests_total{key="anonymous",method="GET",route="/v1/stylize/x",status="200"} 7.0
+# HELP atelier_http_requests_in_flight Requests being served.
+# TYPE atelier_http_requests_in_flight gauge
+atelier_http_requests_in_flight 2.0
+"""
+
+
+def test_metrics_are_parsed_whatever_the_label_values():
+    samples = smoke.parse_metrics(EXPOSITION)
+    # Only 200s of that exact route, for every key (a value with a comma, a space and
+    # escaped quotes included) and in any label order.
+    assert smoke.answered(samples, "/v1/stylize") == 5
+    assert smoke.answered(samples, "/v1/generate") == 1
+    assert smoke.answered(samples, "/v1/none") == 0
+    assert smoke.metric(samples, "atelier_http_requests_in_flight") == 2
+    assert smoke.metric(samples, "atelier_http_requests_total", status="503") == 4
+
+
+def test_pips_missing_distribution_is_read_without_its_marker():
+    output = (
+        "ERROR: Could not find a version that satisfies the requirement async-timeout>=4.0.3; "
+        'python_full_version < "3.11.3" (from redis[hiredis]) (from versions: none)\n'
+        "ERROR: No matching distribution found for async-timeout>=4.0.3; "
+        'python_full_version < "3.11.3"\n'
+    )
+    assert smoke._NOT_FOUND.findall(output) == ["async-timeout>=4.0.3"]
+
+
+class _HeldBodyServer(threading.Thread):
+    """Accepts one HTTP/1.1 request and notes when each part of its body arrived."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.head = b""
+        self.arrivals: list[tuple[float, int]] = []  # (time, bytes of body so far)
+
+    def run(self) -> None:
+        connection, _ = self.sock.accept()
+        with connection:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                data += connection.recv(65536)
+            self.head, _, body = data.partition(b"\r\n\r\n")
+            length = int(re.search(rb"content-length: (\d+)", self.head, re.I)[1])
+            if body:
+                self.arrivals.append((time.monotonic(), len(body)))
+            while len(body) < length:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    break
+                body += chunk
+                self.arrivals.append((time.monotonic(), len(body)))
+            self.body = body
+            connection.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+
+
+def test_held_upload_sends_half_its_body_then_waits_for_the_release():
+    server = _HeldBodyServer()
+    server.start()
+    samples = smoke.Samples(b"c" * 50_000, b"s" * 50_000, (10, 10))
+    release, result = threading.Event(), {}
+    uploader = threading.Thread(
+        target=smoke.held_upload,
+        args=(f"http://127.0.0.1:{server.port}", samples, release, result),
+    )
+    uploader.start()
+    deadline = time.monotonic() + 30
+    while not server.arrivals and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # time enough for more of the body to come, if it were sent
+    held = server.arrivals[-1][1]
+    released_at = time.monotonic()
+    release.set()
+    uploader.join(timeout=30)
+    server.join(timeout=30)
+    head = server.head.decode().lower()
+    assert "transfer-encoding" not in head  # a Content-Length body, as a browser sends
+    total = int(re.search(r"content-length: (\d+)", head)[1])
+    assert 0 < held < total
+    # Nothing past the first half before the release; the whole body after it.
+    assert all(size <= total // 2 for at, size in server.arrivals if at < released_at)
+    assert len(server.body) == total
+    assert result["response"].status_code == 200
