@@ -19,12 +19,14 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -74,12 +76,12 @@ class Lifecycle:
         self.in_flight = 0
         #: set once draining begins (event streams end so clients reconnect elsewhere)
         self.drain_started = asyncio.Event()
-        self._hooks: list[Callable[[], Awaitable[None]]] = []
-        self._work: list[asyncio.Task] = []
+        self._hooks: list[Callable[[], Coroutine[Any, Any, None]]] = []
+        self._work: list[asyncio.Task[None]] = []
         #: the app's event loop (``lifespan`` sets it): drain work starts there
         self.loop: asyncio.AbstractEventLoop | None = None
 
-    def on_drain(self, hook: Callable[[], Awaitable[None]]) -> None:
+    def on_drain(self, hook: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """Run ``hook`` (e.g. the job runner's drain) when draining begins."""
         self._hooks.append(hook)
 
@@ -113,7 +115,7 @@ class Lifecycle:
         self.draining = True
 
     def _start_drain_work(self) -> None:
-        if self.drain_started.is_set():
+        if self.drain_started.is_set() or self.loop is None:
             return
         self.drain_started.set()
         self._work = [self.loop.create_task(hook()) for hook in self._hooks]
@@ -193,7 +195,7 @@ class RequestContextMiddleware:
                 },
             )
 
-    def _reject_early(self, scope: Scope, headers: Headers):
+    def _reject_early(self, scope: Scope, headers: Headers) -> JSONResponse | None:
         if (
             self.lifecycle.draining
             and scope["method"] == "POST"

@@ -36,11 +36,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
+from weakref import WeakKeyDictionary
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.server import ServerState
 
 from service.errors import HeaderTimeout, HeaderTooLarge, ServiceError
 
@@ -65,11 +69,23 @@ _HEAD_TOO_LARGE_RESPONSE = _bare_response(
 _HEAD_END = b"\r\n\r\n"
 
 
+@dataclass
+class _Exempt:
+    """The connections and tasks of one server that count no more (event streams)."""
+
+    connections: set[Any] = field(default_factory=set)
+    tasks: set[Any] = field(default_factory=set)
+
+
+#: per uvicorn server (its ``ServerState``): what is exempted from its connection cap
+_EXEMPT: WeakKeyDictionary[ServerState, _Exempt] = WeakKeyDictionary()
+
+
 class _Uncounted:
     """One of uvicorn's shared sets (connections or tasks) whose ``len()`` leaves out the
     members exempted from the connection cap; everything else passes through."""
 
-    def __init__(self, members: set, exempt: set) -> None:
+    def __init__(self, members: set[Any], exempt: set[Any]) -> None:
         self.members = members
         self.exempt = exempt
 
@@ -83,7 +99,7 @@ class _Uncounted:
     def __len__(self) -> int:
         return len(self.members) - sum(1 for item in self.exempt if item in self.members)
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Any]:
         return iter(self.members)
 
     def __contains__(self, item: Any) -> bool:
@@ -106,29 +122,32 @@ class HeadTimeoutProtocol(H11Protocol):
         self._late_body_timer: asyncio.TimerHandle | None = None
         self._head_bytes = 0
         self._head_tail = b""
-        state = self.server_state
-        if not hasattr(state, "exempt_connections"):
-            state.exempt_connections, state.exempt_tasks = set(), set()
-        self.connections = _Uncounted(state.connections, state.exempt_connections)
-        self.tasks = _Uncounted(state.tasks, state.exempt_tasks)
+        self._exempt = _EXEMPT.setdefault(self.server_state, _Exempt())
+        # uvicorn reads len() of these to apply limit_concurrency; the views leave out
+        # the exempted streams (same members, same add/discard)
+        self._all_tasks = self.server_state.tasks
+        self.connections = _Uncounted(  # type: ignore[assignment]
+            self.server_state.connections, self._exempt.connections
+        )
+        self.tasks = _Uncounted(self._all_tasks, self._exempt.tasks)  # type: ignore[assignment]
 
-    def _exempt(self, task: asyncio.Task) -> None:
+    def _leave_cap(self, task: asyncio.Task[None]) -> None:
         """Called by the app: this request (an event stream) leaves the connection cap."""
-        self.server_state.exempt_connections.add(self)
-        self.server_state.exempt_tasks.add(task)
-        task.add_done_callback(self.server_state.exempt_tasks.discard)
+        self._exempt.connections.add(self)
+        self._exempt.tasks.add(task)
+        task.add_done_callback(self._exempt.tasks.discard)
 
     def handle_events(self) -> None:
         starting = self.conn.their_state is h11.IDLE  # a new request may begin here
-        before = set(self.tasks.members) if starting else None
+        before = set(self._all_tasks) if starting else None
         super().handle_events()
         if before is None:
             return
-        started = self.tasks.members - before  # the task uvicorn made for the request
+        started = self._all_tasks - before  # the task uvicorn made for the request
         scope = getattr(self, "scope", None)
         if len(started) == 1 and scope is not None:
             (task,) = started
-            scope["state"]["exempt_from_connection_cap"] = lambda: self._exempt(task)
+            scope["state"]["exempt_from_connection_cap"] = lambda: self._leave_cap(task)
 
     def _head_too_large(self, data: bytes) -> bool:
         """Count the head's bytes in ``data`` (the head ends at its blank line)."""
@@ -160,13 +179,13 @@ class HeadTimeoutProtocol(H11Protocol):
             self._disarm_head_timer()  # the head is complete: the request is the app's now
 
     def on_response_complete(self) -> None:
-        self.server_state.exempt_connections.discard(self)
+        self._exempt.connections.discard(self)
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
             self._late_body_timer = self.loop.call_later(self.timeout_keep_alive, self._late_body)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.server_state.exempt_connections.discard(self)
+        self._exempt.connections.discard(self)
         self._disarm_head_timer()
         if self._late_body_timer is not None:
             self._late_body_timer.cancel()

@@ -29,12 +29,18 @@ import sys
 import time
 from functools import partial
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import uvicorn
+from fastapi import FastAPI
+from starlette.types import ASGIApp
 
 from service.cli.settings import add_setting_flags, settings_from_args
 from service.config import Settings
 from service.protocol import HeadTimeoutProtocol
+
+if TYPE_CHECKING:
+    from service.app import Lifecycle
 
 logger = logging.getLogger("atelier.serve")
 
@@ -103,7 +109,7 @@ class DrainingServer(uvicorn.Server):
     def __init__(
         self,
         config: uvicorn.Config,
-        lifecycle,
+        lifecycle: Lifecycle,
         *,
         drain_timeout_s: float,
         drain_grace_s: float = 0.0,
@@ -129,20 +135,22 @@ class DrainingServer(uvicorn.Server):
                 return await super().on_tick(counter)
             self._lifecycle.begin_drain()
             drained = self._lifecycle.in_flight == 0 and not self._lifecycle.busy
-            if drained or time.monotonic() >= self._drain_deadline:
+            deadline = self._drain_deadline or 0.0
+            if drained or time.monotonic() >= deadline:
                 logger.info("drain over; closing the listening sockets", extra={"drained": drained})
                 self.should_exit = True
         return await super().on_tick(counter)
 
 
-def uvicorn_config(app, settings: Settings) -> uvicorn.Config:
+def uvicorn_config(app: ASGIApp, settings: Settings) -> uvicorn.Config:
     """The uvicorn configuration for ``settings``: address, timeouts, connection cap."""
     return uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
-        http=partial(HeadTimeoutProtocol, header_timeout_s=settings.header_timeout_s),
-        timeout_keep_alive=settings.keep_alive_timeout_s,
+        # uvicorn calls ``http`` as a protocol class; a partial of one works as one
+        http=partial(HeadTimeoutProtocol, header_timeout_s=settings.header_timeout_s),  # type: ignore[arg-type]
+        timeout_keep_alive=settings.keep_alive_timeout_s,  # type: ignore[arg-type]
         limit_concurrency=settings.max_connections,
         log_level=settings.log_level,
         access_log=False,  # the app writes one structured line per request
@@ -161,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def serve_app(app, settings: Settings) -> None:
+def serve_app(app: FastAPI, settings: Settings) -> None:
     """Serve ``app`` under uvicorn with the drain on stop signals and the keys file
     re-read on SIGHUP (``atelier serve``, ``atelier worker``)."""
     server = DrainingServer(

@@ -134,8 +134,7 @@ class JobRecord:
         values: dict[str, Any] = {}
         for f in fields(cls):
             text = data.get(f.name, "")
-            parse: Callable[[str], Any] = _PARSE.get(f.name, _text)
-            values[f.name] = parse(text)
+            values[f.name] = _PARSE.get(f.name, _text)(text)
         if values["parameters"] is None:
             values["parameters"] = {}
         return cls(**values)
@@ -161,7 +160,7 @@ def _json(text: str) -> Any:
     return json.loads(text) if text else None
 
 
-_PARSE = {
+_PARSE: dict[str, Callable[[str], Any]] = {
     **dict.fromkeys(("parts", "step", "total", "attempts", "input_bytes", "result_bytes"), _count),
     **dict.fromkeys(("started_at", "finished_at", "deadline_at"), _optional_time),
     **dict.fromkeys(("worker", "idempotency_key"), _optional_text),

@@ -30,6 +30,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from service.errors import InternalError, ResultTooLarge, ServiceError
 from service.jobs.records import (
@@ -69,11 +70,11 @@ class _Running:
     model: str
     priority: str
     parts: int
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     progress: Progress | None = None
     write_pending: bool = False
     last_write: float = 0.0
-    watchers: list[asyncio.Task] = field(default_factory=list)
+    watchers: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 class JobRunner:
@@ -114,7 +115,7 @@ class JobRunner:
         self.max_result_bytes = max_result_bytes
         self._running: dict[str, _Running] = {}
         self._claiming = False
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self._room = {model: asyncio.Event() for model in self.pools}
 
     @property
@@ -122,7 +123,7 @@ class JobRunner:
         """The ids of the jobs this worker runs now."""
         return list(self._running)
 
-    def details(self) -> dict[str, dict]:
+    def details(self) -> dict[str, dict[str, Any]]:
         return {name: pool.details for name, pool in self.pools.items()}
 
     async def start(self) -> None:
@@ -243,7 +244,7 @@ class JobRunner:
         await self._finish(job_id, SUCCEEDED, result=data)  # the store sets step = total
         return SUCCEEDED
 
-    async def _finish(self, job_id: str, state: str, **outcome) -> None:
+    async def _finish(self, job_id: str, state: str, **outcome: Any) -> None:
         """Write the outcome, retrying while the store is away (the lease keeps the job
         ours meanwhile; if it runs out, another worker reruns the job and the first
         outcome written wins)."""
@@ -266,7 +267,7 @@ class JobRunner:
                 if await asked.wait(self.lease_s / 3):
                     with contextlib.suppress(StoreUnavailable):
                         record = await self.store.get(job_id)
-                        if record is None or record.cancel_requested:
+                        if (record is None or record.cancel_requested) and running.task:
                             running.task.cancel(ASKED)
                             return
 

@@ -39,7 +39,7 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -50,7 +50,9 @@ from service.jobs.store import Delivery, JobStore, StoreUnavailable
 
 logger = logging.getLogger("atelier.jobs.webhooks")
 
-EVENTS = ("completed", "progress")
+#: The events a webhook may ask for.
+WebhookEvent = Literal["completed", "progress"]
+EVENTS: tuple[str, ...] = get_args(WebhookEvent)
 
 #: ``(host, port) -> addresses`` (tests pass their own to stand in for DNS).
 Resolver = Callable[[str, int], Awaitable[list[str]]]

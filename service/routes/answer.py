@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,9 @@ def fingerprint(*parts: bytes | str) -> str:
     return digest.hexdigest()
 
 
-async def check_webhook(url: str | None, events: list[str] | None, settings: Settings):
+async def check_webhook(
+    url: str | None, events: Sequence[str] | None, settings: Settings
+) -> dict[str, Any] | None:
     """The job's webhook field, or a 422 naming why the target is refused."""
     if url is None:
         if events:

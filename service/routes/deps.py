@@ -21,7 +21,8 @@ from service.jobs.store import JobStore
 
 
 async def app_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    settings: Settings = request.app.state.settings
+    return settings
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
@@ -42,16 +43,19 @@ def remaining_seconds(request: Request, settings: Settings) -> float:
 
 
 async def job_store(request: Request) -> JobStore:
-    return request.app.state.store
+    store: JobStore = request.app.state.store
+    return store
 
 
 async def catalog(request: Request) -> ModelCatalog:
-    return request.app.state.catalog
+    models: ModelCatalog = request.app.state.catalog
+    return models
 
 
 async def caller(request: Request) -> Caller:
     """The key the request came with (``service.app``'s middleware sets it)."""
-    return request.state.caller
+    who: Caller = request.state.caller
+    return who
 
 
 StoreDep = Annotated[JobStore, Depends(job_store)]

@@ -8,14 +8,14 @@ cost (steps x images) is over ``max_image_steps`` is refused with 422.
 from __future__ import annotations
 
 import base64
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, get_args
 
 from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
 from service.errors import ValidationFailed, error_responses
-from service.jobs.webhooks import EVENTS
+from service.jobs.webhooks import WebhookEvent
 from service.jobs.work import GenerateWork
 from service.routes.answer import Submission, answer, check_webhook, fingerprint
 from service.routes.deps import (
@@ -27,8 +27,6 @@ from service.routes.deps import (
 )
 
 router = APIRouter(prefix="/v1", tags=["generate"])
-
-WebhookEvent = Literal[EVENTS]
 
 
 class GenerateRequest(BaseModel):
@@ -95,7 +93,7 @@ class GenerateResponse(BaseModel):
     guidance_scale: float
     sampler: str
     plan_layout: bool
-    parameters: dict = Field(
+    parameters: dict[str, Any] = Field(
         description="How the images were made (also in each PNG's text chunks): prompt, "
         "negative_prompt, steps, guidance_scale, sampler, plan_layout, model, "
         "checkpoint_sha256; each PNG's own chunks add its seed."

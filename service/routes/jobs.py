@@ -15,7 +15,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -58,7 +58,7 @@ class ResultCache:
         self.max_bytes = max_bytes
         self._held: OrderedDict[str, bytes] = OrderedDict()
         self._bytes = 0
-        self._building: dict[str, asyncio.Future] = {}
+        self._building: dict[str, asyncio.Future[bytes | None]] = {}
 
     async def get(self, job_id: str, build: Callable[[], Awaitable[bytes | None]]) -> bytes | None:
         data = self._held.get(job_id)
@@ -178,7 +178,7 @@ async def cancel_job(job: JobDep, store: StoreDep) -> Response:
 
 
 class JobList(BaseModel):
-    jobs: list[dict] = Field(description="The key's recent async jobs, newest first.")
+    jobs: list[dict[str, Any]] = Field(description="The key's recent async jobs, newest first.")
 
 
 @router.get(

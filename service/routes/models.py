@@ -31,7 +31,7 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[\w.~+@%=-]+(?:/[\w.~+@%=-]+)*/?")
     summary="Models requested at startup and their state",
     responses=error_responses(401, 503),
 )
-async def list_models(request: Request) -> dict:
+async def list_models(request: Request) -> dict[str, Any]:
     """Each model requested here (``where: "here"``), then each model served (or once
     served) by workers elsewhere on the job store (``where: "workers"``)."""
     local = request.app.state.model_status
@@ -74,7 +74,7 @@ def public_status(status: dict[str, Any], folders: Sequence[Path]) -> dict[str, 
             return _ABSOLUTE_PATH.sub(lambda match: Path(match.group()).name or "/", value)
         return value
 
-    public = clean(status)
+    public: dict[str, Any] = clean(status)
     if hashes:
         public.setdefault("details", {})["sha256"] = hashes
     return public

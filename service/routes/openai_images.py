@@ -37,7 +37,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from service.errors import ErrorBody, ServiceError, error_responses
 from service.routes.deps import CatalogDep, IdempotencyKey, RateLimited, SettingsDep
-from service.routes.generate import GenerateRequest, generate
+from service.routes.generate import GenerateRequest, GenerateResponse, generate
 
 #: OpenAI request fields that are accepted (typed as OpenAI types them) and do nothing here.
 IGNORED_FIELDS = (
@@ -59,7 +59,7 @@ class InvalidParameter(ServiceError):
 
     status_code, code = 400, "invalid_parameter"
 
-    def __init__(self, message: str, *, param: str | None = None, **kwargs) -> None:
+    def __init__(self, message: str, *, param: str | None = None, **kwargs: Any) -> None:
         super().__init__(f"{param}: {message}" if param else message, **kwargs)
         self.param = param
 
@@ -243,6 +243,7 @@ async def create_images(
         idempotency_key=idempotency_key,
         accept=None,
     )
+    assert isinstance(answer, GenerateResponse)  # no Accept: image/png, no Prefer here
     return ImagesResponse(
         created=int(time.time()),
         data=[
