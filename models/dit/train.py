@@ -270,7 +270,14 @@ class Trainer:
         self.ema.load_state_dict(self.model.state_dict())
 
     def resume(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        """Restore a state written by :meth:`save`, whatever device this run is on.
+
+        The file is read onto the CPU: the data-stream generator is a CPU generator, whose
+        state (a ByteTensor) must stay there (``map_location=<cuda>`` would move it and
+        ``Generator.set_state`` would refuse it); the weights and the optimizer state are
+        copied to the model's device by ``load_state_dict``.
+        """
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def export(self, path: str | Path, **info: object) -> Path:
         """Save the EMA weights as an inference checkpoint (safetensors + config)."""
