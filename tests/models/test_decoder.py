@@ -116,3 +116,15 @@ def test_forward_is_the_published_layer_sequence(level):
     features = torch.rand(2, level_channels(level), 4, 5, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(decoder(features), decoder.layers(features.clone()))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_folded_affine_reads_nothing_back(rows):
+    from models.devices import HostReads
+
+    decoder = Decoder("relu2_1").eval()
+    features = torch.rand(3, level_channels("relu2_1"), 5, 6)
+    scale, shift = torch.rand(rows, features.shape[1]) + 0.5, torch.randn(rows, features.shape[1])
+    with torch.no_grad(), HostReads() as reads:
+        decoder.forward_affine(features, scale, shift)
+    assert reads.names == []
