@@ -16,6 +16,7 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.presets import (
+    PRESETS,
     detail_band,
     get_preset,
     matched_detail,
@@ -436,6 +438,18 @@ class StyleTransfer(nn.Module):
             preset="quality",
             control=None if control is None else _offset(control, len(levels), passes),
         )
+
+    def warm_up(self) -> float:
+        """Stylise one small image with each preset, so that the first request does not
+        pay for lazy initialisation (CUDA context, cuDNN's algorithm choice, the
+        allocator's pools); returns the seconds it took."""
+        start = time.perf_counter()
+        generator = torch.Generator().manual_seed(0)
+        content = torch.rand(1, 3, 64, 64, generator=generator)
+        style = torch.rand(1, 3, 64, 64, generator=generator)
+        for name in PRESETS:
+            self.stylize(content, [style], preset=name)
+        return time.perf_counter() - start
 
     @staticmethod
     def _check_arguments(

@@ -395,3 +395,15 @@ def test_stylize_reads_nothing_back_per_pass(model, alpha):
             model.stylize(content, [style], levels=levels, alpha=alpha)
         counts.append(reads.count)
     assert counts[0] == counts[1], counts
+
+
+def test_warm_up_stylises_once_per_preset(model, monkeypatch):
+    from models.adain.presets import PRESETS
+
+    calls = []
+    original = model.stylize
+    monkeypatch.setattr(
+        model, "stylize", lambda *a, **k: calls.append(k["preset"]) or original(*a, **k)
+    )
+    assert model.warm_up() > 0
+    assert calls == list(PRESETS)
