@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import json
+from collections.abc import Mapping
+from pathlib import Path
 
 from torch import Tensor
 
@@ -50,3 +53,18 @@ def chosen(name: str, x: Tensor) -> bool:
     """Whether the kernel ``name`` should serve a call on ``x``: ``x`` is on CUDA, the
     kernel is in :data:`MEASURED_WINS` and Triton is installed."""
     return x.is_cuda and name in MEASURED_WINS and triton_available()
+
+
+def unbacked_entries(table: Mapping[str, str], root: Path) -> list[str]:
+    """The entries of ``table`` (like :data:`MEASURED_WINS`) that their result file, under
+    ``root`` (the repository), does not back: an unknown kernel name, a missing file, or a
+    file whose ``norms.wins`` does not say true for the name."""
+    unbacked = []
+    for name, file in table.items():
+        path = root / file
+        wins = (
+            json.loads(path.read_text()).get("norms", {}).get("wins", {}) if path.is_file() else {}
+        )
+        if name not in KERNELS or wins.get(name) is not True:
+            unbacked.append(name)
+    return unbacked
