@@ -427,9 +427,9 @@ class StyleTransfer(nn.Module):
         output = restore_detail(output, detail)
         if not detail_levels:
             return output
-        return self.stylize(
+        return self.stylize(  # the caller's styles: their cache keys hash the host copy
             output,
-            [kept_rows(style) for style in original_styles],
+            [kept_rows(style) for style in given_styles],
             style_weights=style_weights,
             alpha=alpha,
             preserve_color=preserve_color,
