@@ -21,8 +21,9 @@ Sections (keys of the JSON):
   and ``wins`` (faster than eager on every shape), the figure the dispatch table needs.
   Without CUDA: eager and ``torch.compile`` (inductor's C++ backend) only.
 - ``adain``: images/s of the AdaIN passes (the paper's single relu3_1 pass, the
-  ``quality`` and ``realtime`` presets) at 512 and 1024 px, batch 1, 8 and 32, with peak
-  memory, and the difference from the CPU's result for the same inputs. VGG weights
+  ``quality`` and ``realtime`` presets) at 512 and 1024 px, batch 1, 8 and 32, from host
+  tensors to host tensors as the service runs them, with peak memory; the syncs of one
+  call per pass; the difference from the CPU's result for the same inputs. VGG weights
   from ``ATELIER_WEIGHTS_DIR`` when present, else random weights of the same shapes.
 - ``dit``: images/s of ``TextToImage.generate`` with the repository's checkpoint (a
   tiny random one with ``--quick``) at batch 1, 8 and 32 (auto precision),
@@ -50,6 +51,7 @@ import asyncio
 import datetime
 import io
 import json
+import math
 import os
 import platform
 import statistics
@@ -111,6 +113,30 @@ class Check:
                 fn()
                 times.append((time.perf_counter() - begin) * 1e3)
         return statistics.median(times)
+
+    def time_interleaved(
+        self, fns: dict[str, Callable[[], object]], repeats: int, sample_ms: float = 5.0
+    ) -> dict[str, float]:
+        """Median milliseconds per call of each of ``fns``, measured side by side: every
+        repeat times one block of each in turn, the order rotating, so a busy machine
+        slows all alike. A block is enough calls to last about ``sample_ms``."""
+        calls = {}
+        for name, fn in fns.items():  # warm-up, and the block size
+            self.sync()
+            begin = time.perf_counter()
+            fn()
+            self.sync()
+            calls[name] = max(1, min(100, int(sample_ms / 1e3 / (time.perf_counter() - begin))))
+        names = list(fns)
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for repeat in range(repeats):
+            shift = repeat % len(names)
+            for name in names[shift:] + names[:shift]:
+                block = calls[name]
+                times[name].append(
+                    self.time_ms(lambda n=name, k=block: [fns[n]() for _ in range(k)], 1, 0) / block
+                )
+        return {name: statistics.median(values) for name, values in times.items()}
 
     def peak_memory_reset(self) -> None:
         if self.cuda:
@@ -422,26 +448,28 @@ def section_norms(check: Check, ceiling_gbs: float | None) -> dict:
     compile_reason = "skipped in --quick" if check.quick else None
     repeats = 3 if check.quick else 20
     gen = torch.Generator().manual_seed(2)
-    rows, compiled = [], {}
-    budget_end = time.monotonic() + (60 if check.quick else 240)
+    rows = []
+    # compiling is slow: keep a GPU run within its minutes (the CPU figures may take long)
+    budget_end = time.monotonic() + (60 if check.quick else 240 if check.cuda else math.inf)
     for case in _kernel_cases(check):
         inputs = case["make"](dtype, gen)
         eager_out = case["eager"](*inputs)
         moved = case["bytes"](inputs, eager_out)
         row = {"name": case["name"], "shape": list(case["shape"]), "dtype": str(dtype)[6:]}
-        row["eager_ms"] = check.time_ms(lambda c=case, i=inputs: c["eager"](*i), repeats)
+        sides = {"eager": lambda c=case, i=inputs: c["eager"](*i)}
         if kernels_reason is None:
-            row["kernel_ms"] = check.time_ms(lambda c=case, i=inputs: c["kernel"](*i), repeats)
+            sides["kernel"] = lambda c=case, i=inputs: c["kernel"](*i)
         if compile_reason is None and time.monotonic() > budget_end:
             compile_reason = "time budget of the section spent"
         if compile_reason is None:
-            key = (case["name"], tuple(case["shape"]))
-            compiled[key] = torch.compile(case["eager"], dynamic=False)
+            compiled = torch.compile(case["eager"], dynamic=False)
             begin = time.perf_counter()
-            compiled[key](*inputs)
+            compiled(*inputs)
             check.sync()
             row["compile_s"] = round(time.perf_counter() - begin, 1)
-            row["compiled_ms"] = check.time_ms(lambda f=compiled[key], i=inputs: f(*i), repeats)
+            sides["compiled"] = lambda f=compiled, i=inputs: f(*i)
+        for side, ms in check.time_interleaved(sides, repeats).items():
+            row[f"{side}_ms"] = ms
         for side in ("eager", "kernel", "compiled"):
             if f"{side}_ms" in row:
                 gbs = moved / (row[f"{side}_ms"] / 1e3) / 1e9
@@ -504,17 +532,16 @@ def section_adain(check: Check) -> dict:
     repeats = 1 if check.quick else 3
     gen = torch.Generator().manual_seed(3)
     style = torch.rand(1, 3, 256, 256, generator=gen)
-    style_on = style.to(check.device)
     rows = []
     for size in sizes:
         photos = torch.rand(max(batches), 3, size, size, generator=gen)
         for name, options in ADAIN_PASSES.items():
             for batch in batches:
-                content = photos[:batch].to(check.device)
+                content = photos[:batch]  # on the host, as the service hands it over
                 check.peak_memory_reset()
                 try:
                     ms = check.time_ms(
-                        lambda c=content, o=options: model.stylize(c, [style_on], **o),
+                        lambda c=content, o=options: model.stylize(c, [style], **o).cpu(),
                         repeats,
                         warmup=0 if check.quick else 1,
                     )
@@ -533,6 +560,12 @@ def section_adain(check: Check) -> dict:
                     }
                 )
     result = {"weights": weights, "dtype": model.describe()["dtype"], "runs": rows}
+    # syncs of one call per pass (batch 2; a GPU's, and the host reads on any device)
+    content = photos[:2]
+    result["syncs_per_call"] = {
+        name: count_syncs(check, lambda o=options: model.stylize(content, [style], **o))
+        for name, options in ADAIN_PASSES.items()
+    }
     if check.cuda:  # the same inputs on the CPU (float32), one image per pass
         cpu_model, _ = _style_transfer(torch.device("cpu"), fast=False)
         content = torch.rand(1, 3, 512, 512, generator=gen)
