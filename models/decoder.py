@@ -90,41 +90,52 @@ class Decoder(nn.Module):
     def forward_affine(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
         """``self(features * scale + shift)`` for a per-(sample, channel) affine.
 
-        With one affine for the whole batch (``scale``/``shift`` of batch 1, or a batch of
-        one image) the affine is folded into the first convolution instead of writing the
-        transformed features. Reflection padding commutes with a per-channel affine, so
-        with the first conv's weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
+        On the CPU, and for one affine shared by the batch anywhere, the affine is folded
+        into the first convolution instead of writing the transformed features.
+        Reflection padding commutes with a per-channel affine, so with the first conv's
+        weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
 
         .. math:: W'_{oc} = W_{oc}\\,a_c, \\qquad b'_o = b_o + \\sum_{c,k} W_{ock}\\,t_c
 
-        for scale ``a`` and shift ``t``. With one affine per image the transformed map is
-        written once and the batch goes through one convolution: a convolution per image
-        with its own folded weight was slower on the CPU (one batched conv has better
-        arithmetic intensity), and deciding between the two by comparing the rows' affines
-        would read them back to the host (a GPU sync per pass).
+        for scale ``a`` and shift ``t``: one folded convolution per image (or one for the
+        batch when ``scale``/``shift`` have batch 1). On a GPU, with one affine per image,
+        the transformed map is written once and the batch goes through one convolution
+        (one launch instead of one per image). Neither reads anything back to the host:
+        the rows are never compared (the earlier check that they were equal was two GPU
+        syncs per pass).
 
         Shape:
             - features: ``(B, C_level, h, w)``; scale, shift: ``(1 or B, C_level)``.
             - output: as :meth:`forward`.
         """
         self._check(features)
-        if features.shape[0] > 1 and scale.shape[0] > 1:
-            view = (*scale.shape, 1, 1)
-            transformed = torch.addcmul(
-                shift.view(view), features.to(scale.dtype), scale.view(view)
-            ).to(features.dtype)
-            return self(transformed)
+        per_image = features.shape[0] > 1 and scale.shape[0] > 1
+        if per_image and features.device.type != "cpu":
+            return self.affine_then_decode(features, scale, shift)
         conv, rest = self.layers[1], self.layers[2:]
         first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
+        inputs = features if first_is_last else self.layers[0](features)  # _to_rgb pads itself
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)
-        a, t = scale[0].to(dtype), shift[0].to(dtype)
-        folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
-        folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
-        if first_is_last:  # _to_rgb pads itself
-            return self._to_rgb(features, folded_weight, folded_bias)
-        output = F.conv2d(self.layers[0](features), folded_weight, folded_bias)
-        return self._to_rgb(rest[:-2](output))
+        rows = [slice(b, b + 1) for b in range(features.shape[0])] if per_image else [slice(None)]
+        outputs = []
+        for row in rows:
+            a, t = scale[row][0].to(dtype), shift[row][0].to(dtype)
+            folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
+            folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
+            if first_is_last:
+                outputs.append(self._to_rgb(inputs[row], folded_weight, folded_bias))
+            else:
+                outputs.append(F.conv2d(inputs[row], folded_weight, folded_bias))
+        output = torch.cat(outputs) if per_image else outputs[0]
+        return output if first_is_last else self._to_rgb(rest[:-2](output))
+
+    def affine_then_decode(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+        """``self(features * scale + shift)`` with the transformed map written (the GPU's
+        form of :meth:`forward_affine`: one batched convolution)."""
+        view = (*scale.shape, 1, 1)
+        transformed = torch.addcmul(shift.view(view), features.to(scale.dtype), scale.view(view))
+        return self(transformed.to(features.dtype))
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:
         """Load a Sequential-index checkpoint of exactly this layout."""

@@ -87,7 +87,9 @@ def test_folded_affine_equals_decoding_the_transformed_features(level, shared):
     with torch.no_grad():
         expected = decoder(features * scale[:, :, None, None] + shift[:, :, None, None])
         got = decoder.forward_affine(features, scale, shift)
+        written = decoder.affine_then_decode(features, scale, shift)  # the GPU's form
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(written, expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="decoder expects"):
         decoder.forward_affine(features[:, :1], scale, shift)
 
