@@ -47,10 +47,10 @@ PLAN_STREAM = 0x1A70
 EMPTY_CANVAS = -1.0
 #: How far bfloat16-autocast images may stray from float32 ones (:func:`agreement`, in
 #: ``[0, 1]`` pixel units): the mean difference, and the share of pixel values more than
-#: 0.1 apart. A largest difference would not do: a pixel on a shape's edge may flip (0.88
-#: in one case) while the image looks the same. Measured on the CPU with the shapes32
-#: checkpoint, 4 prompts, DDPM and DPM-Solver++(2M) at 10 and 25 steps: mean 0.0007 to
-#: 0.0010, share 0 to 0.00016; ``benchmarks/gpu_check.py`` measures CUDA against it.
+#: 0.1 apart. A largest difference would not do: a pixel on a shape's edge may flip (0.98
+#: in the run below) while the image looks the same. Measured on the CPU with the shapes32
+#: checkpoint, 8 prompts, 25 DDPM steps (``benchmarks/gpu_check.py --device cpu
+#: --sections dit``): mean 0.00075, share 0.00004; the GPU check measures CUDA against it.
 BF16_TOLERANCE = {"mean_abs": 0.005, "share_over_0.1": 0.001}
 
 
