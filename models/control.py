@@ -49,6 +49,27 @@ def take_rows(value: Any, rows: Tensor) -> Any:
     return value
 
 
+def concat_rows(values: Sequence[Any]) -> Any:
+    """Batches stacked along their rows, the inverse of :func:`take_rows`.
+
+    Tensors are concatenated along dim 0; tuples and named tuples item by item; a type
+    with a ``concat_rows(values)`` classmethod (e.g.
+    :class:`~models.text_encoder.TextCondition`, which pads its tokens) does it itself.
+
+    Raises:
+        TypeError: for values that have no rows (numbers, ``None``).
+    """
+    first = values[0]
+    if hasattr(type(first), "concat_rows"):
+        return type(first).concat_rows(values)
+    if isinstance(first, Tensor):
+        return torch.cat(list(values))
+    if isinstance(first, tuple):
+        items = [concat_rows(parts) for parts in zip(*values, strict=True)]
+        return type(first)(*items) if hasattr(first, "_fields") else tuple(items)
+    raise TypeError(f"cannot stack the rows of {type(first).__name__}")
+
+
 def wanted_rows(control: StepControl | None, done: int, total: int) -> Tensor | None:
     """Ask ``control``; ``None`` when every row is kept, else the kept rows as a tensor."""
     if control is None:

@@ -88,42 +88,54 @@ class Decoder(nn.Module):
         return self._to_rgb(self.layers[:-2](features))
 
     def forward_affine(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-        """``self(features * scale + shift)`` for a per-(sample, channel) affine, without
-        writing the transformed features: the affine is folded into the first
-        convolution. Reflection padding commutes with a per-channel affine, so with the
-        first conv's weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
+        """``self(features * scale + shift)`` for a per-(sample, channel) affine.
+
+        On the CPU, and for one affine shared by the batch anywhere, the affine is folded
+        into the first convolution instead of writing the transformed features.
+        Reflection padding commutes with a per-channel affine, so with the first conv's
+        weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
 
         .. math:: W'_{oc} = W_{oc}\\,a_c, \\qquad b'_o = b_o + \\sum_{c,k} W_{ock}\\,t_c
 
-        for scale ``a`` and shift ``t`` (one fold per sample; rows with equal affines
-        share one convolution).
+        for scale ``a`` and shift ``t``: one folded convolution per image (or one for the
+        batch when ``scale``/``shift`` have batch 1). On a GPU, with one affine per image,
+        the transformed map is written once and the batch goes through one convolution
+        (one launch instead of one per image). Neither reads anything back to the host:
+        the rows are never compared (the earlier check that they were equal was two GPU
+        syncs per pass).
 
         Shape:
             - features: ``(B, C_level, h, w)``; scale, shift: ``(1 or B, C_level)``.
             - output: as :meth:`forward`.
         """
         self._check(features)
+        per_image = features.shape[0] > 1 and scale.shape[0] > 1
+        if per_image and features.device.type != "cpu":
+            return self.affine_then_decode(features, scale, shift)
         conv, rest = self.layers[1], self.layers[2:]
         first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
         inputs = features if first_is_last else self.layers[0](features)  # _to_rgb pads itself
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)
-        batch = features.shape[0]
-        shared = scale.shape[0] == 1 or (
-            bool((scale == scale[:1]).all()) and bool((shift == shift[:1]).all())
-        )
-        rows = [slice(0, batch)] if shared else [slice(b, b + 1) for b in range(batch)]
+        rows = [slice(b, b + 1) for b in range(features.shape[0])] if per_image else [slice(None)]
         outputs = []
         for row in rows:
-            a, t = scale[row.start].to(dtype), shift[row.start].to(dtype)
+            a, t = scale[row][0].to(dtype), shift[row][0].to(dtype)
             folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
             folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
             if first_is_last:
                 outputs.append(self._to_rgb(inputs[row], folded_weight, folded_bias))
             else:
                 outputs.append(F.conv2d(inputs[row], folded_weight, folded_bias))
-        output = outputs[0] if shared else torch.cat(outputs)
+        output = torch.cat(outputs) if per_image else outputs[0]
         return output if first_is_last else self._to_rgb(rest[:-2](output))
+
+    def affine_then_decode(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
+        """``self(features * scale + shift)`` with the transformed map written (the GPU's
+        form of :meth:`forward_affine`: one batched convolution)."""
+        view = (*scale.shape, 1, 1)
+        transformed = torch.addcmul(shift.view(view), features.to(scale.dtype), scale.view(view))
+        return self(transformed.to(features.dtype))
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:
         """Load a Sequential-index checkpoint of exactly this layout."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 
 def device_list(spec: str = "auto") -> list[str]:
@@ -54,3 +55,90 @@ def _cpu_has_native_bf16() -> bool:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
         return False
+
+
+#: Precision names of training and inference: see :func:`autocast_dtype`.
+PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32).
+
+    ``"auto"``: bfloat16 where the device runs it natively (:func:`bf16_supported`), else
+    float32. ``"bf16"``: bfloat16, also on a CPU without native kernels (autocast
+    emulates it there, slower than float32).
+
+    Raises:
+        ValueError: an unknown precision, or ``"bf16"`` on a non-CPU device without
+            native bfloat16.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision == "fp32":
+        return None
+    native = bf16_supported(device)
+    if precision == "bf16" and not native and device.type != "cpu":
+        raise ValueError(f"bfloat16 autocast is not supported on {device}")
+    return torch.bfloat16 if native or precision == "bf16" else None
+
+
+def to_device(tensor: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None):
+    """``tensor`` on ``device`` (and in ``dtype``), without making the host wait.
+
+    A CPU tensor bound for a GPU goes through page-locked memory and is copied
+    asynchronously (a copy from pageable memory blocks the host until it is done); the
+    dtype conversion then runs on the device. Anything else is a plain ``.to``.
+    """
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        tensor = tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device=device, dtype=dtype)
+
+
+class HostReads(TorchFunctionMode):
+    """Counts, while active, the tensor operations that read values back to the host.
+
+    On a GPU each of them waits for the device to finish its queue (a sync): ``bool()``,
+    ``int()``, ``float()``, ``.item()``, ``.tolist()``, ``.numpy()``, ``.cpu()``,
+    ``.nonzero()`` and indexing with a boolean mask. On the CPU they cost nothing, but
+    counting them there shows where a GPU would wait; ``torch.cuda.set_sync_debug_mode``
+    is the check on a GPU (``benchmarks/gpu_check.py`` uses both).
+
+    >>> with HostReads() as reads:
+    ...     model(x)
+    >>> reads.names  # e.g. ['__bool__']
+    """
+
+    READS = frozenset(
+        {
+            "__bool__",
+            "__int__",
+            "__float__",
+            "__index__",
+            "item",
+            "tolist",
+            "numpy",
+            "cpu",
+            "nonzero",
+        }
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in self.READS or (name == "__getitem__" and _boolean_index(args)):
+            self.names.append(name)
+        return func(*args, **(kwargs or {}))
+
+    @property
+    def count(self) -> int:
+        return len(self.names)
+
+
+def _boolean_index(args: tuple) -> bool:
+    index = args[1] if len(args) > 1 else None
+    items = index if isinstance(index, tuple) else (index,)
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)

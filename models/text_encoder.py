@@ -36,6 +36,25 @@ class TextCondition(NamedTuple):
     def __len__(self) -> int:  # batch size, not the tuple length
         return self.pooled.shape[0]
 
+    @classmethod
+    def concat_rows(cls, conditions: Sequence[TextCondition]) -> TextCondition:
+        """The conditions' rows in one batch, tokens padded (zeros, mask False) to the
+        longest; a model that honours the mask sees each row as it was."""
+        length = max(c.tokens.shape[1] for c in conditions)
+
+        def padded(c: TextCondition) -> TextCondition:
+            extra = length - c.tokens.shape[1]
+            if extra == 0:
+                return c
+            return TextCondition(
+                c.pooled,
+                torch.nn.functional.pad(c.tokens, (0, 0, 0, extra)),
+                torch.nn.functional.pad(c.mask, (0, extra), value=False),
+            )
+
+        rows = [padded(c) for c in conditions]
+        return cls(*(torch.cat(parts) for parts in zip(*rows, strict=True)))
+
 
 class TextEncoder(Protocol):
     dim: int

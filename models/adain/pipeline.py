@@ -16,6 +16,7 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,18 +27,19 @@ from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.presets import (
+    PRESETS,
     detail_band,
     get_preset,
     matched_detail,
     restore_detail,
     scale_image,
 )
-from models.adain.stats import FeatureStats, StyleStatsCache
+from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
-from models.devices import bf16_supported
+from models.devices import bf16_supported, to_device
 from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
@@ -254,15 +256,28 @@ class StyleTransfer(nn.Module):
         image = image.to(self.device, self._compute_dtype())
         return image.contiguous(memory_format=torch.channels_last) if self.fast else image
 
-    def style_stats(self, style: Tensor, levels: Sequence[str]) -> dict[str, FeatureStats]:
-        """Statistics of a style image at ``levels``, from the cache when seen before."""
+    def style_stats(
+        self, style: Tensor, levels: Sequence[str], *, key: str | None = None
+    ) -> dict[str, FeatureStats]:
+        """Statistics of a style image at ``levels``, from the cache when seen before
+        (``key``: see :meth:`StyleStatsCache.get_or_compute`)."""
 
         def compute(image: Tensor, missing: list[str]) -> dict[str, FeatureStats]:
             features = self.encoder(self._prepare(image), missing)
             return {level: FeatureStats.of(features[level]) for level in missing}
 
         mode = f"{self.device}|fast={self.fast}"
-        return self.cache.get_or_compute(style, levels, mode, compute)
+        return self.cache.get_or_compute(style, levels, mode, compute, key=key)
+
+    def _host_key(self, given: Tensor, transform: str) -> str | None:
+        """The cache key of a style image bound for a GPU, hashed from the host copy the
+        caller gave (plus ``transform``, what was done to it on the device), so the
+        prepared image is never copied back to be hashed. ``None`` (hash the prepared
+        image, which is cheaper when smaller) when the model or the image is not split
+        between host and device."""
+        if self.device.type == "cpu" or given.device.type != "cpu" or self.cache.capacity == 0:
+            return None
+        return f"{content_key(given)}|{transform}"
 
     @torch.inference_mode()
     def stylize(
@@ -313,14 +328,16 @@ class StyleTransfer(nn.Module):
         if alpha == 0.0:
             levels = levels[-1:]  # every pass is anchored to the photo: only the last one shows
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
-        content = content.to(self.device, torch.float32)
+        given_styles = list(styles)
+        content = to_device(content, self.device, torch.float32)
         full_content, full_masks = content, masks
         content = preset.downscale(content)
         downscaled = content is not full_content
         if masks is not None and downscaled:
             masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
-        styles = [style.to(self.device, torch.float32) for style in styles]
+        styles = [to_device(style, self.device, torch.float32) for style in styles]
         original_styles = styles
+        scale = 1.0
         if downscaled:  # the style's textures at the photo's working scale
             scale = content.shape[-1] / full_content.shape[-1]
             styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
@@ -338,7 +355,11 @@ class StyleTransfer(nn.Module):
                 F.pad(mask.to(self.device, torch.float32), pad, mode="replicate") for mask in masks
             ]
         self._ready()
-        stats = [self.style_stats(style, levels) for style in styles]
+        transform = f"scale={scale!r}|luminance={preserve_color}"
+        stats = [
+            self.style_stats(style, levels, key=self._host_key(given, transform))
+            for style, given in zip(styles, given_styles, strict=True)
+        ]
         batch = content.shape[0]
         kept = torch.arange(batch)  # the input rows still in the batch
         detail_levels = preset.detail_levels if downscaled else ()
@@ -406,9 +427,9 @@ class StyleTransfer(nn.Module):
         output = restore_detail(output, detail)
         if not detail_levels:
             return output
-        return self.stylize(
+        return self.stylize(  # the caller's styles: their cache keys hash the host copy
             output,
-            [kept_rows(style) for style in original_styles],
+            [kept_rows(style) for style in given_styles],
             style_weights=style_weights,
             alpha=alpha,
             preserve_color=preserve_color,
@@ -417,6 +438,18 @@ class StyleTransfer(nn.Module):
             preset="quality",
             control=None if control is None else _offset(control, len(levels), passes),
         )
+
+    def warm_up(self) -> float:
+        """Stylise one small image with each preset, so that the first request does not
+        pay for lazy initialisation (CUDA context, cuDNN's algorithm choice, the
+        allocator's pools); returns the seconds it took."""
+        start = time.perf_counter()
+        generator = torch.Generator().manual_seed(0)
+        content = torch.rand(1, 3, 64, 64, generator=generator)
+        style = torch.rand(1, 3, 64, 64, generator=generator)
+        for name in PRESETS:
+            self.stylize(content, [style], preset=name)
+        return time.perf_counter() - start
 
     @staticmethod
     def _check_arguments(

@@ -2,7 +2,9 @@
 
 AdaIN only needs a style's first two moments per channel at each level, so a style
 image is reduced once to :class:`FeatureStats` per level and those are cached, keyed by
-a sha256 of the image's bytes (same pixels, same statistics, whatever the object).
+a sha256 of the image's bytes (same pixels, same statistics, whatever the object). The
+hash reads the image on the host: for a model on a GPU the caller computes the key from
+its host copy (``key=``), so the cache never copies an image back from the device.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def content_key(image: Tensor) -> str:
     """sha256 of an image tensor's shape, dtype and bytes (the cache key of its statistics)."""
     data = image.detach().to("cpu").contiguous()
     digest = hashlib.sha256(f"{tuple(data.shape)}|{data.dtype}|".encode())
-    digest.update(data.view(torch.uint8).numpy().tobytes())
+    digest.update(memoryview(data.view(torch.uint8).numpy()))  # no copy of the bytes
     return digest.hexdigest()
 
 
@@ -96,6 +98,8 @@ class StyleStatsCache:
         levels: Iterable[str],
         mode: str,
         compute: Callable[[Tensor, list[str]], dict[str, FeatureStats]],
+        *,
+        key: str | None = None,
     ) -> dict[str, FeatureStats]:
         """Statistics of ``image`` at ``levels``; only the missing levels are computed.
 
@@ -104,12 +108,15 @@ class StyleStatsCache:
             levels: feature levels wanted.
             mode: anything that changes the numbers (device, precision), part of the key.
             compute: ``compute(image, missing_levels) -> {level: FeatureStats}``.
+            key: the image's content key when the caller has it (e.g. hashed from the
+                host copy of an image now on a GPU, with what was done to it since);
+                ``content_key(image)`` otherwise.
         """
         levels = list(levels)
         if self.capacity == 0:
             self.misses += len(levels)
             return compute(image, levels)
-        key = content_key(image)
+        key = content_key(image) if key is None else key
         found = {}
         for level in levels:
             entry = self._entries.get((key, level, mode))

@@ -1,8 +1,8 @@
 """AdaIN on feature maps: mixed styles, alpha, and per-region statistics under masks.
 
-The normalisation itself is :func:`norms.functional.conditional_instance_norm` with a
-per-sample table of target statistics: normalising content ``c`` per channel and
-rescaling it by a style's ``(sigma_s, mu_s)`` is exactly AdaIN,
+The normalisation itself is :func:`norms.functional.adain_with_stats` with per-sample
+target statistics: normalising content ``c`` per channel and rescaling it by a style's
+``(sigma_s, mu_s)`` is exactly AdaIN,
 
 .. math:: \\mathrm{AdaIN}(c, s) = \\sigma_s \\frac{c - \\mu_c}{\\sqrt{\\sigma_c^2 + \\epsilon}} + \\mu_s,
 
@@ -18,7 +18,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from models.adain.stats import EPS, FeatureStats, mix
-from norms.functional import channel_mean_std, conditional_instance_norm
+from norms.functional import adain_with_stats, channel_mean_std
 
 
 def adain_to_stats(content: Tensor, target: FeatureStats) -> Tensor:
@@ -29,11 +29,8 @@ def adain_to_stats(content: Tensor, target: FeatureStats) -> Tensor:
         - target.mean, target.std: ``(B, C)`` or ``(1, C)``
         - output: like ``content``.
     """
-    target = target.expand(content.shape[0])
-    rows = torch.arange(content.shape[0], device=content.device)
-    return conditional_instance_norm(
-        content, rows, target.std.to(content.device), target.mean.to(content.device), EPS
-    )
+    device = content.device
+    return adain_with_stats(content, target.mean.to(device), target.std.to(device), EPS)
 
 
 def adain_affine(

@@ -17,6 +17,7 @@ from typing import Any
 from torch import Tensor
 
 from models.diffusion.samplers import Denoiser
+from models.diffusion.schedules import ScheduleOnDevice
 
 PREDICTIONS = ("epsilon", "v")
 
@@ -62,9 +63,10 @@ def epsilon_model(model: Denoiser, alpha_bar: Tensor, prediction: str) -> Denois
     """Wrap ``model(x, t, cond)`` predicting ``prediction`` into an ``eps`` predictor."""
     if check_prediction(prediction) == "epsilon":
         return model
+    schedule = ScheduleOnDevice(alpha_bar)
 
     def wrapped(x: Tensor, t: Tensor, cond: Any) -> Tensor:
-        alpha_bar_t = alpha_bar.to(t.device)[t]
+        alpha_bar_t = schedule(t.device)[t]
         return to_epsilon(model(x, t, cond), x, alpha_bar_t, prediction)
 
     return wrapped

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from models.control import take_rows
 from models.diffusion.samplers import Denoiser
+from models.diffusion.schedules import ScheduleOnDevice
 
 
 class Regions(NamedTuple):
@@ -58,10 +59,11 @@ class Regions(NamedTuple):
     def take_rows(self, images: Tensor) -> Regions:
         """The regions of images ``images`` (``(K,)`` long, ascending), owners renumbered
         ``0..K-1``: what a sampler keeps when it drops images from its batch."""
-        images = images.to(self.owner.device)
-        position = torch.full((int(self.owner.max()) + 1 if self.owner.numel() else 0,), -1)
-        position = position.to(self.owner.device)
-        position[images] = torch.arange(images.numel(), device=self.owner.device)
+        device = self.owner.device
+        images = images.to(device)
+        # every image owns a region, so M bounds the image count (no read of owner.max())
+        position = torch.full((self.owner.numel(),), -1, device=device)
+        position[images] = torch.arange(images.numel(), device=device)
         regions = (position[self.owner] >= 0).nonzero().flatten()  # (M',)
         return Regions(
             cond=take_rows(self.cond, regions),
@@ -85,18 +87,27 @@ class Regions(NamedTuple):
 def regional_denoiser(model: Denoiser, alpha_bar: Tensor) -> Denoiser:
     """Wrap ``model`` so that it takes ``cond = Regions(...)`` (see the module docstring).
 
+    Nothing is read back from the device per call: ``alpha_bar`` is copied to the batch's
+    device once, and the owners are checked against the batch once per ``Regions``
+    object and batch size (a sampler passes the same one at every step until it drops
+    rows).
+
     Args:
         model: ``model(x, t, cond) -> eps``, called once on the ``M`` region inputs with
             ``Regions.cond``; wrap classifier-free guidance inside to guide each region.
         alpha_bar: ``(T,)`` the schedule's cumulative signal fraction, indexed by ``t``.
     """
+    schedule = ScheduleOnDevice(alpha_bar)
+    checked: list[tuple[Tensor, int]] = []  # the last (owner, batch) found valid
 
     def denoise(x: Tensor, t: Tensor, regions: Regions) -> Tensor:
         owner = regions.owner
-        if owner.numel() and int(owner.max()) >= x.shape[0]:
-            raise ValueError(f"a region's owner {int(owner.max())} is outside the batch")
+        if not (checked and checked[0][0] is owner and checked[0][1] == x.shape[0]):
+            if owner.numel() and int(owner.max()) >= x.shape[0]:
+                raise ValueError(f"a region's owner {int(owner.max())} is outside the batch")
+            checked[:] = [(owner, x.shape[0])]
         region_t = t[owner]
-        signal = alpha_bar.to(x.device)[region_t].to(x.dtype).view(-1, *[1] * (x.dim() - 1))
+        signal = schedule(x.device)[region_t].to(x.dtype).view(-1, *[1] * (x.dim() - 1))
         canvas = signal.sqrt() * regions.background + (1 - signal).sqrt() * regions.noise
         region_x = torch.lerp(x[owner], canvas.to(x.dtype), regions.hide.to(x.dtype))
         eps = model(region_x, region_t, regions.cond) * regions.weight.to(x.dtype)

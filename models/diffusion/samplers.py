@@ -11,6 +11,11 @@ asked before each step, it may drop rows from the batch (a cancelled image), and
 sampler goes on with the others: ``x``, ``cond``, the per-row generators and its own
 state shrink together, and the result has the kept rows only.
 
+No step reads anything back from the device: the timestep grid and its coefficients are
+Python numbers computed before the loop, and the noise comes from generators on the
+batch's device (:func:`~models.diffusion.random.randn`), so a CUDA sampler queues its
+steps without waiting (``benchmarks/gpu_check.py`` counts the syncs per step).
+
 Notation: ``a_t = sqrt(alpha_bar_t)``, ``s_t = sqrt(1 - alpha_bar_t)``,
 ``x0_hat = (x_t - s_t eps) / a_t``.
 """
@@ -46,9 +51,13 @@ def _predict(
 
 
 def _pairs(alpha_bar: Tensor, steps: int) -> list[tuple[int, float, float]]:
-    """``(t, alpha_bar_t, alpha_bar_next)`` along the grid; the last ``alpha_bar_next`` is 1."""
+    """``(t, alpha_bar_t, alpha_bar_next)`` along the grid; the last ``alpha_bar_next`` is 1.
+
+    Read to the host once, before the first step (one copy if ``alpha_bar`` lives on a
+    GPU): the per-step coefficients are then Python floats, and no step waits on the GPU.
+    """
     grid = sampling_timesteps(alpha_bar.shape[0], steps)
-    values = [float(alpha_bar[t]) for t in grid] + [1.0]
+    values = alpha_bar.detach().to("cpu", torch.float64)[grid].tolist() + [1.0]
     return [(t, values[i], values[i + 1]) for i, t in enumerate(grid)]
 
 

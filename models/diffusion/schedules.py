@@ -85,6 +85,26 @@ def add_noise(x0: Tensor, noise: Tensor, alpha_bar_t: Tensor) -> Tensor:
     return a * x0 + s * noise
 
 
+class ScheduleOnDevice:
+    """A schedule's copy on each device it is asked for, made once per device.
+
+    The denoiser wrappers index ``alpha_bar`` by the timesteps of every model call; a
+    float64 host tensor would be copied to the GPU (from pageable memory, waiting for it)
+    on every call.
+    """
+
+    def __init__(self, alpha_bar: Tensor) -> None:
+        self.alpha_bar = alpha_bar
+        self._copies: dict[torch.device, Tensor] = {alpha_bar.device: alpha_bar}
+
+    def __call__(self, device: torch.device) -> Tensor:
+        """``alpha_bar`` on ``device``."""
+        copy = self._copies.get(device)
+        if copy is None:
+            copy = self._copies[device] = self.alpha_bar.to(device)
+        return copy
+
+
 def _check_timesteps(num_timesteps: int) -> None:
     if num_timesteps < 1:
         raise ValueError(f"num_timesteps must be >= 1, got {num_timesteps}")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +13,7 @@ import torch
 from torch import Tensor
 
 from models.control import StepControl
+from models.devices import autocast_dtype, to_device
 from models.diffusion import (
     SAMPLERS,
     Regions,
@@ -30,7 +33,7 @@ from models.hub import resolve
 from models.shapes.planner import plan_regions
 from models.shapes.understand import Understanding, understand
 from models.shapes.vocab import IMAGE_SIZE
-from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextEncoder
+from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextCondition, TextEncoder
 
 #: The checkpoint ``from_pretrained`` looks for, trained by ``atelier train-dit``.
 DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
@@ -42,6 +45,29 @@ DEFAULT_SAMPLER = "ddpm"
 PLAN_STREAM = 0x1A70
 #: The clean value of the shapes world's empty (black) canvas in the model's ``[-1, 1]``.
 EMPTY_CANVAS = -1.0
+#: How far bfloat16-autocast images may stray from float32 ones (:func:`agreement`, in
+#: ``[0, 1]`` pixel units): the mean difference, and the share of pixel values more than
+#: 0.1 apart. A largest difference would not do: a pixel on a shape's edge may flip (0.98
+#: in the run below) while the image looks the same. Measured on the CPU with the shapes32
+#: checkpoint, 8 prompts, 25 DDPM steps (``benchmarks/gpu_check.py --device cpu
+#: --sections dit``): mean 0.00075, share 0.00004; the GPU check measures CUDA against it.
+BF16_TOLERANCE = {"mean_abs": 0.005, "share_over_0.1": 0.001}
+
+
+def agreement(reference: Tensor, other: Tensor) -> dict[str, float]:
+    """How close two batches of images in ``[0, 1]`` are: the largest and the mean
+    absolute difference, and the share of values more than 0.1 apart."""
+    difference = (reference.float() - other.float()).abs()
+    return {
+        "max_abs": float(difference.max()),
+        "mean_abs": float(difference.mean()),
+        "share_over_0.1": float((difference > 0.1).float().mean()),
+    }
+
+
+def within_bf16_tolerance(measured: dict[str, float]) -> bool:
+    """Whether an :func:`agreement` meets :data:`BF16_TOLERANCE`."""
+    return all(measured[key] <= bound for key, bound in BF16_TOLERANCE.items())
 
 
 def encoder_for(info: dict, dim: int, device: str) -> TextEncoder:
@@ -62,6 +88,16 @@ class TextToImage:
         default_guidance_scale: CFG scale when ``guidance_scale`` is not given.
         source: where the weights came from (for :meth:`describe`).
         plan_layout: the default of :meth:`generate`'s ``plan_layout``.
+        precision: ``"auto"`` samples under bfloat16 autocast where the device runs it
+            natively (CUDA compute capability 8.0+, CPUs with AVX512-BF16/AMX) and in
+            float32 elsewhere; ``"bf16"`` / ``"fp32"`` force one
+            (:func:`models.devices.autocast_dtype`). On the CPU, bf16 images stay within
+            ``BF16_TOLERANCE`` of float32 ones (``tests/models/test_dit_pipeline.py``).
+
+    Sampling on CUDA queues every step without waiting for the GPU: noise from per-image
+    generators on the device, the schedule copied there once, guidance in one batched
+    forward, inputs copied from page-locked memory; the one sync is reading the images
+    back (``benchmarks/gpu_check.py`` counts syncs per step).
     """
 
     #: Sampler names; the first is the default.
@@ -79,8 +115,11 @@ class TextToImage:
         source: str | None = None,
         info: dict | None = None,
         plan_layout: bool = True,
+        precision: str = "auto",
     ) -> None:
         self.device = torch.device(device)
+        self.precision = precision
+        self.autocast = autocast_dtype(self.device, precision)
         self.model = model.to(self.device).eval()
         self.encoder = encoder
         self.config = model.config
@@ -187,22 +226,36 @@ class TextToImage:
             steps=steps, guidance_scale=guidance_scale, sampler=sampler, plan_layout=plan_layout
         )
         regions = self.regions(prompts, negative_prompts, seeds, plan_layout=options.plan_layout)
-        generators = generators_from_seeds(seeds)
+        generators = generators_from_seeds(seeds, self.device)
         config = self.config
         shape = (n, config.in_channels, config.image_size, config.image_size)
         noise = randn(shape, generators, device=self.device)
         guided = classifier_free_guidance(self.denoiser, options.guidance_scale)
-        images = get_sampler(options.sampler)(
-            regional_denoiser(guided, self.alpha_bar),
-            noise,
-            regions,
-            self.alpha_bar,
-            steps=options.steps,
-            generator=generators,
-            clip_denoised=True,
-            control=control,
+        autocast = (
+            torch.autocast(self.device.type, dtype=self.autocast)
+            if self.autocast
+            else nullcontext()
         )
-        return ((images + 1) / 2).clamp(0, 1).float().cpu()
+        with autocast:
+            images = get_sampler(options.sampler)(
+                regional_denoiser(guided, self.alpha_bar),
+                noise,
+                regions,
+                self.alpha_bar,
+                steps=options.steps,
+                generator=generators,
+                clip_denoised=True,
+                control=control,
+            )
+        return ((images.float() + 1) / 2).clamp(0, 1).cpu()
+
+    def warm_up(self, batch_size: int = 1) -> float:
+        """Run one small generation (two steps) so that the first request does not pay
+        for lazy initialisation (CUDA context, cuBLAS handles, the allocator's pools, the
+        text encoder); returns the seconds it took."""
+        start = time.perf_counter()
+        self.generate(["a red circle"] * batch_size, steps=2, seeds=list(range(batch_size)))
+        return time.perf_counter() - start
 
     def understand(self, prompt: str) -> Understanding:
         """What :meth:`generate` draws for ``prompt``: ``.caption``, the understood prompt
@@ -262,17 +315,21 @@ class TextToImage:
             hides.append(hidden)
             noises.append(rng.standard_normal((count, channels, size, size), dtype=np.float32))
 
-        cond = self.encoder.encode(texts).to(self.device)
-        uncond = self.encoder.encode([neg or "" for neg in negatives]).to(self.device)
-        uncond = self.model.with_null(uncond, torch.tensor([neg is None for neg in negatives]))
+        device = self.device
+        cond = TextCondition(*(to_device(t, device) for t in self.encoder.encode(texts)))
+        uncond = self.encoder.encode([neg or "" for neg in negatives])
+        uncond = self.model.with_null(
+            TextCondition(*(to_device(t, device) for t in uncond)),
+            to_device(torch.tensor([neg is None for neg in negatives]), device),
+        )
         return Regions(
             cond=(cond, uncond),
-            owner=torch.tensor(owner, dtype=torch.long),
-            weight=torch.from_numpy(np.concatenate(weights))[:, None],
-            hide=torch.from_numpy(np.concatenate(hides))[:, None],
-            noise=torch.from_numpy(np.concatenate(noises)),
+            owner=to_device(torch.tensor(owner, dtype=torch.long), device),
+            weight=to_device(torch.from_numpy(np.concatenate(weights))[:, None], device),
+            hide=to_device(torch.from_numpy(np.concatenate(hides))[:, None], device),
+            noise=to_device(torch.from_numpy(np.concatenate(noises)), device),
             background=EMPTY_CANVAS,
-        ).to(self.device)
+        )
 
     def describe(self) -> dict:
         """What is loaded: checkpoint, architecture, training info and defaults."""
@@ -289,4 +346,5 @@ class TextToImage:
             "default_guidance_scale": self.default_guidance_scale,
             "plan_layout": self.default_plan_layout,
             "device": str(self.device),
+            "precision": str(self.autocast or torch.float32).removeprefix("torch."),
         }

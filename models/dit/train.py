@@ -27,7 +27,7 @@ from torch.utils.data import Dataset
 from tqdm import tqdm
 
 from models.checkpoints import save_training_state
-from models.devices import bf16_supported
+from models.devices import autocast_dtype
 from models.diffusion import diffusion_loss, get_schedule
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
@@ -56,7 +56,7 @@ class TrainConfig:
         cond_dropout: probability of replacing a caption by the null condition.
         grad_clip: max global gradient norm (0 disables clipping).
         precision: ``"auto"`` (bfloat16 autocast where the device runs it natively),
-            ``"bf16"`` or ``"fp32"`` (see :func:`autocast_dtype`).
+            ``"bf16"`` or ``"fp32"`` (see :func:`models.devices.autocast_dtype`).
         seed: seeds the initial weights, the data stream and the noise.
     """
 
@@ -86,24 +86,6 @@ class TrainConfig:
             raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
-
-
-def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
-    """The autocast dtype for ``precision`` on ``device`` (``None``: run in float32).
-
-    ``"auto"``: bfloat16 where the device runs it natively
-    (:func:`models.devices.bf16_supported`), else float32. ``"bf16"``: bfloat16, also on a
-    CPU without native kernels (autocast emulates it there, slower than float32).
-
-    Raises:
-        ValueError: ``"bf16"`` on a non-CPU device without native bfloat16.
-    """
-    if precision == "fp32":
-        return None
-    native = bf16_supported(device)
-    if precision == "bf16" and not native and device.type != "cpu":
-        raise ValueError(f"bfloat16 autocast is not supported on {device}")
-    return torch.bfloat16 if native or precision == "bf16" else None
 
 
 class Trainer:
@@ -270,7 +252,14 @@ class Trainer:
         self.ema.load_state_dict(self.model.state_dict())
 
     def resume(self, path: str | Path) -> None:
-        self.load_state_dict(torch.load(path, map_location=self.device, weights_only=True))
+        """Restore a state written by :meth:`save`, whatever device this run is on.
+
+        The file is read onto the CPU: the data-stream generator is a CPU generator, whose
+        state (a ByteTensor) must stay there (``map_location=<cuda>`` would move it and
+        ``Generator.set_state`` would refuse it); the weights and the optimizer state are
+        copied to the model's device by ``load_state_dict``.
+        """
+        self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def export(self, path: str | Path, **info: object) -> Path:
         """Save the EMA weights as an inference checkpoint (safetensors + config)."""

@@ -3,10 +3,11 @@
 Moments are returned in float32 for half/bfloat16/float32 inputs and in float64 for
 float64 inputs, never from ``E[x^2] - E[x]^2`` on raw values:
 
-- tensors of at most ``CHUNK_ELEMENTS`` elements, and any tensor under autograd:
-  ``torch.var_mean`` (Welford; its CPU kernel accumulates float32 in float64, so the
+- tensors of at most ``CHUNK_ELEMENTS`` elements, any tensor under autograd, and any
+  tensor off the CPU (a GPU's Welford kernel is one launch; the chunked loop below, tuned
+  for a CPU core's cache, would be hundreds): ``torch.var_mean`` (Welford; its CPU kernel accumulates float32 in float64, so the
   moments are correctly rounded, and autograd differentiates it);
-- larger tensors without autograd, where that Welford kernel is slow (several times
+- larger CPU tensors without autograd, where that Welford kernel is slow (several times
   slower than two reads of the tensor, most on channels_last feature maps): the
   shifted two-pass form. A first pass gives a shift ``m`` (the mean, rounded); the
   second sums the deviations ``d = x - m`` and their squares, and
@@ -64,7 +65,11 @@ def moments(
     if not reduced:
         raise ValueError("moments needs at least one reduced dimension")
     dtype = acc_dtype(x.dtype)
-    if (torch.is_grad_enabled() and x.requires_grad) or x.numel() <= CHUNK_ELEMENTS:
+    if (
+        x.device.type != "cpu"
+        or (torch.is_grad_enabled() and x.requires_grad)
+        or x.numel() <= CHUNK_ELEMENTS
+    ):
         var, mean = torch.var_mean(x.to(dtype), dim=reduced, correction=correction, keepdim=True)
     else:
         shift = x.mean(reduced, keepdim=True, dtype=dtype)

@@ -8,6 +8,9 @@ the tensor, statistics by the kernel's Welford reduction. Otherwise (half / bflo
 other layouts) the moments come from :func:`norms.functional._stats.moments` in float32
 and are applied by :func:`norms.functional.layer.center_scale_shift`. adaLN is the native
 layer norm plus one fused ``addcmul``.
+
+On CUDA, AdaIN and adaLN go to a Triton kernel of :mod:`norms.kernels` where
+:func:`norms.kernels.dispatch.chosen` picks one (a measured win; none yet).
 """
 
 from __future__ import annotations
@@ -17,13 +20,15 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from norms.functional._stats import moments
-from norms.functional.layer import center_scale_shift, layer_norm
+from norms.functional.layer import center_scale_shift, group_kernel_chosen, layer_norm
+from norms.kernels import dispatch
 
 _NATIVE_DTYPES = (torch.float32, torch.float64)
 
 __all__ = [
     "ada_layer_norm",
     "adain",
+    "adain_with_stats",
     "channel_mean_std",
     "conditional_instance_norm",
     "modulate",
@@ -107,14 +112,46 @@ def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
         raise ValueError(f"style batch must be 1 or {content.shape[0]}, got {style.shape[0]}")
     if style.dim() != content.dim():
         raise ValueError(f"content and style ranks differ: {content.dim()} vs {style.dim()}")
+    if group_kernel_chosen("adain", content, content.shape[1]) and group_kernel_chosen(
+        "adain", style, style.shape[1]
+    ):
+        from norms.kernels import groups
+
+        return groups.adain(content, style, eps)
     mean_s, std_s = channel_mean_std(style, eps)
+    return adain_with_stats(content, mean_s.flatten(1), std_s.flatten(1), eps)
+
+
+def adain_with_stats(content: Tensor, mean: Tensor, std: Tensor, eps: float = 1e-5) -> Tensor:
+    """AdaIN towards given target statistics (cached or interpolated style statistics).
+
+    .. math:: y = \\sigma_t \\frac{c - \\mu_c}{\\sqrt{\\mathrm{Var}[c] + \\epsilon}} + \\mu_t
+
+    per sample and channel over the spatial dims; ``adain(c, s)`` is this with
+    ``(mu_t, sigma_t) = channel_mean_std(s, eps)``.
+
+    Args:
+        content: the features to restyle.
+        mean, std: the target ``mu_t`` and ``sigma_t`` per (sample, channel); batch 1
+            broadcasts to every content sample.
+        eps: added to the content's variance.
+
+    Shape:
+        - content: ``(B, C, *spatial)``
+        - mean, std: ``(B, C)`` or ``(1, C)``
+        - output: same as ``content`` (and its dtype).
+    """
+    _check_image(content, "content")
+    batch, channels = content.shape[:2]
+    for name, t in (("mean", mean), ("std", std)):
+        if t.dim() != 2 or t.shape[1] != channels or t.shape[0] not in (1, batch):
+            raise ValueError(f"{name} must be (1 or {batch}, {channels}), got {tuple(t.shape)}")
+    if group_kernel_chosen("adain", content, channels):
+        from norms.kernels import groups
+
+        return groups.adain_with_stats(content, mean, std, eps)
     size = content.shape[:2]
-    return _instance_norm_affine(
-        content,
-        std_s.reshape(-1, size[1]).expand(size),
-        mean_s.reshape(-1, size[1]).expand(size),
-        eps,
-    )
+    return _instance_norm_affine(content, std.expand(size), mean.expand(size), eps)
 
 
 def conditional_instance_norm(
@@ -181,10 +218,14 @@ def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
     """
     if x.dim() != 3:
         raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    _check_modulation(x, shift, scale)
+    return torch.addcmul(shift[:, None], x, 1 + scale[:, None]).to(x.dtype)
+
+
+def _check_modulation(x: Tensor, shift: Tensor, scale: Tensor) -> None:
     for name, t in (("shift", shift), ("scale", scale)):
         if t.dim() != 2 or t.shape[1] != x.shape[2] or t.shape[0] not in (1, x.shape[0]):
             raise ValueError(f"{name} must be ({x.shape[0]}, {x.shape[2]}), got {tuple(t.shape)}")
-    return torch.addcmul(shift[:, None], x, 1 + scale[:, None]).to(x.dtype)
 
 
 def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -> Tensor:
@@ -203,4 +244,10 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
     """
     if x.dim() != 3:
         raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    if dispatch.chosen("ada_layer_norm/rows", x):
+        from norms.kernels import rows
+
+        if rows.supports(x):
+            _check_modulation(x, shift, scale)
+            return rows.ada_layer_norm(x, shift, scale, eps)
     return modulate(layer_norm(x, x.shape[-1], eps=eps), shift, scale)

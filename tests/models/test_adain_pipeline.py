@@ -355,3 +355,55 @@ def test_from_pretrained_adds_the_adain_relu4_1_pair_when_present(tmp_path):
     torch.testing.assert_close(
         model.encoder.encode(content, "relu3_1"), without.encoder.encode(content, "relu3_1")
     )
+
+
+def test_a_given_key_replaces_the_hash_of_the_image():
+    cache = StyleStatsCache(capacity=4)
+    calls = []
+
+    def compute(image, levels):
+        calls.append(float(image.mean()))
+        return {
+            level: FeatureStats(image.mean()[None, None], image.std()[None, None])
+            for level in levels
+        }
+
+    a, b = torch.zeros(1, 3, 2, 2), torch.ones(1, 3, 2, 2)
+    cache.get_or_compute(a, ["x"], "m", compute, key="host-copy|scale=0.5")
+    found = cache.get_or_compute(b, ["x"], "m", compute, key="host-copy|scale=0.5")
+    assert calls == [0.0] and float(found["x"].mean) == 0.0  # the key decides, not the bytes
+
+
+def test_a_model_on_a_gpu_keys_styles_by_their_host_copy(model, monkeypatch):
+    style = _images(1, 3, 16, 16, seed=2)
+    assert model._host_key(style, "scale=1.0") is None  # on the CPU: hash what is computed on
+    monkeypatch.setattr(StyleTransfer, "device", property(lambda self: torch.device("cuda")))
+    assert model._host_key(style, "scale=0.5") == f"{content_key(style)}|scale=0.5"
+    assert model._host_key(style, "scale=0.5") != model._host_key(style, "scale=1.0")
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_stylize_reads_nothing_back_per_pass(model, alpha):
+    # a GPU would wait at every host read: the count must not grow with the passes
+    from models.devices import HostReads
+
+    content, style = _images(2, 3, 24, 32, seed=1), _images(1, 3, 16, 16, seed=2)
+    counts = []
+    for levels in (("relu3_1",), ("relu3_1", "relu2_1", "relu1_1")):
+        model.cache.clear()
+        with HostReads() as reads:
+            model.stylize(content, [style], levels=levels, alpha=alpha)
+        counts.append(reads.count)
+    assert counts[0] == counts[1], counts
+
+
+def test_warm_up_stylises_once_per_preset(model, monkeypatch):
+    from models.adain.presets import PRESETS
+
+    calls = []
+    original = model.stylize
+    monkeypatch.setattr(
+        model, "stylize", lambda *a, **k: calls.append(k["preset"]) or original(*a, **k)
+    )
+    assert model.warm_up() > 0
+    assert calls == list(PRESETS)

@@ -87,7 +87,9 @@ def test_folded_affine_equals_decoding_the_transformed_features(level, shared):
     with torch.no_grad():
         expected = decoder(features * scale[:, :, None, None] + shift[:, :, None, None])
         got = decoder.forward_affine(features, scale, shift)
+        written = decoder.affine_then_decode(features, scale, shift)  # the GPU's form
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(written, expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="decoder expects"):
         decoder.forward_affine(features[:, :1], scale, shift)
 
@@ -116,3 +118,15 @@ def test_forward_is_the_published_layer_sequence(level):
     features = torch.rand(2, level_channels(level), 4, 5, dtype=torch.float64)
     with torch.no_grad():
         torch.testing.assert_close(decoder(features), decoder.layers(features.clone()))
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_folded_affine_reads_nothing_back(rows):
+    from models.devices import HostReads
+
+    decoder = Decoder("relu2_1").eval()
+    features = torch.rand(3, level_channels("relu2_1"), 5, 6)
+    scale, shift = torch.rand(rows, features.shape[1]) + 0.5, torch.randn(rows, features.shape[1])
+    with torch.no_grad(), HostReads() as reads:
+        decoder.forward_affine(features, scale, shift)
+    assert reads.names == []

@@ -53,3 +53,24 @@ def test_style_transfer_and_dit_training_agree_on_bf16(monkeypatch, tiny_network
     fast = StyleTransfer(encoder, decoders, levels=("relu3_1",), fast=True)
     assert fast.describe()["dtype"] == ("bfloat16" if native else "float32")
     assert autocast_dtype(torch.device("cpu"), "auto") == (torch.bfloat16 if native else None)
+
+
+def test_host_reads_counts_what_would_wait_for_a_gpu():
+    x = torch.arange(6.0)
+    with devices.HostReads() as reads:
+        y = (x * 2 + 1).exp().sum()  # device work only
+        x[x > 2]  # a boolean mask: its size is read back
+        bool(y > 0), int(x.max()), float(x[0]), x.tolist(), x.nonzero()
+    assert reads.names == ["__getitem__", "__bool__", "__int__", "__float__", "tolist", "nonzero"]
+
+
+def test_to_device_moves_and_converts():
+    x = torch.arange(4, dtype=torch.uint8)
+    moved = devices.to_device(x, "cpu", torch.float32)
+    assert moved.dtype == torch.float32 and torch.equal(moved, x.float())
+    assert devices.to_device(moved, "cpu") is moved  # nothing to do: no copy
+
+
+def test_autocast_dtype_names_a_bad_precision():
+    with pytest.raises(ValueError, match="precision"):
+        devices.autocast_dtype(torch.device("cpu"), "fp16")

@@ -225,6 +225,11 @@ def _conditional_model(x, t, cond):
     return x * cond
 
 
+def _conditions(batch: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+    """A per-row conditional (2) and unconditional (-3) condition, ``(B, 1)`` each."""
+    return torch.full((batch, 1), 2.0, dtype=dtype), torch.full((batch, 1), -3.0, dtype=dtype)
+
+
 def test_guidance_scale_one_is_the_conditional_prediction():
     calls = []
 
@@ -233,17 +238,30 @@ def test_guidance_scale_one_is_the_conditional_prediction():
         return _conditional_model(x, t, cond)
 
     x, t = torch.randn(2, 3), torch.zeros(2, dtype=torch.long)
-    out = classifier_free_guidance(model, 1.0)(x, t, (2.0, -3.0))
+    cond = _conditions(2)
+    out = classifier_free_guidance(model, 1.0)(x, t, cond)
     torch.testing.assert_close(out, x * 2.0)
-    assert calls == [2.0]  # the unconditional branch is not even evaluated
+    assert len(calls) == 1 and calls[0] is cond[0]  # the unconditional branch is not run
 
 
 @given(scale=st.floats(0.0, 10.0))
 @settings(max_examples=25, deadline=None)
 def test_guidance_extrapolates_from_unconditional_to_conditional(scale):
     x, t = torch.randn(2, 3, dtype=torch.float64), torch.zeros(2, dtype=torch.long)
-    out = classifier_free_guidance(_conditional_model, scale)(x, t, (2.0, -3.0))
+    out = classifier_free_guidance(_conditional_model, scale)(x, t, _conditions(2, torch.float64))
     torch.testing.assert_close(out, -3.0 * x + scale * (2.0 * x - -3.0 * x))
+
+
+def test_guidance_runs_both_branches_as_one_forward_of_twice_the_rows():
+    calls = []
+
+    def model(x, t, cond):
+        calls.append((x.shape[0], t.tolist()))
+        return _conditional_model(x, t, cond)
+
+    x, t = torch.randn(3, 4), torch.tensor([5, 6, 7])
+    classifier_free_guidance(model, 4.0)(x, t, _conditions(3))
+    assert calls == [(6, [5, 6, 7, 5, 6, 7])]
 
 
 def test_guidance_rejects_negative_scale():
@@ -307,3 +325,43 @@ def test_diffusion_loss_is_the_mse_to_the_target():
         noise = torch.randn(x0.shape, generator=generator)
         target = prediction_target(x0, noise, alpha_bar[t], prediction)
         torch.testing.assert_close(loss, target.pow(2).mean())
+
+
+# ------------------------------------------------------------------ rows and devices
+def test_concat_rows_is_the_inverse_of_take_rows():
+    from models.control import concat_rows, take_rows
+    from models.text_encoder import TextCondition
+
+    a = TextCondition(torch.randn(2, 4), torch.randn(2, 3, 4), torch.ones(2, 3, dtype=torch.bool))
+    b = TextCondition(torch.randn(1, 4), torch.randn(1, 5, 4), torch.ones(1, 5, dtype=torch.bool))
+    both = concat_rows([a, b])
+    assert isinstance(both, TextCondition) and both.tokens.shape == (3, 5, 4)
+    # the shorter rows are padded with zeros the mask hides
+    assert torch.equal(take_rows(both, torch.tensor([0, 1])).tokens[:, :3], a.tokens)
+    assert not both.mask[:2, 3:].any() and torch.equal(both.tokens[:2, 3:], torch.zeros(2, 2, 4))
+    assert torch.equal(take_rows(both, torch.tensor([2])).tokens, b.tokens)
+    pair = concat_rows([(torch.zeros(2, 1), torch.ones(2)), (torch.ones(1, 1), torch.zeros(1))])
+    assert pair[0].shape == (3, 1) and pair[1].tolist() == [1.0, 1.0, 0.0]
+    with pytest.raises(TypeError, match="float"):
+        concat_rows([2.0, -3.0])
+
+
+def test_generators_live_on_the_device_asked_for_and_draw_there():
+    from models.diffusion.random import generators_from_seeds, randn
+
+    generators = generators_from_seeds([1, 2], "cpu")
+    assert all(g.device.type == "cpu" for g in generators)
+    # devices without generators of their own get CPU ones, whose noise is copied over
+    assert all(g.device.type == "cpu" for g in generators_from_seeds([1], "meta"))
+    noise = randn((1, 3), generators_from_seeds([7], "meta"), device="meta")
+    assert noise.device.type == "meta" and noise.shape == (1, 3)
+
+
+def test_the_schedule_is_copied_to_a_device_once():
+    from models.diffusion.schedules import ScheduleOnDevice
+
+    alpha_bar = get_schedule("cosine", 10)
+    schedule = ScheduleOnDevice(alpha_bar)
+    assert schedule(torch.device("cpu")) is alpha_bar
+    first = schedule(torch.device("meta"))
+    assert first.device.type == "meta" and schedule(torch.device("meta")) is first

@@ -9,7 +9,14 @@ import pytest
 import torch
 from PIL import Image
 
-from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
+from models.diffusion import classifier_free_guidance
+from models.dit.model import DiT
+from models.dit.pipeline import (
+    DEFAULT_CHECKPOINT,
+    TextToImage,
+    agreement,
+    within_bf16_tolerance,
+)
 from models.hub import WeightsNotFoundError
 from models.text_encoder import FakeTextEncoder
 from service.cli import main as cli_main
@@ -224,3 +231,74 @@ def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, 
         "understood: nothing; drawn as typed",
         "ignored: sunset",
     ]
+
+
+def test_batched_guidance_equals_two_forwards_with_unequal_token_lengths(pipe):
+    # the conditional captions are longer than the null condition's one token: the
+    # batched forward pads them, and the mask keeps every row as it was
+    model: DiT = pipe.model
+    cond = pipe.encoder.encode(["a big red circle left of a square", "a square"])
+    uncond = model.null_condition(2)
+    assert cond.tokens.shape[1] != uncond.tokens.shape[1]
+    gen = torch.Generator().manual_seed(0)
+    x, t = torch.randn(2, 3, 32, 32, generator=gen), torch.tensor([900, 200])
+    with torch.no_grad():
+        batched = classifier_free_guidance(model, 3.0)(x, t, (cond, uncond))
+        eps_u, eps_c = model(x, t, uncond), model(x, t, cond)
+    torch.testing.assert_close(batched, eps_u + 3.0 * (eps_c - eps_u), rtol=1e-4, atol=1e-5)
+
+
+def test_precision_auto_is_float32_on_a_cpu_without_native_bf16(checkpoint, monkeypatch):
+    from models import devices
+
+    monkeypatch.setattr(devices, "_cpu_has_native_bf16", lambda: False)
+    assert TextToImage.from_checkpoint(checkpoint).describe()["precision"] == "float32"
+    forced = TextToImage.from_checkpoint(checkpoint, precision="bf16")
+    assert forced.describe()["precision"] == "bfloat16"
+    with pytest.raises(ValueError, match="precision"):
+        TextToImage.from_checkpoint(checkpoint, precision="fp16")
+
+
+@pytest.mark.skipif(
+    not (REPO_WEIGHTS / DEFAULT_CHECKPOINT).is_file(), reason="default checkpoint not trained yet"
+)
+def test_bf16_autocast_images_stay_within_the_stated_tolerance_of_float32():
+    fp32 = TextToImage.from_pretrained([REPO_WEIGHTS], precision="fp32")
+    bf16 = TextToImage(fp32.model, fp32.encoder, precision="bf16")
+    prompts, seeds = ["a red circle to the left of a blue square", "a green triangle"], [3, 4]
+    measured = agreement(
+        fp32.generate(prompts, seeds=seeds, steps=10), bf16.generate(prompts, seeds=seeds, steps=10)
+    )
+    assert measured["max_abs"] > 0  # bf16 really ran
+    assert within_bf16_tolerance(measured), measured
+
+
+def test_the_bf16_tolerance_counts_the_share_of_pixels_far_apart():
+    reference = torch.zeros(1, 3, 10, 10)
+    one_pixel = reference.clone()
+    one_pixel[0, 0, 0, 0] = 0.9  # an edge pixel that flipped: 1 value in 300
+    assert agreement(reference, one_pixel)["share_over_0.1"] == pytest.approx(1 / 300)
+    assert not within_bf16_tolerance(agreement(reference, one_pixel))
+    assert within_bf16_tolerance(agreement(reference, reference + 0.004))
+    assert not within_bf16_tolerance(agreement(reference, reference + 0.006))
+
+
+def test_warm_up_generates_once(pipe, monkeypatch):
+    calls = []
+    original = pipe.generate
+    monkeypatch.setattr(pipe, "generate", lambda *a, **k: calls.append(k) or original(*a, **k))
+    assert pipe.warm_up() > 0
+    assert len(calls) == 1 and calls[0]["steps"] == 2
+
+
+@pytest.mark.parametrize("sampler", ["ddpm", "dpm++2m"])
+def test_sampling_reads_nothing_back_per_step(pipe, sampler):
+    # every host read would be a GPU sync: their count must not grow with the steps
+    from models.devices import HostReads
+
+    counts = []
+    for steps in (3, 6):
+        with HostReads() as reads:
+            pipe.generate(PROMPTS, seeds=[1, 2, 3], steps=steps, sampler=sampler)
+        counts.append(reads.count)
+    assert counts[0] == counts[1], counts

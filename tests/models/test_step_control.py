@@ -60,9 +60,11 @@ def test_dropped_images_stop_and_their_batch_mates_are_unchanged(pipe, sampler):
     torch.testing.assert_close(kept, full[[0, 2]], rtol=1e-5, atol=1e-5)
     # progress: asked before each of the 5 steps and once after the last
     assert [(done, total) for done, total, _ in control.calls] == [(i, 5) for i in range(6)]
-    # the dropped image (planned into 2 regions, CFG doubles calls) stops at step 2:
-    # before it, every call sees all regions; after it, only the kept images' regions
-    assert len(set(calls[:4])) == 1 and max(calls[4:]) < calls[0]
+    # the dropped image (planned into 2 regions) stops at step 2: before it, each step's
+    # one call (both guidance branches batched) sees all regions; after it, only the
+    # kept images' regions
+    assert len(calls) == 5
+    assert len(set(calls[:2])) == 1 and max(calls[2:]) < calls[0]
 
 
 def test_dropping_every_image_stops_sampling(pipe):
@@ -74,7 +76,7 @@ def test_dropping_every_image_stops_sampling(pipe):
     finally:
         pipe.denoiser = model
     assert out.shape[0] == 0
-    assert len(calls) == 2  # step 0 only: conditional and unconditional
+    assert len(calls) == 1  # step 0 only: conditional and unconditional in one call
 
 
 def test_regions_take_rows_renumbers_owners():

@@ -90,6 +90,20 @@ def test_resume_restores_the_state_exactly(tmp_path):
     assert torch.equal(straight.generator.get_state(), resumed.generator.get_state())
 
 
+@pytest.mark.filterwarnings("ignore:for .*meta parameter")
+def test_resume_on_another_device_keeps_the_generator_state_on_the_cpu(tmp_path):
+    # a trainer on any device but the CPU (meta stands in for CUDA here): the saved
+    # generator state must not follow the weights there
+    first = make_trainer()
+    first.train_step()
+    first.save(tmp_path / "state.pt")
+    elsewhere = Trainer(first.config, encoder=FakeTextEncoder(), device="meta")
+    elsewhere.resume(tmp_path / "state.pt")
+    assert elsewhere.step == 1
+    assert torch.equal(elsewhere.generator.get_state(), first.generator.get_state())
+    assert all(p.device.type == "meta" for p in elsewhere.model.parameters())
+
+
 def test_resume_rejects_another_architecture(tmp_path):
     trainer = make_trainer()
     trainer.save(tmp_path / "state.pt")

@@ -290,3 +290,30 @@ def test_adain_and_cin_agree_across_memory_layouts(gen):
         F.conditional_instance_norm(content, style_ids, weight, bias),
         **TOL,
     )
+
+
+@pytest.mark.parametrize("stats_batch", [1, 3])
+def test_adain_with_stats_imposes_the_given_statistics(gen, stats_batch):
+    content = torch.randn(3, 4, 6, 5, generator=gen, dtype=torch.float64)
+    mean = torch.randn(stats_batch, 4, generator=gen, dtype=torch.float64)
+    std = torch.rand(stats_batch, 4, generator=gen, dtype=torch.float64) + 0.5
+    got = F.adain_with_stats(content, mean, std)
+    mean_c, var_c = (stat[..., None, None] for stat in ref.spatial_mean_var(content))
+    expected = std[..., None, None] * (content - mean_c) / (var_c + 1e-5).sqrt()
+    torch.testing.assert_close(got, expected + mean[..., None, None])
+
+
+def test_adain_with_stats_is_adain_given_the_style_statistics(gen):
+    content = torch.randn(2, 3, 5, 5, generator=gen)
+    style = torch.randn(1, 3, 7, 4, generator=gen) * 2 + 1
+    mean, std = F.channel_mean_std(style)
+    got = F.adain_with_stats(content, mean.flatten(1), std.flatten(1))
+    torch.testing.assert_close(got, F.adain(content, style))
+
+
+@pytest.mark.parametrize(
+    ("mean_shape", "std_shape"), [((2, 3), (2, 4)), ((3, 4), (3, 4)), ((4,), (1, 4))]
+)
+def test_adain_with_stats_rejects_mismatched_statistics(mean_shape, std_shape):
+    with pytest.raises(ValueError, match="mean|std"):
+        F.adain_with_stats(torch.zeros(2, 4, 3, 3), torch.zeros(mean_shape), torch.ones(std_shape))

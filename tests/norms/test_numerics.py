@@ -12,6 +12,9 @@ import torch
 from norms import F
 
 OFFSET = 1e4
+#: bfloat16 holds 8 significant bits: 1e4 + N(0, 1) would round to one constant (9984),
+#: so its inputs sit at 1e2, where they still vary (ulp 0.5).
+OFFSET_BF16 = 1e2
 TOLERANCE = {
     torch.float32: {"rtol": 1e-3, "atol": 1e-2},  # ulp(1e4) ~ 1e-3 in float32
     torch.bfloat16: {"rtol": 1e-2, "atol": 2e-2},  # output rounding, 2^-8 relative
@@ -20,7 +23,8 @@ TOLERANCE = {
 
 def _offset_input(shape, dtype, seed=0):
     gen = torch.Generator().manual_seed(seed)
-    return (OFFSET + torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
+    offset = OFFSET_BF16 if dtype == torch.bfloat16 else OFFSET
+    return (offset + torch.randn(shape, generator=gen, dtype=torch.float64)).to(dtype)
 
 
 def test_the_one_pass_formula_would_fail_these_checks():
@@ -107,3 +111,22 @@ def test_local_members(dtype):
     want = ref.global_response_norm(x, weight, bias)
     ulp_of_offset = torch.finfo(dtype).eps * OFFSET
     torch.testing.assert_close(got.double(), want, rtol=tol["rtol"], atol=2 * ulp_of_offset)
+
+
+@pytest.mark.parametrize("affine", ["bfloat16", "float32", "none"])
+def test_batch_norm_keeps_the_offset_whatever_the_parameters_dtype(affine):
+    # torch's kernel rounds its per-channel shift to bfloat16 unless given float32
+    # parameters: far off at 100 + N(0, 1) (found by benchmarks/gpu_check.py)
+    x = _image(torch.bfloat16)
+    weight, bias = torch.linspace(0.5, 2.0, 4), torch.linspace(-1.0, 1.0, 4)
+    if affine == "none":
+        weight = bias = None
+    elif affine == "bfloat16":
+        weight, bias = weight.bfloat16(), bias.bfloat16()
+    got = F.batch_norm(x, weight=weight, bias=bias)
+    expected = F.batch_norm(
+        x.double(),
+        weight=None if weight is None else weight.double(),
+        bias=None if bias is None else bias.double(),
+    )
+    torch.testing.assert_close(got.double(), expected, **TOLERANCE[torch.bfloat16])
