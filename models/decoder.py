@@ -87,19 +87,22 @@ class Decoder(nn.Module):
         self._check(features)
         return self._to_rgb(self.layers[:-2](features))
 
-    def forward_affine(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-        """``self(features * scale + shift)`` for a per-(sample, channel) affine, without
-        writing the transformed features: the affine is folded into the first
-        convolution. Reflection padding commutes with a per-channel affine, so with the
-        first conv's weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
+    def forward_linear(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
+        """``self(M f + t)`` for a per-sample linear map ``M`` and shift ``t`` applied at every
+        position (AdaIN is a diagonal ``M``, WCT a full one), without writing the
+        transformed features: the map is folded into the first convolution. Reflection
+        padding commutes with a per-position map, so with the first conv's weight ``W``
+        ``(C_out, C, 3, 3)`` and bias ``b``:
 
-        .. math:: W'_{oc} = W_{oc}\\,a_c, \\qquad b'_o = b_o + \\sum_{c,k} W_{ock}\\,t_c
+        .. math:: W'_{ock} = \\sum_j W_{ojk}\\,M_{jc}, \\qquad
+                  b'_o = b_o + \\sum_{j,k} W_{ojk}\\,t_j
 
-        for scale ``a`` and shift ``t`` (one fold per sample; rows with equal affines
-        share one convolution).
+        (one fold per sample, in float32 or wider; rows with equal maps share one
+        convolution).
 
         Shape:
-            - features: ``(B, C_level, h, w)``; scale, shift: ``(1 or B, C_level)``.
+            - features: ``(B, C_level, h, w)``; matrix: ``(1 or B, C_level, C_level)``;
+              shift: ``(1 or B, C_level)``.
             - output: as :meth:`forward`.
         """
         self._check(features)
@@ -109,14 +112,14 @@ class Decoder(nn.Module):
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)
         batch = features.shape[0]
-        shared = scale.shape[0] == 1 or (
-            bool((scale == scale[:1]).all()) and bool((shift == shift[:1]).all())
+        shared = matrix.shape[0] == 1 or (
+            bool((matrix == matrix[:1]).all()) and bool((shift == shift[:1]).all())
         )
         rows = [slice(0, batch)] if shared else [slice(b, b + 1) for b in range(batch)]
         outputs = []
         for row in rows:
-            a, t = scale[row.start].to(dtype), shift[row.start].to(dtype)
-            folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
+            m, t = matrix[row.start].to(dtype), shift[row.start].to(dtype)
+            folded_weight = torch.einsum("ojhw,jc->ochw", weight, m).to(conv.weight.dtype)
             folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
             if first_is_last:
                 outputs.append(self._to_rgb(inputs[row], folded_weight, folded_bias))

@@ -359,7 +359,9 @@ class StyleTransfer(nn.Module):
             level_stats = [item[level] for item in stats]
             if padded_masks is None and level not in anchors:  # AdaIN folded into the decoder
                 scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
-                image = self.decoders[level].forward_affine(features, scale, shift)
+                image = self.decoders[level].forward_linear(
+                    features, torch.diag_embed(scale), shift
+                )
                 continue
             labels = None
             if padded_masks is not None:

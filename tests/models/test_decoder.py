@@ -76,20 +76,21 @@ def test_shared_decoders_reconstruct_a_photo(shared_weights_dir, shared_images_d
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("shared", [True, False])
-def test_folded_affine_equals_decoding_the_transformed_features(level, shared):
+def test_folded_linear_map_equals_decoding_the_transformed_features(level, shared):
     gen = torch.Generator().manual_seed(11)
     decoder = Decoder(level).double().eval()
     channels = level_channels(level)
     features = torch.rand(3, channels, 5, 6, generator=gen, dtype=torch.float64)
     rows = 1 if shared else 3
-    scale = torch.rand(rows, channels, generator=gen, dtype=torch.float64) * 2 + 0.1
+    matrix = torch.randn(rows, channels, channels, generator=gen, dtype=torch.float64)
     shift = torch.randn(rows, channels, generator=gen, dtype=torch.float64)
+    mapped = torch.einsum("bjc,bchw->bjhw", matrix.expand(3, -1, -1), features)
     with torch.no_grad():
-        expected = decoder(features * scale[:, :, None, None] + shift[:, :, None, None])
-        got = decoder.forward_affine(features, scale, shift)
+        expected = decoder(mapped + shift[:, :, None, None])
+        got = decoder.forward_linear(features, matrix, shift)
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="decoder expects"):
-        decoder.forward_affine(features[:, :1], scale, shift)
+        decoder.forward_linear(features[:, :1], matrix, shift)
 
 
 @pytest.mark.parametrize("size", [(2, 5), (3, 3), (4, 7), (9, 6)])
