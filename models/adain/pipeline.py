@@ -26,14 +26,18 @@ from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.presets import (
-    detail_band,
+    Transform,
+    check_style_scale,
     get_preset,
-    matched_detail,
-    restore_detail,
-    scale_image,
+    levels_preset,
+    next_stage_start,
+    resize,
+    stage_size,
+    style_at,
 )
 from models.adain.stats import FeatureStats, StyleStatsCache
 from models.adain.transfer import adain_affine, region_labels, transfer
+from models.adain.whitening import CovarianceStats, wct_affine, wct_transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
@@ -88,42 +92,41 @@ def pad_to_multiple(image: Tensor, multiple: int) -> tuple[Tensor, tuple[int, in
     return F.pad(image, (0, pad_w, 0, pad_h), mode=mode), (height, width)
 
 
-def _take_images(
-    rows: Tensor,
-    image: Tensor,
-    content: Tensor,
-    anchors: dict[str, Tensor],
-    stats: list[dict[str, FeatureStats]],
-    masks: list[Tensor] | None,
-) -> tuple:
-    """The pass's per-image state restricted to images ``rows``; batch-1 style statistics
-    and masks are shared by every image and stay as they are."""
+class _Rows:
+    """The per-image state of a stylisation, restricted together when a step control
+    drops images: tensors (or lists or dicts of them, or style statistics) of batch
+    ``batch`` are per image; batch-1 ones are shared by every image and stay as they are."""
 
-    def shared_or_rows(tensor: Tensor) -> Tensor:
-        return tensor if tensor.shape[0] == 1 else take_rows(tensor, rows)
+    def __init__(self, batch: int, **values) -> None:
+        self.batch = batch
+        self.values = dict(values)
 
-    return (
-        take_rows(image, rows),
-        take_rows(content, rows),
-        {level: take_rows(value, rows) for level, value in anchors.items()},
-        [
-            {
-                level: FeatureStats(shared_or_rows(item.mean), shared_or_rows(item.std))
-                for level, item in per_style.items()
-            }
-            for per_style in stats
-        ],
-        None if masks is None else [shared_or_rows(mask) for mask in masks],
-    )
+    def __getitem__(self, name: str):
+        return self.values[name]
 
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
 
-def _offset(control: StepControl, first: int, total: int) -> StepControl:
-    """``control`` as seen by a nested call whose pass 0 is pass ``first`` of ``total``."""
+    def set(self, **values) -> None:
+        self.values.update(values)
 
-    def shifted(done: int, _nested_total: int):
-        return control(first + done, total)
+    def take(self, rows: Tensor) -> None:
+        """Keep images ``rows`` (positions in the current batch)."""
+        batch = self.batch
 
-    return shifted
+        def restrict(value):
+            if isinstance(value, Tensor):
+                return value if value.shape[0] != batch else take_rows(value, rows)
+            if isinstance(value, list | tuple):
+                return type(value)(restrict(item) for item in value)
+            if isinstance(value, dict):
+                return {key: restrict(item) for key, item in value.items()}
+            if isinstance(value, FeatureStats | CovarianceStats):
+                return type(value)(*(restrict(item) for item in vars(value).values()))
+            return value
+
+        self.values = {name: restrict(value) for name, value in self.values.items()}
+        self.batch = len(rows)
 
 
 class StyleTransfer(nn.Module):
@@ -254,14 +257,18 @@ class StyleTransfer(nn.Module):
         image = image.to(self.device, self._compute_dtype())
         return image.contiguous(memory_format=torch.channels_last) if self.fast else image
 
-    def style_stats(self, style: Tensor, levels: Sequence[str]) -> dict[str, FeatureStats]:
-        """Statistics of a style image at ``levels``, from the cache when seen before."""
+    def style_stats(
+        self, style: Tensor, levels: Sequence[str], transform: Transform = "adain"
+    ) -> dict[str, FeatureStats | CovarianceStats]:
+        """Statistics of a style image at ``levels`` for ``transform`` (``FeatureStats`` for
+        AdaIN, ``CovarianceStats`` for WCT), from the cache when seen before."""
+        of = CovarianceStats.of if transform == "wct" else FeatureStats.of
 
-        def compute(image: Tensor, missing: list[str]) -> dict[str, FeatureStats]:
+        def compute(image: Tensor, missing: list[str]) -> dict:
             features = self.encoder(self._prepare(image), missing)
-            return {level: FeatureStats.of(features[level]) for level in missing}
+            return {level: of(features[level]) for level in missing}
 
-        mode = f"{self.device}|fast={self.fast}"
+        mode = f"{self.device}|fast={self.fast}|{transform}"
         return self.cache.get_or_compute(style, levels, mode, compute)
 
     @torch.inference_mode()
@@ -276,6 +283,7 @@ class StyleTransfer(nn.Module):
         masks: Sequence[Tensor] | None = None,
         levels: Sequence[str] | None = None,
         preset: str | None = None,
+        style_scale: float = 1.0,
         control: StepControl | None = None,
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
@@ -293,10 +301,14 @@ class StyleTransfer(nn.Module):
             masks: one mask per style, values in ``[0, 1]``; each style is applied
                 where its mask is largest (and >= 0.5), with statistics per region;
                 elsewhere the content is kept.
-            levels: the pass to run instead of the preset's, deepest first.
+            levels: an AdaIN pass at full size to run instead of the preset, deepest
+                first (``["relu3_1"]`` is the paper's single-level mode).
             preset: ``"quality"`` or ``"realtime"`` (default: the model's preset): the
-                pass and the working resolution, see :mod:`models.adain.presets`.
-            control: asked before each level's pass which images are still wanted
+                stages of the pyramid and their passes, see :mod:`models.adain.presets`.
+            style_scale: the size of the style's features in the output, in
+                ``[0.25, 2]``: each stage sees the style resized to ``style_scale`` times
+                its own longer side (1: as large as in the painting at the photo's size).
+            control: asked before each pass which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there and the
                 output holds the kept ones only, each as it would have been without it.
 
@@ -307,66 +319,105 @@ class StyleTransfer(nn.Module):
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
         preset = self.preset if preset is None else get_preset(preset)
-        if levels is None:
-            levels = preset.levels or self.levels
-        levels = check_levels(levels, list(self.decoders))
+        if levels is not None:
+            preset = levels_preset(check_levels(levels, list(self.decoders)))
+        for stage in preset.stages:
+            check_levels(stage.levels, list(self.decoders))
         if alpha == 0.0:
-            levels = levels[-1:]  # every pass is anchored to the photo: only the last one shows
+            preset = preset.last_pass()  # every pass is anchored to the photo
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
+        style_scale = check_style_scale(style_scale)
         content = content.to(self.device, torch.float32)
-        full_content, full_masks = content, masks
-        content = preset.downscale(content)
-        downscaled = content is not full_content
-        if masks is not None and downscaled:
-            masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
         styles = [style.to(self.device, torch.float32) for style in styles]
-        original_styles = styles
-        if downscaled:  # the style's textures at the photo's working scale
-            scale = content.shape[-1] / full_content.shape[-1]
-            styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
-        small_styles = styles
         if preserve_color:
             styles = [luminance(style).contiguous() for style in styles]
-        image = luminance(content) if preserve_color else content
-        image, (height, width) = pad_to_multiple(
-            image, max(level_stride(level) for level in levels)
+        state = _Rows(
+            content.shape[0],
+            content=content,
+            source=luminance(content) if preserve_color else content,
+            styles=styles,
+            masks=None if masks is None else [m.to(self.device, torch.float32) for m in masks],
         )
-        padded_masks = None
-        if masks is not None:
-            pad = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
-            padded_masks = [
-                F.pad(mask.to(self.device, torch.float32), pad, mode="replicate") for mask in masks
-            ]
         self._ready()
-        stats = [self.style_stats(style, levels) for style in styles]
-        batch = content.shape[0]
-        kept = torch.arange(batch)  # the input rows still in the batch
-        detail_levels = preset.detail_levels if downscaled else ()
-        passes = len(levels) + len(detail_levels)
+        total, done = preset.passes, 0
+        for stage in preset.stages:
+            size = stage_size(tuple(content.shape[-2:]), stage.factor)
+            photo = resize(state["source"], size)
+            if "previous" in state:
+                start = next_stage_start(photo, state["previous"], state["previous_photo"])
+            else:
+                start = photo
+            stage_styles = [
+                style_at(style, max(size), style_scale, min_side=MIN_STYLE_SIDE)
+                for style in state["styles"]
+            ]
+            stats = [self.style_stats(s, stage.levels, preset.transform) for s in stage_styles]
+            stage_masks = None
+            if state["masks"] is not None:
+                stage_masks = [resize(mask, size) for mask in state["masks"]]
+            state.set(stats=stats, stage_masks=stage_masks, photo=photo)
+            image = self._stage(
+                start, stage.levels, preset.transform, state, weights, alpha, control, done, total
+            )
+            if image is None:  # every image was cancelled
+                return content[:0]
+            done += len(stage.levels)
+            state.set(previous=image, previous_photo=state["photo"])
+        rows = wanted_rows(control, total, total)
+        if rows is not None:
+            state.take(rows)
+        output = state["previous"].float().clamp(0.0, 1.0).contiguous()
+        if preserve_color:
+            output = with_chroma_of(output, state["content"])
+        return output
+
+    def _stage(
+        self,
+        start: Tensor,
+        levels: tuple[str, ...],
+        transform: Transform,
+        state: _Rows,
+        weights: list[float] | None,
+        alpha: float,
+        control: StepControl | None,
+        done: int,
+        total: int,
+    ) -> Tensor | None:
+        """One stage's passes on ``start`` ``(B, 3, h, w)``; ``None`` when no image is left.
+        Rows that ``control`` drops leave ``state`` (and the image) as they go."""
+        multiple = max(level_stride(level) for level in levels)
+        image, (height, width) = pad_to_multiple(start, multiple)
+        padding = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
+        anchors = {}
+        if alpha < 1.0:  # the photo at this scale, padded like the image
+            padded_photo = pad_to_multiple(state["photo"], multiple)[0]
+            anchors = self.encoder(self._prepare(padded_photo), set(levels))
         image = self._prepare(image)
-        anchors = self.encoder(image, set(levels)) if alpha < 1.0 else {}
-        for done, level in enumerate(levels):
-            rows = wanted_rows(control, done, passes)
+        for index, level in enumerate(levels):
+            rows = wanted_rows(control, done + index, total)
             if rows is not None:
-                image, content, anchors, stats, padded_masks = _take_images(
-                    rows, image, content, anchors, stats, padded_masks
-                )
-                kept = kept[rows]
-                batch = image.shape[0]
-                if batch == 0:
-                    return image[..., :height, :width].float()
+                state.take(rows)
+                image = take_rows(image, rows)
+                anchors = {key: take_rows(value, rows) for key, value in anchors.items()}
+                if image.shape[0] == 0:
+                    return None
+            batch = image.shape[0]
             features = self.encoder.encode(image, level)
-            level_stats = [item[level] for item in stats]
-            if padded_masks is None and level not in anchors:  # AdaIN folded into the decoder
-                scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
-                image = self.decoders[level].forward_linear(
-                    features, torch.diag_embed(scale), shift
-                )
+            level_stats = [item[level] for item in state["stats"]]
+            if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
+                if transform == "wct":
+                    matrix, shift = wct_affine(features, level_stats, weights=weights, alpha=alpha)
+                else:
+                    scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
+                    matrix = torch.diag_embed(scale)
+                image = self.decoders[level].forward_linear(features, matrix, shift)
                 continue
             labels = None
-            if padded_masks is not None:
-                labels = region_labels(padded_masks, features.shape[-2:], batch)
-            restyled = transfer(
+            if state["stage_masks"] is not None:
+                padded = [F.pad(m, padding, mode="replicate") for m in state["stage_masks"]]
+                labels = region_labels(padded, features.shape[-2:], batch)
+            restyle = wct_transfer if transform == "wct" else transfer
+            restyled = restyle(
                 features,
                 level_stats,
                 weights=weights,
@@ -375,50 +426,7 @@ class StyleTransfer(nn.Module):
                 anchor=anchors.get(level),
             )
             image = self.decoders[level](restyled)
-        if not detail_levels:  # the last call: after the last pass
-            rows = wanted_rows(control, passes, passes)
-            if rows is not None:
-                image, content = image[rows.to(image.device)], content[rows.to(content.device)]
-                kept = kept[rows]
-        output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
-        if preserve_color:
-            output = with_chroma_of(output, content)
-        if not downscaled:
-            return output
-
-        def kept_rows(tensor: Tensor) -> Tensor:  # batch-1 inputs are shared by every row
-            return tensor if tensor.shape[0] == 1 else tensor[kept.to(tensor.device)]
-
-        full_content = kept_rows(full_content)
-        if full_masks is not None:
-            full_masks = [kept_rows(mask.to(self.device, torch.float32)) for mask in full_masks]
-        detail = detail_band(full_content, content)
-        if preset.texture_fill and alpha > 0.0:
-            labels = None
-            if full_masks is not None:
-                labels = region_labels(full_masks, detail.shape[-2:], detail.shape[0])
-            pairs = zip(original_styles, small_styles, strict=True)
-            matched = matched_detail(
-                detail,
-                [(kept_rows(style), kept_rows(small)) for style, small in pairs],
-                weights=weights,
-                labels=labels,
-            )
-            detail = torch.lerp(detail, matched, alpha)
-        output = restore_detail(output, detail)
-        if not detail_levels:
-            return output
-        return self.stylize(
-            output,
-            [kept_rows(style) for style in original_styles],
-            style_weights=style_weights,
-            alpha=alpha,
-            preserve_color=preserve_color,
-            masks=full_masks,
-            levels=detail_levels,
-            preset="quality",
-            control=None if control is None else _offset(control, len(levels), passes),
-        )
+        return image[..., :height, :width].float().clamp(0.0, 1.0)
 
     @staticmethod
     def _check_arguments(
