@@ -45,7 +45,8 @@ from models.devices import bf16_supported
 from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
-#: The default coarse-to-fine pass (established by benchmarks/adain_quality.py).
+#: The AdaIN pass that was the default before the presets' pyramids (issue 26), run at
+#: full size with ``levels=DEFAULT_LEVELS`` (benchmarks/adain_quality.py compares it).
 DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu3_1", "relu2_1")
 
 #: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
@@ -135,8 +136,9 @@ class StyleTransfer(nn.Module):
     Args:
         encoder: the VGG encoder (at least as deep as the deepest level used).
         decoders: one decoder per level it inverts.
-        levels: the default pass, deepest first, e.g. ``("relu3_1",)`` (single-level)
-            or ``("relu3_1", "relu2_1", "relu1_1")`` (multi-level).
+        levels: an AdaIN pass at full size, deepest first, to run by default instead of
+            the preset's pyramid, e.g. ``("relu3_1",)`` (single-level) or
+            ``("relu3_1", "relu2_1", "relu1_1")`` (multi-level); ``None``: the preset.
         weight_files: the checkpoint files loaded, for :meth:`describe`.
         fast: channels_last memory format and bfloat16 weights and activations (where
             the device has native bf16 kernels, else float32); statistics are still
@@ -152,7 +154,7 @@ class StyleTransfer(nn.Module):
         encoder: VGGEncoder,
         decoders: Mapping[str, Decoder],
         *,
-        levels: Sequence[str] = DEFAULT_LEVELS,
+        levels: Sequence[str] | None = None,
         weight_files: Sequence[Path] = (),
         fast: bool = False,
         cache_size: int = 64,
@@ -164,7 +166,7 @@ class StyleTransfer(nn.Module):
         for level in self.decoders:
             if LEVELS.index(level) > LEVELS.index(encoder.depth):
                 raise ValueError(f"decoder {level} is deeper than the encoder ({encoder.depth})")
-        self.levels = check_levels(levels, list(self.decoders))
+        self.levels = None if levels is None else check_levels(levels, list(self.decoders))
         self.weight_files = [Path(path) for path in weight_files]
         self.fast = fast
         self.cache = StyleStatsCache(cache_size)
@@ -190,8 +192,8 @@ class StyleTransfer(nn.Module):
         the AdaIN release's pair (``adain/vgg_normalised.pth``, ``adain/decoder.pth``,
         see ``atelier weights fetch adain-relu4_1``) is found too, its deeper encoder
         replaces the relu3_1 one and ``"relu4_1"`` becomes available as a level.
-        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``); ``preset``
-        the default preset (``"quality"`` runs that pass at full resolution).
+        ``levels`` sets an AdaIN default pass (``None``: the preset's pyramid); ``preset``
+        the default preset (``"quality"``, see :mod:`models.adain.presets`).
 
         Raises:
             WeightsNotFoundError: a file is in none of ``search_path`` (the message names
@@ -217,7 +219,7 @@ class StyleTransfer(nn.Module):
         model = cls(
             encoder,
             decoders,
-            levels=levels or DEFAULT_LEVELS,
+            levels=levels,
             weight_files=[encoder_path, *decoder_paths.values()],
             fast=fast,
             cache_size=cache_size,
@@ -230,11 +232,16 @@ class StyleTransfer(nn.Module):
         return next(self.encoder.parameters()).device
 
     def describe(self) -> dict[str, Any]:
-        """What is loaded: mode, default levels and preset, weight files, device, precision."""
+        """What is loaded: mode, the default passes (the model's own ``levels``, else its
+        preset's, coarse stage first) and preset, weight files, device, precision."""
+        if self.levels is not None:
+            levels = list(self.levels)
+        else:
+            levels = [level for stage in self.preset.stages for level in stage.levels]
         return {
             "name": "adain",
-            "mode": "single-level" if len(self.levels) == 1 else "multi-level",
-            "levels": list(self.levels),
+            "mode": "single-level" if len(levels) == 1 else "multi-level",
+            "levels": levels,
             "preset": self.preset.name,
             "weight_files": [str(path) for path in self.weight_files],
             "device": str(self.device),
@@ -318,6 +325,8 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
+        if levels is None and preset is None:
+            levels = self.levels  # the model's own default pass, when it has one
         preset = self.preset if preset is None else get_preset(preset)
         if levels is not None:
             preset = levels_preset(check_levels(levels, list(self.decoders)))

@@ -221,3 +221,19 @@ def test_a_batch_of_different_styles_matches_separate_calls_and_control_drops_ro
     assert calls == [(done, total) for done in range(total + 1)]
     torch.testing.assert_close(kept, singles[1], rtol=1e-4, atol=1e-4)
     assert model.stylize(contents, [styles], control=lambda d, t: []).shape == (0, 3, 24, 32)
+
+
+def test_a_model_with_its_own_levels_runs_them_unless_a_preset_is_asked(tiny_networks):
+    encoder, decoders = tiny_networks
+    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 24, 24, seed=2)
+    plain = StyleTransfer(encoder, decoders)
+    passes = [level for stage in PRESETS["quality"].stages for level in stage.levels]
+    assert plain.describe()["levels"] == passes
+    single = StyleTransfer(encoder, decoders, levels=("relu3_1",))
+    assert single.describe()["mode"] == "single-level"
+    torch.testing.assert_close(
+        single.stylize(content, [style]), plain.stylize(content, [style], levels=["relu3_1"])
+    )
+    torch.testing.assert_close(
+        single.stylize(content, [style], preset="quality"), plain.stylize(content, [style])
+    )
