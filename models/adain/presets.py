@@ -27,8 +27,8 @@ large in the output, 0.5 half as large (neural-style's ``-style_scale``).
 Presets (chosen on the development images, ``docs/style-transfer.md``):
 
 - ``quality`` (the default): WCT passes relu3_1 at 1/8 scale, relu3_1 -> relu2_1 at 1/4,
-  relu2_1 at 1/2, relu1_1 at full size.
-- ``realtime``: the same with relu1_1 in place of relu2_1 at 1/2 scale.
+  relu2_1 -> relu1_1 at 1/2, relu1_1 at full size.
+- ``realtime``: the same without relu2_1 at 1/2 scale.
 
 Cost per pixel of the photo (encoder + decoder at a level: relu3_1 ~223 kMAC, relu2_1
 ~113 kMAC, relu1_1 ~3.5 kMAC per pixel of the image it runs on): for 512 x 512, quality
@@ -99,7 +99,7 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "quality": Preset(
         "quality",
-        (Stage(0.125, (R3,)), Stage(0.25, (R3, R2)), Stage(0.5, (R2,)), Stage(1.0, (R1,))),
+        (Stage(0.125, (R3,)), Stage(0.25, (R3, R2)), Stage(0.5, (R2, R1)), Stage(1.0, (R1,))),
     ),
     "realtime": Preset(
         "realtime",
