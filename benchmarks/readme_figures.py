@@ -15,6 +15,7 @@ stay visible.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 from pathlib import Path
 
 import torch
@@ -62,10 +63,12 @@ EVALUATION_PAIRS = (
 
 def stylize_figure(search_path, height: int) -> Image.Image:
     """One row per evaluation pair: photo, style, quality, realtime, the peer."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from adain_bench import _stlite_runner, holdout_split
+    spec = importlib.util.spec_from_file_location(
+        "adain_bench", Path(__file__).resolve().parent / "adain_bench.py"
+    )
+    bench = importlib.util.module_from_spec(spec)  # the sibling script, as a script runs it
+    spec.loader.exec_module(bench)
+    _stlite_runner, holdout_split = bench._stlite_runner, bench.holdout_split
 
     photos, styles = holdout_split()
     by_name = {path.name: path for path in [*photos, *styles]}
