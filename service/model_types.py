@@ -45,6 +45,7 @@ class StyleTransferModel(Protocol):
         preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
         preset: str | None = None,
+        style_scale: float = 1.0,
         control: StepControl | None = None,
     ) -> Tensor:
         """``(B, 3, H, W)`` in, one ``(3, H, W)`` in ``[0, 1]`` per image ``control`` kept

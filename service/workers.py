@@ -71,6 +71,7 @@ class StylizeJob:
     preserve_color: bool = False
     masks: tuple[torch.Tensor, ...] | None = None
     preset: str = "quality"
+    style_scale: float = 1.0
 
     def batch_key(self) -> Hashable:
         """Jobs with equal keys stack into one forward: same sizes, same options."""
@@ -82,6 +83,7 @@ class StylizeJob:
             self.alpha,
             self.preserve_color,
             None if self.masks is None else len(self.masks),
+            self.style_scale,
         )
 
     def cost(self) -> float:
@@ -117,6 +119,7 @@ def run_stylize(
         preserve_color=first.preserve_color,
         masks=masks,
         preset=first.preset,
+        style_scale=first.style_scale,
         control=control,
     )
     return list(output.float().cpu().unbind(0))

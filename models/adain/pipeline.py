@@ -28,14 +28,18 @@ from torch import Tensor, nn
 from models.adain.color import luminance, with_chroma_of
 from models.adain.presets import (
     PRESETS,
-    detail_band,
+    Transform,
+    check_style_scale,
     get_preset,
-    matched_detail,
-    restore_detail,
-    scale_image,
+    levels_preset,
+    next_stage_start,
+    resize,
+    stage_size,
+    style_at,
 )
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
+from models.adain.whitening import CovarianceStats, wct_affine, wct_transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
@@ -43,7 +47,8 @@ from models.devices import bf16_supported, to_device
 from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
-#: The default coarse-to-fine pass (established by benchmarks/adain_quality.py).
+#: The AdaIN pass that was the default before the presets' pyramids (issue 26), run at
+#: full size with ``levels=DEFAULT_LEVELS`` (benchmarks/adain_quality.py compares it).
 DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu3_1", "relu2_1")
 
 #: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
@@ -90,42 +95,41 @@ def pad_to_multiple(image: Tensor, multiple: int) -> tuple[Tensor, tuple[int, in
     return F.pad(image, (0, pad_w, 0, pad_h), mode=mode), (height, width)
 
 
-def _take_images(
-    rows: Tensor,
-    image: Tensor,
-    content: Tensor,
-    anchors: dict[str, Tensor],
-    stats: list[dict[str, FeatureStats]],
-    masks: list[Tensor] | None,
-) -> tuple:
-    """The pass's per-image state restricted to images ``rows``; batch-1 style statistics
-    and masks are shared by every image and stay as they are."""
+class _Rows:
+    """The per-image state of a stylisation, restricted together when a step control
+    drops images: tensors (or lists or dicts of them, or style statistics) of batch
+    ``batch`` are per image; batch-1 ones are shared by every image and stay as they are."""
 
-    def shared_or_rows(tensor: Tensor) -> Tensor:
-        return tensor if tensor.shape[0] == 1 else take_rows(tensor, rows)
+    def __init__(self, batch: int, **values) -> None:
+        self.batch = batch
+        self.values = dict(values)
 
-    return (
-        take_rows(image, rows),
-        take_rows(content, rows),
-        {level: take_rows(value, rows) for level, value in anchors.items()},
-        [
-            {
-                level: FeatureStats(shared_or_rows(item.mean), shared_or_rows(item.std))
-                for level, item in per_style.items()
-            }
-            for per_style in stats
-        ],
-        None if masks is None else [shared_or_rows(mask) for mask in masks],
-    )
+    def __getitem__(self, name: str):
+        return self.values[name]
 
+    def __contains__(self, name: str) -> bool:
+        return name in self.values
 
-def _offset(control: StepControl, first: int, total: int) -> StepControl:
-    """``control`` as seen by a nested call whose pass 0 is pass ``first`` of ``total``."""
+    def set(self, **values) -> None:
+        self.values.update(values)
 
-    def shifted(done: int, _nested_total: int):
-        return control(first + done, total)
+    def take(self, rows: Tensor) -> None:
+        """Keep images ``rows`` (positions in the current batch)."""
+        batch = self.batch
 
-    return shifted
+        def restrict(value):
+            if isinstance(value, Tensor):
+                return value if value.shape[0] != batch else take_rows(value, rows)
+            if isinstance(value, list | tuple):
+                return type(value)(restrict(item) for item in value)
+            if isinstance(value, dict):
+                return {key: restrict(item) for key, item in value.items()}
+            if isinstance(value, FeatureStats | CovarianceStats):
+                return type(value)(*(restrict(item) for item in vars(value).values()))
+            return value
+
+        self.values = {name: restrict(value) for name, value in self.values.items()}
+        self.batch = len(rows)
 
 
 class StyleTransfer(nn.Module):
@@ -134,8 +138,9 @@ class StyleTransfer(nn.Module):
     Args:
         encoder: the VGG encoder (at least as deep as the deepest level used).
         decoders: one decoder per level it inverts.
-        levels: the default pass, deepest first, e.g. ``("relu3_1",)`` (single-level)
-            or ``("relu3_1", "relu2_1", "relu1_1")`` (multi-level).
+        levels: an AdaIN pass at full size, deepest first, to run by default instead of
+            the preset's pyramid, e.g. ``("relu3_1",)`` (single-level) or
+            ``("relu3_1", "relu2_1", "relu1_1")`` (multi-level); ``None``: the preset.
         weight_files: the checkpoint files loaded, for :meth:`describe`.
         fast: channels_last memory format and bfloat16 weights and activations (where
             the device has native bf16 kernels, else float32); statistics are still
@@ -151,7 +156,7 @@ class StyleTransfer(nn.Module):
         encoder: VGGEncoder,
         decoders: Mapping[str, Decoder],
         *,
-        levels: Sequence[str] = DEFAULT_LEVELS,
+        levels: Sequence[str] | None = None,
         weight_files: Sequence[Path] = (),
         fast: bool = False,
         cache_size: int = 64,
@@ -163,7 +168,7 @@ class StyleTransfer(nn.Module):
         for level in self.decoders:
             if LEVELS.index(level) > LEVELS.index(encoder.depth):
                 raise ValueError(f"decoder {level} is deeper than the encoder ({encoder.depth})")
-        self.levels = check_levels(levels, list(self.decoders))
+        self.levels = None if levels is None else check_levels(levels, list(self.decoders))
         self.weight_files = [Path(path) for path in weight_files]
         self.fast = fast
         self.cache = StyleStatsCache(cache_size)
@@ -189,8 +194,8 @@ class StyleTransfer(nn.Module):
         the AdaIN release's pair (``adain/vgg_normalised.pth``, ``adain/decoder.pth``,
         see ``atelier weights fetch adain-relu4_1``) is found too, its deeper encoder
         replaces the relu3_1 one and ``"relu4_1"`` becomes available as a level.
-        ``levels`` sets the default pass (``DEFAULT_LEVELS`` when ``None``); ``preset``
-        the default preset (``"quality"`` runs that pass at full resolution).
+        ``levels`` sets an AdaIN default pass (``None``: the preset's pyramid); ``preset``
+        the default preset (``"quality"``, see :mod:`models.adain.presets`).
 
         Raises:
             WeightsNotFoundError: a file is in none of ``search_path`` (the message names
@@ -216,7 +221,7 @@ class StyleTransfer(nn.Module):
         model = cls(
             encoder,
             decoders,
-            levels=levels or DEFAULT_LEVELS,
+            levels=levels,
             weight_files=[encoder_path, *decoder_paths.values()],
             fast=fast,
             cache_size=cache_size,
@@ -229,11 +234,16 @@ class StyleTransfer(nn.Module):
         return next(self.encoder.parameters()).device
 
     def describe(self) -> dict[str, Any]:
-        """What is loaded: mode, default levels and preset, weight files, device, precision."""
+        """What is loaded: mode, the default passes (the model's own ``levels``, else its
+        preset's, coarse stage first) and preset, weight files, device, precision."""
+        if self.levels is not None:
+            levels = list(self.levels)
+        else:
+            levels = [level for stage in self.preset.stages for level in stage.levels]
         return {
             "name": "adain",
-            "mode": "single-level" if len(self.levels) == 1 else "multi-level",
-            "levels": list(self.levels),
+            "mode": "single-level" if len(levels) == 1 else "multi-level",
+            "levels": levels,
             "preset": self.preset.name,
             "weight_files": [str(path) for path in self.weight_files],
             "device": str(self.device),
@@ -257,16 +267,23 @@ class StyleTransfer(nn.Module):
         return image.contiguous(memory_format=torch.channels_last) if self.fast else image
 
     def style_stats(
-        self, style: Tensor, levels: Sequence[str], *, key: str | None = None
-    ) -> dict[str, FeatureStats]:
-        """Statistics of a style image at ``levels``, from the cache when seen before
-        (``key``: see :meth:`StyleStatsCache.get_or_compute`)."""
+        self,
+        style: Tensor,
+        levels: Sequence[str],
+        transform: Transform = "adain",
+        *,
+        key: str | None = None,
+    ) -> dict[str, FeatureStats | CovarianceStats]:
+        """Statistics of a style image at ``levels`` for ``transform`` (``FeatureStats`` for
+        AdaIN, ``CovarianceStats`` for WCT), from the cache when seen before (``key``: see
+        :meth:`StyleStatsCache.get_or_compute`)."""
+        of = CovarianceStats.of if transform == "wct" else FeatureStats.of
 
-        def compute(image: Tensor, missing: list[str]) -> dict[str, FeatureStats]:
+        def compute(image: Tensor, missing: list[str]) -> dict:
             features = self.encoder(self._prepare(image), missing)
-            return {level: FeatureStats.of(features[level]) for level in missing}
+            return {level: of(features[level]) for level in missing}
 
-        mode = f"{self.device}|fast={self.fast}"
+        mode = f"{self.device}|fast={self.fast}|{transform}"
         return self.cache.get_or_compute(style, levels, mode, compute, key=key)
 
     def _host_key(self, given: Tensor, transform: str) -> str | None:
@@ -291,6 +308,7 @@ class StyleTransfer(nn.Module):
         masks: Sequence[Tensor] | None = None,
         levels: Sequence[str] | None = None,
         preset: str | None = None,
+        style_scale: float = 1.0,
         control: StepControl | None = None,
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
@@ -308,10 +326,14 @@ class StyleTransfer(nn.Module):
             masks: one mask per style, values in ``[0, 1]``; each style is applied
                 where its mask is largest (and >= 0.5), with statistics per region;
                 elsewhere the content is kept.
-            levels: the pass to run instead of the preset's, deepest first.
+            levels: an AdaIN pass at full size to run instead of the preset, deepest
+                first (``["relu3_1"]`` is the paper's single-level mode).
             preset: ``"quality"`` or ``"realtime"`` (default: the model's preset): the
-                pass and the working resolution, see :mod:`models.adain.presets`.
-            control: asked before each level's pass which images are still wanted
+                stages of the pyramid and their passes, see :mod:`models.adain.presets`.
+            style_scale: the size of the style's features in the output, in
+                ``[0.25, 2]``: each stage sees the style resized to ``style_scale`` times
+                its own longer side (1: as large as in the painting at the photo's size).
+            control: asked before each pass which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there and the
                 output holds the kept ones only, each as it would have been without it.
 
@@ -321,71 +343,117 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
+        if levels is None and preset is None:
+            levels = self.levels  # the model's own default pass, when it has one
         preset = self.preset if preset is None else get_preset(preset)
-        if levels is None:
-            levels = preset.levels or self.levels
-        levels = check_levels(levels, list(self.decoders))
+        if levels is not None:
+            preset = levels_preset(check_levels(levels, list(self.decoders)))
+        for stage in preset.stages:
+            check_levels(stage.levels, list(self.decoders))
         if alpha == 0.0:
-            levels = levels[-1:]  # every pass is anchored to the photo: only the last one shows
+            preset = preset.last_pass()  # every pass is anchored to the photo
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
+        style_scale = check_style_scale(style_scale)
         given_styles = list(styles)
         content = to_device(content, self.device, torch.float32)
-        full_content, full_masks = content, masks
-        content = preset.downscale(content)
-        downscaled = content is not full_content
-        if masks is not None and downscaled:
-            masks = [preset.downscale(mask.to(self.device, torch.float32)) for mask in masks]
         styles = [to_device(style, self.device, torch.float32) for style in styles]
-        original_styles = styles
-        scale = 1.0
-        if downscaled:  # the style's textures at the photo's working scale
-            scale = content.shape[-1] / full_content.shape[-1]
-            styles = [scale_image(style, scale, min_side=MIN_STYLE_SIDE) for style in styles]
-        small_styles = styles
         if preserve_color:
             styles = [luminance(style).contiguous() for style in styles]
-        image = luminance(content) if preserve_color else content
-        image, (height, width) = pad_to_multiple(
-            image, max(level_stride(level) for level in levels)
+        state = _Rows(
+            content.shape[0],
+            content=content,
+            source=luminance(content) if preserve_color else content,
+            styles=styles,
+            masks=None
+            if masks is None
+            else [to_device(m, self.device, torch.float32) for m in masks],
         )
-        padded_masks = None
-        if masks is not None:
-            pad = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
-            padded_masks = [
-                F.pad(mask.to(self.device, torch.float32), pad, mode="replicate") for mask in masks
-            ]
         self._ready()
-        transform = f"scale={scale!r}|luminance={preserve_color}"
-        stats = [
-            self.style_stats(style, levels, key=self._host_key(given, transform))
-            for style, given in zip(styles, given_styles, strict=True)
-        ]
-        batch = content.shape[0]
-        kept = torch.arange(batch)  # the input rows still in the batch
-        detail_levels = preset.detail_levels if downscaled else ()
-        passes = len(levels) + len(detail_levels)
-        image = self._prepare(image)
-        anchors = self.encoder(image, set(levels)) if alpha < 1.0 else {}
-        for done, level in enumerate(levels):
-            rows = wanted_rows(control, done, passes)
-            if rows is not None:
-                image, content, anchors, stats, padded_masks = _take_images(
-                    rows, image, content, anchors, stats, padded_masks
+        total, done = preset.passes, 0
+        for stage in preset.stages:
+            size = stage_size(tuple(content.shape[-2:]), stage.factor)
+            photo = resize(state["source"], size)
+            if "previous" in state:
+                start = next_stage_start(photo, state["previous"], state["previous_photo"])
+            else:
+                start = photo
+            stage_styles = [
+                style_at(style, max(size), style_scale, min_side=MIN_STYLE_SIDE)
+                for style in state["styles"]
+            ]
+            prepared = f"side={max(size)}|scale={style_scale!r}|luminance={preserve_color}"
+            stats = [
+                self.style_stats(
+                    style, stage.levels, preset.transform, key=self._host_key(given, prepared)
                 )
-                kept = kept[rows]
-                batch = image.shape[0]
-                if batch == 0:
-                    return image[..., :height, :width].float()
+                for style, given in zip(stage_styles, given_styles, strict=True)
+            ]
+            stage_masks = None
+            if state["masks"] is not None:
+                stage_masks = [resize(mask, size) for mask in state["masks"]]
+            state.set(stats=stats, stage_masks=stage_masks, photo=photo)
+            image = self._stage(
+                start, stage.levels, preset.transform, state, weights, alpha, control, done, total
+            )
+            if image is None:  # every image was cancelled
+                return content[:0]
+            done += len(stage.levels)
+            state.set(previous=image, previous_photo=state["photo"])
+        rows = wanted_rows(control, total, total)
+        if rows is not None:
+            state.take(rows)
+        output = state["previous"].float().clamp(0.0, 1.0).contiguous()
+        if preserve_color:
+            output = with_chroma_of(output, state["content"])
+        return output
+
+    def _stage(
+        self,
+        start: Tensor,
+        levels: tuple[str, ...],
+        transform: Transform,
+        state: _Rows,
+        weights: list[float] | None,
+        alpha: float,
+        control: StepControl | None,
+        done: int,
+        total: int,
+    ) -> Tensor | None:
+        """One stage's passes on ``start`` ``(B, 3, h, w)``; ``None`` when no image is left.
+        Rows that ``control`` drops leave ``state`` (and the image) as they go."""
+        multiple = max(level_stride(level) for level in levels)
+        image, (height, width) = pad_to_multiple(start, multiple)
+        padding = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
+        anchors = {}
+        if alpha < 1.0:  # the photo at this scale, padded like the image
+            padded_photo = pad_to_multiple(state["photo"], multiple)[0]
+            anchors = self.encoder(self._prepare(padded_photo), set(levels))
+        image = self._prepare(image)
+        for index, level in enumerate(levels):
+            rows = wanted_rows(control, done + index, total)
+            if rows is not None:
+                state.take(rows)
+                image = take_rows(image, rows)
+                anchors = {key: take_rows(value, rows) for key, value in anchors.items()}
+                if image.shape[0] == 0:
+                    return None
+            batch = image.shape[0]
             features = self.encoder.encode(image, level)
-            level_stats = [item[level] for item in stats]
-            if padded_masks is None and level not in anchors:  # AdaIN folded into the decoder
-                scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
-                image = self.decoders[level].forward_affine(features, scale, shift)
+            level_stats = [item[level] for item in state["stats"]]
+            if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
+                if transform == "wct":
+                    matrix, shift = wct_affine(features, level_stats, weights=weights, alpha=alpha)
+                else:
+                    scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
+                    matrix = torch.diag_embed(scale)
+                image = self.decoders[level].forward_linear(features, matrix, shift)
                 continue
             labels = None
-            if padded_masks is not None:
-                labels = region_labels(padded_masks, features.shape[-2:], batch)
-            restyled = transfer(
+            if state["stage_masks"] is not None:
+                padded = [F.pad(m, padding, mode="replicate") for m in state["stage_masks"]]
+                labels = region_labels(padded, features.shape[-2:], batch)
+            restyle = wct_transfer if transform == "wct" else transfer
+            restyled = restyle(
                 features,
                 level_stats,
                 weights=weights,
@@ -394,50 +462,7 @@ class StyleTransfer(nn.Module):
                 anchor=anchors.get(level),
             )
             image = self.decoders[level](restyled)
-        if not detail_levels:  # the last call: after the last pass
-            rows = wanted_rows(control, passes, passes)
-            if rows is not None:
-                image, content = image[rows.to(image.device)], content[rows.to(content.device)]
-                kept = kept[rows]
-        output = image[..., :height, :width].float().clamp(0.0, 1.0).contiguous()
-        if preserve_color:
-            output = with_chroma_of(output, content)
-        if not downscaled:
-            return output
-
-        def kept_rows(tensor: Tensor) -> Tensor:  # batch-1 inputs are shared by every row
-            return tensor if tensor.shape[0] == 1 else tensor[kept.to(tensor.device)]
-
-        full_content = kept_rows(full_content)
-        if full_masks is not None:
-            full_masks = [kept_rows(mask.to(self.device, torch.float32)) for mask in full_masks]
-        detail = detail_band(full_content, content)
-        if preset.texture_fill and alpha > 0.0:
-            labels = None
-            if full_masks is not None:
-                labels = region_labels(full_masks, detail.shape[-2:], detail.shape[0])
-            pairs = zip(original_styles, small_styles, strict=True)
-            matched = matched_detail(
-                detail,
-                [(kept_rows(style), kept_rows(small)) for style, small in pairs],
-                weights=weights,
-                labels=labels,
-            )
-            detail = torch.lerp(detail, matched, alpha)
-        output = restore_detail(output, detail)
-        if not detail_levels:
-            return output
-        return self.stylize(  # the caller's styles: their cache keys hash the host copy
-            output,
-            [kept_rows(style) for style in given_styles],
-            style_weights=style_weights,
-            alpha=alpha,
-            preserve_color=preserve_color,
-            masks=full_masks,
-            levels=detail_levels,
-            preset="quality",
-            control=None if control is None else _offset(control, len(levels), passes),
-        )
+        return image[..., :height, :width].float().clamp(0.0, 1.0)
 
     def warm_up(self) -> float:
         """Stylise one small image with each preset, so that the first request does not

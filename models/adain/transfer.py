@@ -47,7 +47,7 @@ def adain_affine(
               \\quad t = \\alpha\\,\\Big(\\mu_s - \\mu_c \\frac{\\sigma_s}{\\sqrt{\\sigma_c^2 + \\epsilon}}\\Big)
 
     so a decoder can fold it into its first convolution
-    (:meth:`models.decoder.Decoder.forward_affine`) instead of writing the restyled map.
+    (:meth:`models.decoder.Decoder.forward_linear`, as a diagonal map) instead of writing the restyled map.
 
     Shape:
         - content: ``(B, C, h, w)``; output: ``(scale, shift)``, each ``(B, C)`` in the

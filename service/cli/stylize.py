@@ -7,6 +7,7 @@ Examples::
     atelier stylize photo.jpg starry.jpg wave.jpg --mask left.png --mask right.png -o m.png
     atelier stylize photo.jpg scream.jpg --preserve-color --alpha 0.8 --levels relu3_1 -o o.png
     atelier stylize photo.jpg starry.jpg --preset realtime -o fast.png
+    atelier stylize photo.jpg starry.jpg --style-scale 2 -o big-strokes.png
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from models.adain import StyleTransfer
 from models.adain.images import load_image, save_image
-from models.adain.presets import PRESETS
+from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
 from models.hub import WeightsNotFoundError
 from service.cli.settings import settings_from_args
 
@@ -67,10 +68,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--preset",
         choices=sorted(PRESETS),
         default="quality",
-        help="quality: four passes at full resolution; realtime: two passes at a 128 px "
-        "working size, the photo's detail and the style's fine texture added, one cheap "
-        "pass at full size "
-        "(see docs/style-transfer.md)",
+        help="quality: the style matched at 1/4, 1/2 and full size; realtime: the same "
+        "with fewer passes (see docs/style-transfer.md)",
+    )
+    parser.add_argument(
+        "--style-scale",
+        type=float,
+        default=1.0,
+        help="size of the style's features (strokes, shapes) in the output, in "
+        f"[{MIN_STYLE_SCALE:g}, {MAX_STYLE_SCALE:g}]: 1 keeps their size in the painting at "
+        "the photo's size, 2 doubles it, 0.5 halves it",
     )
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.set_defaults(func=run)
@@ -103,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 masks=masks,
                 levels=args.levels,
                 preset=args.preset,
+                style_scale=args.style_scale,
             )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

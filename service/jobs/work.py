@@ -261,7 +261,7 @@ class StylizeWork(Work):
     content: torch.Tensor
     styles: tuple[torch.Tensor, ...]
     masks: tuple[torch.Tensor, ...] | None
-    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset
+    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset, style_scale
     format: str
     request_parameters: dict[str, Any]
 
@@ -285,6 +285,7 @@ class StylizeWork(Work):
             if self.masks is None
             else tuple(to_grey_mask(_to_float(mask)) for mask in self.masks),
             preset=self.options["preset"],
+            style_scale=self.options.get("style_scale", 1.0),  # jobs queued before it existed
         )
 
     def to_payload(self) -> bytes:

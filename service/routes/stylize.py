@@ -2,7 +2,7 @@
 
 With ``Prefer: respond-async`` the same request starts a job (202, see
 ``service.routes.jobs``). A client that disconnects cancels its work; a request whose
-cost bound (``size^2 x (1 + styles) x passes``) is over ``max_stylize_pixel_passes`` is
+cost bound (``size^2 x (1 + styles x max(1, style_scale)^2) x passes``) is over ``max_stylize_pixel_passes`` is
 refused with 422 before anything is decoded.
 """
 
@@ -17,7 +17,7 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
-from models.adain.presets import PresetName, get_preset
+from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
 from service.catalog import Served
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
@@ -70,22 +70,27 @@ def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | Non
     return tuple(w / peak for w in weights)
 
 
-def check_cost(size: int, styles: int, served: Served, budget: int) -> None:
+def check_cost(
+    size: int, styles: int, served: Served, budget: int, style_scale: float = 1.0
+) -> None:
     """Refuse (422) a request whose cost bound is over ``budget`` pixel-passes.
 
-    The bound needs nothing decoded: the content and every style are resized to at most
-    ``size`` on their longer side, and each of the model's passes runs the encoder over
-    the content (and, once, over each style), so
-    ``cost = size^2 x (1 + styles) x passes``.
+    The bound needs nothing decoded: the content is resized to at most ``size`` on its
+    longer side and every style to at most ``style_scale x size`` (a style scale above 1
+    enlarges it), and each of the model's passes runs the encoder over the content (and,
+    once, over each style), so
+    ``cost = size^2 x (1 + styles x max(1, style_scale)^2) x passes``.
     """
     passes = len(served.levels)
-    cost = size * size * (1 + styles) * passes
+    style_area = max(1.0, style_scale) ** 2
+    cost = math.ceil(size * size * (1 + styles * style_area) * passes)
     if cost > budget:
         raise ValidationFailed(
-            f"size^2 x (1 content + {styles} styles) x {passes} passes = {size}^2 x "
-            f"{1 + styles} x {passes} = {cost} pixel-passes is over this server's budget of "
-            f"{budget} per request (max_stylize_pixel_passes); ask for a smaller size or "
-            "fewer styles"
+            f"size^2 x (1 content + {styles} styles x {style_area:g} style area) x {passes} "
+            f"passes = {size}^2 x {1 + styles * style_area:g} x {passes} = {cost} "
+            f"pixel-passes is over this server's budget of {budget} per request "
+            "(max_stylize_pixel_passes); ask for a smaller size, fewer styles or a smaller "
+            "style_scale"
         )
 
 
@@ -181,9 +186,9 @@ async def stylize(
     preset: Annotated[
         PresetName,
         Form(
-            description="quality (default): four passes at full size; realtime: two passes "
-            "at a 128 px working size, the photo's detail and the style's fine texture added, "
-            "one cheap pass at full size (docs/style-transfer.md has both presets' times)."
+            description="quality (default) and realtime: the style matched at 1/4, 1/2 and "
+            "full size, realtime with fewer passes (docs/style-transfer.md has both presets' "
+            "passes and times)."
         ),
     ] = "quality",
     webhook: Annotated[
@@ -202,13 +207,23 @@ async def stylize(
             description="Comma-separated: 'completed' (the default), 'progress'.",
         ),
     ] = None,
+    style_scale: Annotated[
+        float,
+        Form(
+            ge=MIN_STYLE_SCALE,
+            le=MAX_STYLE_SCALE,
+            allow_inf_nan=False,
+            description="Size of the style's features (strokes, shapes) in the output: 1 "
+            "keeps their size in the painting at the photo's size, 2 doubles it, 0.5 halves it.",
+        ),
+    ] = 1.0,
 ) -> Response:
     served = await models.lookup("adain")
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
-    check_cost(size, len(style), served, settings.max_stylize_pixel_passes)
+    check_cost(size, len(style), served, settings.max_stylize_pixel_passes, style_scale)
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
         if len(mask) != len(style):
@@ -238,6 +253,7 @@ async def stylize(
         "alpha": alpha,
         "preserve_color": preserve_color,
         "preset": preset,
+        "style_scale": style_scale,
     }
     parameters = {
         "alpha": alpha,
@@ -245,6 +261,7 @@ async def stylize(
         "preserve_color": preserve_color,
         "masks": len(mask) if mask is not None else 0,
         "size": size,
+        "style_scale": style_scale,
         "content_size": list(content_image.shape[-2:]),
         **served.model_parameters(),
         **preset_parameters(preset),
@@ -272,9 +289,6 @@ async def stylize(
 
 
 def preset_parameters(name: str) -> dict:
-    """The preset and, where it sets them, its passes (they replace the model's levels)."""
+    """The preset and its passes, coarse stage first (they replace the model's levels)."""
     preset = get_preset(name)
-    parameters: dict = {"preset": name}
-    if preset.levels is not None:
-        parameters["levels"] = list(preset.levels) + list(preset.detail_levels)
-    return parameters
+    return {"preset": name, "levels": [level for stage in preset.stages for level in stage.levels]}

@@ -163,6 +163,9 @@ async function runJob(url, request, prefix) {
 $("alpha").addEventListener("input", () => {
   $("alpha-value").textContent = Number($("alpha").value).toFixed(2);
 });
+$("style-scale").addEventListener("input", () => {
+  $("style-scale-value").textContent = Number($("style-scale").value).toFixed(2);
+});
 
 $("stylize-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -178,6 +181,7 @@ $("stylize-form").addEventListener("submit", async (event) => {
   form.append("alpha", $("alpha").value);
   form.append("preserve_color", $("preserve-color").checked ? "true" : "false");
   form.append("preset", $("preset").value);
+  form.append("style_scale", $("style-scale").value);
   form.append("size", $("size").value);
   form.append("format", "png");
   $("stylize-button").disabled = true;

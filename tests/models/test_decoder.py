@@ -76,22 +76,25 @@ def test_shared_decoders_reconstruct_a_photo(shared_weights_dir, shared_images_d
 
 @pytest.mark.parametrize("level", LEVELS)
 @pytest.mark.parametrize("shared", [True, False])
-def test_folded_affine_equals_decoding_the_transformed_features(level, shared):
+def test_folded_linear_map_equals_decoding_the_transformed_features(level, shared):
     gen = torch.Generator().manual_seed(11)
     decoder = Decoder(level).double().eval()
     channels = level_channels(level)
     features = torch.rand(3, channels, 5, 6, generator=gen, dtype=torch.float64)
     rows = 1 if shared else 3
-    scale = torch.rand(rows, channels, generator=gen, dtype=torch.float64) * 2 + 0.1
+    matrix = torch.randn(rows, channels, channels, generator=gen, dtype=torch.float64)
     shift = torch.randn(rows, channels, generator=gen, dtype=torch.float64)
+    mapped = torch.einsum("bjc,bchw->bjhw", matrix.expand(3, -1, -1), features)
     with torch.no_grad():
-        expected = decoder(features * scale[:, :, None, None] + shift[:, :, None, None])
-        got = decoder.forward_affine(features, scale, shift)
-        written = decoder.affine_then_decode(features, scale, shift)  # the GPU's form
+        expected = decoder(mapped + shift[:, :, None, None])
+        got = decoder.forward_linear(features, matrix, shift)
+        written = decoder.linear_then_decode(  # the GPU's form
+            features, matrix.expand(3, -1, -1), shift.expand(3, -1)
+        )
     torch.testing.assert_close(got, expected, rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(written, expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="decoder expects"):
-        decoder.forward_affine(features[:, :1], scale, shift)
+        decoder.forward_linear(features[:, :1], matrix, shift)
 
 
 @pytest.mark.parametrize("size", [(2, 5), (3, 3), (4, 7), (9, 6)])
@@ -121,12 +124,14 @@ def test_forward_is_the_published_layer_sequence(level):
 
 
 @pytest.mark.parametrize("rows", [1, 3])
-def test_folded_affine_reads_nothing_back(rows):
+def test_folded_linear_map_reads_nothing_back(rows):
     from models.devices import HostReads
 
     decoder = Decoder("relu2_1").eval()
-    features = torch.rand(3, level_channels("relu2_1"), 5, 6)
-    scale, shift = torch.rand(rows, features.shape[1]) + 0.5, torch.randn(rows, features.shape[1])
+    channels = level_channels("relu2_1")
+    features = torch.rand(3, channels, 5, 6)
+    matrix = torch.diag_embed(torch.rand(rows, channels) + 0.5)
+    shift = torch.randn(rows, channels)
     with torch.no_grad(), HostReads() as reads:
-        decoder.forward_affine(features, scale, shift)
+        decoder.forward_linear(features, matrix, shift)
     assert reads.names == []

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from models.adain import StyleTransfer
+from models.adain.presets import PRESETS
 from models.diffusion import SAMPLERS, Regions, get_schedule, regional_denoiser
 from models.dit.pipeline import TextToImage
 
@@ -121,15 +122,18 @@ def test_stylize_drops_images_between_passes(style_model, per_image_style):
 @pytest.mark.parametrize("at", [1, 2])
 @pytest.mark.parametrize("per_image_style", [False, True])
 def test_realtime_stylize_drops_images_in_both_of_its_stages(style_model, at, per_image_style):
-    """The realtime preset runs two passes at its working size, then one at full size
-    after the detail is restored: an image dropped before any of them stops there, and
-    the others come out as without the control."""
+    """The realtime preset runs its passes over the stages of its pyramid (1/8 to full
+    size): an image dropped before any of them stops there, and the others come out as
+    without the control."""
     generator = torch.Generator().manual_seed(1)
-    content = torch.rand(3, 3, 200, 256, generator=generator)  # over the working side
+    content = torch.rand(3, 3, 200, 256, generator=generator)
     style = torch.rand(3 if per_image_style else 1, 3, 64, 64, generator=generator)
     full = style_model.stylize(content, [style], alpha=0.7, preset="realtime")
     control = DropAt(at=at, drop={1}, batch=3)
     kept = style_model.stylize(content, [style], alpha=0.7, preset="realtime", control=control)
-    assert [(done, total) for done, total, _ in control.calls] == [(i, 3) for i in range(4)]
+    passes = PRESETS["realtime"].passes
+    assert [(done, total) for done, total, _ in control.calls] == [
+        (i, passes) for i in range(passes + 1)
+    ]
     assert control.calls[-1][2] == [0, 2]
     torch.testing.assert_close(kept, full[[0, 2]], rtol=1e-5, atol=1e-5)

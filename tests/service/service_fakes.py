@@ -96,6 +96,7 @@ class FakeStyleTransfer(Stepper):
         self.device = device
         self.batch_sizes: list[int] = []
         self.presets: list[str] = []
+        self.style_scales: list[float] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
 
@@ -117,10 +118,12 @@ class FakeStyleTransfer(Stepper):
         preserve_color=False,
         masks=None,
         preset="quality",
+        style_scale=1.0,
         control=None,
     ):
         self.batch_sizes.append(content.shape[0])
         self.presets.append(preset)
+        self.style_scales.append(style_scale)
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)

@@ -120,3 +120,31 @@ def test_request_id_is_echoed_or_made_up(client):
     made_up = client.get("/healthz", headers={"X-Request-ID": "bad id with spaces"})
     assert made_up.headers["X-Request-ID"] != "bad id with spaces"
     assert len(made_up.headers["X-Request-ID"]) == 32
+
+
+def test_style_scale_reaches_the_model_and_defaults_to_one(fakes, client):
+    content, style = corpus.png(40, 24), corpus.png(32, 32, seed=1)
+    assert _post(client, content, [style]).status_code == 200
+    assert _post(client, content, [style], style_scale=1.5).status_code == 200
+    assert fakes.adain["cpu"].style_scales == [1.0, 1.5]
+
+
+@pytest.mark.parametrize("bad", ["0.1", "2.5", "nan", "inf", "big"])
+def test_style_scale_out_of_range_is_a_validation_error_naming_the_field(fakes, client, bad):
+    response = _post(client, corpus.png(40, 24), [corpus.png(32, 32)], style_scale=bad)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "validation_error" and "style_scale" in error["message"]
+    assert fakes.adain["cpu"].batch_sizes == []
+
+
+def test_a_larger_style_scale_counts_in_the_cost_budget(client_factory, fakes):
+    client = client_factory(max_stylize_pixel_passes=20_000)
+    content, style = corpus.png(64, 48), corpus.png(32, 32)
+    # the fake runs 2 passes: 64^2 x (1 content + 1 style x 1.5^2) x 2 = 26624 pixel-passes
+    response = _post(client, content, [style], size=64, style_scale=1.5)
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "26624" in message and "style_scale" in message and "20000" in message
+    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 2 = 16384
+    assert _post(client, content, [style], size=64, style_scale=0.5).status_code == 200

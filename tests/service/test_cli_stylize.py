@@ -70,10 +70,11 @@ def test_options_reach_the_model(weights_dir, tmp_path, monkeypatch):
         main([*common, "--mask", str(tmp_path / "m0.png"), "--mask", str(tmp_path / "m1.png")]) == 0
     )
     assert main([*common, "--preserve-color", "--levels", "relu2_1,relu1_1"]) == 0
-    assert main([*common, "--preset", "realtime"]) == 0
+    assert main([*common, "--preset", "realtime", "--style-scale", "1.5"]) == 0
 
     (shape, style_shapes, weighted), (_, _, masked), (_, _, colour), (_, _, fast) = calls
     assert weighted["preset"] == "quality" and fast["preset"] == "realtime"
+    assert weighted["style_scale"] == 1.0 and fast["style_scale"] == 1.5
     assert shape == (1, 3, 24, 24) and style_shapes == [(1, 3, 16, 16)] * 2
     assert weighted["style_weights"] == [2.0, 1.0] and weighted["alpha"] == 0.5
     masks = masked["masks"]
@@ -82,6 +83,10 @@ def test_options_reach_the_model(weights_dir, tmp_path, monkeypatch):
     torch.testing.assert_close(masks[0] + masks[1], torch.ones(1, 1, 24, 24))
     assert colour["preserve_color"] is True and colour["levels"] == ["relu2_1", "relu1_1"]
     assert weighted["preserve_color"] is False and weighted["masks"] is None
+
+
+def common_of(content, style, out) -> list[str]:
+    return ["stylize", str(content), str(style), "-o", str(out)]
 
 
 def test_bad_arguments_exit_2_with_a_message(weights_dir, tmp_path, capsys):
@@ -95,6 +100,9 @@ def test_bad_arguments_exit_2_with_a_message(weights_dir, tmp_path, capsys):
     assert main(["stylize", str(content), str(style), "-o", str(out), "--alpha", "1.5"]) == 2
     assert "alpha" in capsys.readouterr().err
     assert main(["stylize", str(content), str(style), "-o", str(out), "--levels", "relu4_1"]) == 2
+    for bad in ("3", "0.1", "nan"):
+        assert main([*common_of(content, style, out), "--style-scale", bad]) == 2
+        assert "style_scale must be in [0.25, 2.0]" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # argparse: not one of the choices
         main(["stylize", str(content), str(style), "-o", str(out), "--preset", "turbo"])
     assert "invalid choice" in capsys.readouterr().err

@@ -146,3 +146,17 @@ def test_job_results_are_the_synchronous_answers(client):
     assert result["images"] == sync["images"]
     assert result["parameters"] == sync["parameters"]
     assert FakeTextToImage.image_size == 8
+
+
+def test_an_async_stylize_keeps_its_style_scale(client, fakes):
+    response = client.post(
+        "/v1/stylize",
+        files=[("content", corpus.png(24, 20)), ("style", corpus.png(16, 16))],
+        data={"style_scale": "1.5"},
+        headers=ASYNC,
+    )
+    assert response.status_code == 202
+    assert _events(client, response.json()["id"])[-1] == "done"
+    assert fakes.adain["cpu"].style_scales[-1] == 1.5
+    final = client.get(f"/v1/jobs/{response.json()['id']}").json()
+    assert final["result"]["parameters"]["style_scale"] == 1.5

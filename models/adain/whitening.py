@@ -1,0 +1,186 @@
+"""The whitening and colouring transform (WCT; Li et al., NeurIPS 2017) on feature maps.
+
+AdaIN matches each channel's mean and standard deviation; WCT matches the whole
+covariance, so the channels' correlations (what a Gram matrix sees: which features fire
+together, the strokes and colour pairings of a painting) follow the style too. With
+content features ``c`` (mean ``mu_c``, covariance ``S_c``) and style statistics
+``(mu_s, S_s)``:
+
+.. math:: \\mathrm{WCT}(c) = S_s^{1/2}\\, S_c^{-1/2}\\, (c - \\mu_c) + \\mu_s
+
+applied at every position, so the output's covariance is ``S_s`` and its mean ``mu_s``.
+The matrix powers are taken on the eigendecomposition in float64, with eigenvalues at or
+below ``EIGEN_FLOOR`` (dead or constant directions, which a ReLU map has) dropped: those
+directions are projected out before colouring, as Li et al. do.
+
+Like AdaIN, WCT of several styles is the weighted mean of their transforms
+(``mu = sum_k w_k mu_k``, ``S^{1/2} -> sum_k w_k S_k^{1/2}``), and the strength ``alpha``
+interpolates with the content (or an anchor): every form here is one affine map per
+position, ``y = M c + t``, which a decoder folds into its first convolution
+(:meth:`models.decoder.Decoder.forward_linear`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+#: Eigenvalues of a feature covariance at or below this are treated as zero (Li et al.'s
+#: threshold; normalised VGG features have variances of order 1 to 10^3).
+EIGEN_FLOOR = 1e-5
+
+
+@dataclass(frozen=True)
+class CovarianceStats:
+    """A style's colouring statistics at one level: ``mean`` and ``root = S^{1/2}``.
+
+    Shape:
+        - mean: ``(N, C)``; root: ``(N, C, C)``, float64, ``N`` = 1 (shared) or the batch.
+    """
+
+    mean: Tensor
+    root: Tensor
+
+    @classmethod
+    def of(cls, features: Tensor) -> CovarianceStats:
+        """Statistics of ``features`` ``(N, C, H, W)`` over the positions."""
+        mean, covariance = feature_covariance(features)
+        return cls(mean, symmetric_power(covariance, 0.5))
+
+    def expand(self, batch: int) -> CovarianceStats:
+        """Broadcast batch-1 statistics to ``batch`` rows (or check the batch matches)."""
+        if self.mean.shape[0] == batch:
+            return self
+        if self.mean.shape[0] != 1:
+            raise ValueError(f"style statistics have batch {self.mean.shape[0]}, need 1 or {batch}")
+        return CovarianceStats(self.mean.expand(batch, -1), self.root.expand(batch, -1, -1))
+
+
+def mix_covariance(
+    stats: Sequence[CovarianceStats], weights: Sequence[float], batch: int
+) -> CovarianceStats:
+    """Convex combination of several styles' colouring statistics:
+    ``mu = sum_k w_k mu_k``, ``root = sum_k w_k root_k``, so that
+    ``WCT(c, mix) = sum_k w_k WCT(c, s_k)``."""
+    expanded = [item.expand(batch) for item in stats]
+    mean = sum(w * item.mean for w, item in zip(weights, expanded, strict=True))
+    root = sum(w * item.root for w, item in zip(weights, expanded, strict=True))
+    return CovarianceStats(mean, root)
+
+
+def feature_covariance(features: Tensor) -> tuple[Tensor, Tensor]:
+    """Mean and biased covariance over the positions, by the two-pass form.
+
+    .. math:: \\mu = \\frac{1}{n} \\sum_p f_p, \\qquad
+              S = \\frac{1}{n} \\sum_p (f_p - \\mu)(f_p - \\mu)^\\top
+
+    The products accumulate in float32 (float64 for float64 features); the results are
+    returned in float64.
+
+    Shape:
+        - features: ``(B, C, H, W)`` (or ``(B, C, n)``); output: ``(B, C)``, ``(B, C, C)``.
+    """
+    dtype = torch.promote_types(features.dtype, torch.float32)
+    flat = features.flatten(2).to(dtype)  # (B, C, n)
+    mean = flat.mean(dim=2, keepdim=True)
+    centred = flat - mean
+    covariance = centred @ centred.transpose(1, 2) / flat.shape[-1]
+    return mean.squeeze(2).double(), covariance.double()
+
+
+def symmetric_power(matrix: Tensor, power: float, floor: float = EIGEN_FLOOR) -> Tensor:
+    """``S^power`` of symmetric positive semi-definite ``S`` on its eigendecomposition,
+    ``E diag(d^power) E^T``, with every eigenvalue ``d <= floor`` mapped to 0.
+
+    Shape:
+        - matrix: ``(..., C, C)`` float64; output: the same.
+    """
+    values, vectors = torch.linalg.eigh(matrix)
+    kept = values > floor
+    powered = torch.where(kept, values.clamp_min(floor) ** power, torch.zeros_like(values))
+    return (vectors * powered.unsqueeze(-2)) @ vectors.transpose(-1, -2)
+
+
+def wct_affine(
+    content: Tensor,
+    styles: Sequence[CovarianceStats],
+    *,
+    weights: Sequence[float] | None = None,
+    alpha: float = 1.0,
+) -> tuple[Tensor, Tensor]:
+    """WCT towards mixed styles, blended with the content by ``alpha``, as one affine map:
+
+    .. math:: \\mathrm{lerp}(c, \\mathrm{WCT}(c), \\alpha) = M c + t, \\quad
+              M = \\alpha R S_c^{-1/2} + (1 - \\alpha) I, \\quad
+              t = \\alpha (\\mu_s - R S_c^{-1/2} \\mu_c)
+
+    with ``R`` and ``mu_s`` the mixed style's root and mean (:func:`mix_covariance`).
+
+    Shape:
+        - content: ``(B, C, h, w)``; output: ``(matrix, shift)``, ``(B, C, C)`` and ``(B, C)``
+          in float64.
+    """
+    batch, channels = content.shape[:2]
+    weights = weights if weights is not None else [1.0 / len(styles)] * len(styles)
+    target = mix_covariance(styles, weights, batch)
+    mean, covariance = feature_covariance(content)
+    transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
+    shift = alpha * (target.mean - (transform @ mean.unsqueeze(-1)).squeeze(-1))
+    identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)
+    return alpha * transform + (1.0 - alpha) * identity, shift
+
+
+def apply_affine(features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
+    """``M f_p + t`` at every position ``p``, in ``features``' dtype.
+
+    Shape:
+        - features: ``(B, C, H, W)``; matrix: ``(B, C, C)``; shift: ``(B, C)``;
+          output: like ``features``.
+    """
+    dtype = torch.promote_types(features.dtype, torch.float32)
+    flat = features.flatten(2).to(dtype)
+    mapped = matrix.to(dtype) @ flat + shift.to(dtype).unsqueeze(-1)
+    return mapped.view(features.shape).to(features.dtype)
+
+
+def wct_transfer(
+    content: Tensor,
+    styles: Sequence[CovarianceStats],
+    *,
+    weights: Sequence[float] | None = None,
+    labels: Tensor | None = None,
+    alpha: float = 1.0,
+    anchor: Tensor | None = None,
+) -> Tensor:
+    """Restyle a feature map by WCT: towards mixed styles, or one style per masked region
+    (each region whitened with its own statistics; pixels labelled -1 keep the content's
+    features), then ``lerp(anchor, restyled, alpha)`` (``anchor`` defaults to ``content``).
+
+    Shape:
+        - content, anchor: ``(B, C, h, w)``; labels: ``(B, h, w)`` in ``[-1, K)``;
+          output: ``(B, C, h, w)``.
+    """
+    batch = content.shape[0]
+    if labels is None:
+        matrix, shift = wct_affine(content, styles, weights=weights)
+        restyled = apply_affine(content, matrix, shift)
+    else:
+        restyled = content.clone()
+        for k, style in enumerate(styles):
+            style = style.expand(batch)
+            for b in range(batch):
+                region = labels[b] == k  # (h, w)
+                if int(region.sum()) < 2:
+                    continue
+                pixels = content[b][:, region][None]  # (1, C, n)
+                row = CovarianceStats(style.mean[b : b + 1], style.root[b : b + 1])
+                matrix, shift = wct_affine(pixels, [row])
+                restyled[b][:, region] = (
+                    matrix[0].to(pixels.dtype) @ pixels[0] + shift[0].to(pixels.dtype)[:, None]
+                )
+    if alpha == 1.0:
+        return restyled
+    return torch.lerp(content if anchor is None else anchor, restyled, alpha)

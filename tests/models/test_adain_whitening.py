@@ -1,0 +1,112 @@
+"""WCT on feature maps against float64 references: covariance, matrix powers, the transform."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from models.adain.whitening import (
+    CovarianceStats,
+    apply_affine,
+    feature_covariance,
+    symmetric_power,
+    wct_affine,
+    wct_transfer,
+)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def _features(*shape, seed, mix=True):
+    """Correlated feature maps: random channels mixed by a random matrix, plus an offset."""
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(*shape, generator=gen, dtype=torch.float64)
+    if mix:
+        mixing = torch.randn(shape[1], shape[1], generator=gen, dtype=torch.float64)
+        x = torch.einsum("jc,bchw->bjhw", mixing, x)
+    return x + torch.randn(1, shape[1], 1, 1, generator=gen, dtype=torch.float64)
+
+
+def test_feature_covariance_matches_torch_cov():
+    features = _features(2, 5, 6, 7, seed=1).float()
+    mean, covariance = feature_covariance(features)
+    for b in range(2):
+        flat = features[b].double().flatten(1)
+        torch.testing.assert_close(mean[b], flat.mean(dim=1), rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(
+            covariance[b], torch.cov(flat, correction=0), rtol=1e-5, atol=1e-5
+        )
+
+
+def test_symmetric_powers_invert_each_other_and_drop_null_directions():
+    gen = torch.Generator().manual_seed(2)
+    basis = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=torch.float64))[0]
+    values = torch.tensor([4.0, 1.0, 0.25, 0.0], dtype=torch.float64)
+    matrix = basis @ torch.diag(values) @ basis.T
+    root = symmetric_power(matrix, 0.5)
+    torch.testing.assert_close(root @ root, matrix, rtol=0, atol=1e-12)
+    inverse_root = symmetric_power(matrix, -0.5)
+    projector = basis[:, :3] @ basis[:, :3].T  # the null direction is dropped, not blown up
+    torch.testing.assert_close(inverse_root @ matrix @ inverse_root, projector, atol=1e-12, rtol=0)
+
+
+def test_wct_gives_the_style_mean_and_covariance():
+    content = _features(2, 4, 9, 8, seed=3)
+    style_features = _features(1, 4, 7, 7, seed=4)
+    style = CovarianceStats.of(style_features)
+    out = wct_transfer(content, [style])
+    style_mean, style_covariance = feature_covariance(style_features)
+    mean, covariance = feature_covariance(out)
+    torch.testing.assert_close(mean, style_mean.expand(2, -1), rtol=0, atol=1e-10)
+    torch.testing.assert_close(covariance, style_covariance.expand(2, -1, -1), rtol=0, atol=1e-10)
+
+
+def test_wct_affine_is_the_transform_blended_by_alpha_and_mixes_styles_linearly():
+    content = _features(2, 4, 6, 5, seed=5)
+    styles = [CovarianceStats.of(_features(1, 4, 6, 6, seed=s)) for s in (6, 7)]
+    # reference: S_s^(1/2) S_c^(-1/2) (c - mu_c) + mu_s per style, mixed, then blended
+    mean, covariance = feature_covariance(content)
+    whitened = torch.einsum(
+        "bjc,bchw->bjhw", symmetric_power(covariance, -0.5), content - mean[:, :, None, None]
+    )
+
+    def wct_of(style):
+        coloured = torch.einsum("jc,bchw->bjhw", style.root[0], whitened)
+        return coloured + style.mean[0][None, :, None, None]
+
+    mixed = 0.7 * wct_of(styles[0]) + 0.3 * wct_of(styles[1])
+    for alpha in (1.0, 0.4, 0.0):
+        matrix, shift = wct_affine(content, styles, weights=[0.7, 0.3], alpha=alpha)
+        expected = torch.lerp(content, mixed, alpha)
+        torch.testing.assert_close(
+            apply_affine(content, matrix, shift), expected, atol=1e-10, rtol=0
+        )
+        got = wct_transfer(content, styles, weights=[0.7, 0.3], alpha=alpha)
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
+    anchor = _features(2, 4, 6, 5, seed=8)
+    got = wct_transfer(content, styles, weights=[0.7, 0.3], alpha=0.25, anchor=anchor)
+    torch.testing.assert_close(got, torch.lerp(anchor, mixed, 0.25), atol=1e-10, rtol=0)
+
+
+def test_wct_regions_take_their_own_style_and_unlabelled_pixels_stay():
+    content = _features(1, 3, 8, 10, seed=9)
+    styles = [CovarianceStats.of(_features(1, 3, 6, 6, seed=s)) for s in (10, 11)]
+    labels = torch.full((1, 8, 10), -1)
+    labels[:, :, :4], labels[:, :, 6:] = 0, 1
+    out = wct_transfer(content, styles, labels=labels)
+    torch.testing.assert_close(out[..., 4:6], content[..., 4:6], rtol=0, atol=0)
+    for k, columns in ((0, slice(0, 4)), (1, slice(6, 10))):
+        region = out[..., columns]
+        expected = wct_transfer(content[..., columns], [styles[k]])
+        torch.testing.assert_close(region, expected, rtol=0, atol=1e-10)
+    # one label everywhere is the unmasked transform
+    everywhere = wct_transfer(content, styles[:1], labels=torch.zeros(1, 8, 10, dtype=torch.long))
+    torch.testing.assert_close(everywhere, wct_transfer(content, styles[:1]), rtol=0, atol=1e-10)
+
+
+def test_a_flat_content_takes_the_style_mean_and_nothing_else():
+    """Constant features have no covariance: WCT adds no pattern, only the style's mean."""
+    content = torch.full((1, 4, 5, 6), 0.3, dtype=torch.float64)
+    style = CovarianceStats.of(_features(1, 4, 6, 6, seed=12))
+    out = wct_transfer(content, [style])
+    torch.testing.assert_close(out, style.mean[:, :, None, None].expand_as(out), rtol=0, atol=1e-12)
