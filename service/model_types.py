@@ -35,6 +35,11 @@ class StyleTransferModel(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
+    def warm_up(self) -> float:
+        """Run a small request once (lazy initialisation off the first client's clock);
+        the seconds it took."""
+        ...
+
     def stylize(
         self,
         content: Tensor,
@@ -58,6 +63,11 @@ class TextToImageModel(Protocol):
 
     @property
     def defaults(self) -> GenerateDefaults: ...
+
+    def warm_up(self) -> float:
+        """Run a small request once (lazy initialisation off the first client's clock);
+        the seconds it took."""
+        ...
 
     def describe(self) -> dict[str, Any]: ...
 

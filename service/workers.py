@@ -377,7 +377,9 @@ def requested_models(settings: Settings) -> list[str]:
 def load_models(
     settings: Settings, entries: Mapping[str, ModelEntry]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, ModelStatus]]:
-    """Load every requested model on every device (blocking: call it off the loop).
+    """Load every requested model on every device and warm it up (one small request, so
+    that lazy initialisation, a CUDA context, cuDNN's choices and the allocator's pools,
+    is not paid by the first client); blocking: call it off the loop.
 
     A model that fails to load (missing weights, module not built) is logged and
     reported as not loaded; the others still serve.
@@ -404,12 +406,16 @@ def load_models(
             logger.warning("model not loaded", extra={"model": name, "error": error})
             statuses[name] = ModelStatus(name, loaded=False, error=error)
             continue
+        warm_up_s = sum(model.warm_up() for model in per_device.values())
         first = next(iter(per_device.values()))
         details = entry.details(first)
         details["checkpoint_sha256"] = checkpoint_hashes(details)
         loaded[name] = per_device
         statuses[name] = ModelStatus(name, loaded=True, devices=devices, details=details)
-        logger.info("model loaded", extra={"model": name, "devices": devices})
+        logger.info(
+            "model loaded and warmed up",
+            extra={"model": name, "devices": devices, "warm_up_s": round(warm_up_s, 3)},
+        )
     return loaded, statuses
 
 

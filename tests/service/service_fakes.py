@@ -100,6 +100,12 @@ class FakeStyleTransfer(Stepper):
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
 
+    warmed_up = False
+
+    def warm_up(self) -> float:
+        self.warmed_up = True
+        return 0.0
+
     def describe(self) -> dict:
         return {
             "name": "adain",
@@ -153,6 +159,12 @@ class FakeTextToImage(Stepper):
     def __init__(self, hold: Path | None = None):
         super().__init__(hold)
         self.calls: list[dict] = []
+
+    warmed_up = False
+
+    def warm_up(self) -> float:
+        self.warmed_up = True
+        return 0.0
 
     def describe(self) -> dict:
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}

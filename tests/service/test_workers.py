@@ -128,10 +128,12 @@ def test_load_models_reports_failures_and_loads_the_rest():
     def broken(search_path, device):
         raise FileNotFoundError("decoder.pth")
 
-    entries = Fakes().entries() | {"adain": ModelEntry("adain", broken, run_stylize)}
+    fakes = Fakes()
+    entries = fakes.entries() | {"adain": ModelEntry("adain", broken, run_stylize)}
     settings = make_settings(load_models="adain, dit, mystery", devices="cpu")
     loaded, statuses = load_models(settings, entries)
     assert set(loaded) == {"dit"}
+    assert fakes.dit["cpu"].warmed_up  # loaded models are warmed up before they serve
     assert statuses["dit"].loaded and statuses["dit"].devices == ["cpu"]
     assert not statuses["adain"].loaded and "decoder.pth" in statuses["adain"].error
     assert "unknown model 'mystery'" in statuses["mystery"].error
