@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 from collections import defaultdict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 from service.errors import Overloaded, StoreUnavailable
 from service.jobs.store import JobStore, job_topic
@@ -81,9 +81,11 @@ class JobFeeds:
         self._by_key: dict[str, int] = defaultdict(int)
         self.open = 0
 
-    def check_room(self, key: str) -> None:
-        """Refuse (429) a stream past the replica's or the key's bound; called before the
-        answer starts (a refusal inside the stream would cut a 200 short)."""
+    @contextlib.contextmanager
+    def room(self, key: str) -> Iterator[None]:
+        """Hold one of the replica's and the key's stream places for the block, or refuse
+        (429) past either bound. Taken before the answer starts (a refusal inside the
+        stream would cut a 200 short) and held until it ends."""
         if self.open >= self.max_streams:
             raise Overloaded(
                 f"{self.max_streams} event streams are open here (max_event_streams); poll "
@@ -98,25 +100,28 @@ class JobFeeds:
                 retry_after_s=5,
                 code="too_many_streams",
             )
+        self.open += 1
+        self._by_key[key] += 1
+        try:
+            yield
+        finally:
+            self.open -= 1
+            self._by_key[key] -= 1
+            if self._by_key[key] == 0:
+                del self._by_key[key]
 
     @contextlib.asynccontextmanager
-    async def stream(self, job_id: str, key: str) -> AsyncIterator[JobFeed]:
+    async def stream(self, job_id: str) -> AsyncIterator[JobFeed]:
         """Follow ``job_id``'s feed (started for the first stream, stopped after the last)."""
         feed = self._feeds.get(job_id)
         if feed is None:
             feed = self._feeds[job_id] = JobFeed(self.store, job_id)
             feed.task = asyncio.get_running_loop().create_task(feed.run())
         feed.streams += 1
-        self.open += 1
-        self._by_key[key] += 1
         try:
             yield feed
         finally:
             feed.streams -= 1
-            self.open -= 1
-            self._by_key[key] -= 1
-            if self._by_key[key] == 0:
-                del self._by_key[key]
             if feed.streams == 0:
                 if feed.task is not None:
                     feed.task.cancel()

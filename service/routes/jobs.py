@@ -205,10 +205,12 @@ async def me(who: CallerDep) -> Me:
 
 
 # ----------------------------------------------------------------- event streams
-async def stream_room(request: Request, job: JobDep) -> JobRecord:
-    """The job, once there is room for another event stream of its key (else 429)."""
-    request.app.state.feeds.check_room(job.owner)
-    return job
+async def stream_room(request: Request, job: JobDep) -> AsyncIterator[JobRecord]:
+    """The job, with one of its key's stream places held until the stream ends (else
+    429). A dependency with ``yield``: FastAPI leaves it after the answer has ended."""
+    feeds: JobFeeds = request.app.state.feeds
+    with feeds.room(job.owner):
+        yield job
 
 
 @router.get(
@@ -225,7 +227,7 @@ async def job_events(
     if exempt is not None:
         exempt()  # a long stream must not hold one of max_connections' places
     stop = request.app.state.lifecycle.drain_started
-    async with feeds.stream(job.id, job.owner) as feed:
+    async with feeds.stream(job.id) as feed:
         seen = 0
         while True:
             await feed.wait(seen, stop)

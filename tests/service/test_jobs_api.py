@@ -28,8 +28,9 @@ def test_delete_answers_the_stopped_job_and_then_forgets_a_finished_one(client, 
     client.post("/v1/generate", json={"prompt": "warm up"})
     model = fakes.dit["cpu"]
     model.step_gate = threading.Semaphore(1)  # step 0 runs, step 1 waits
+    before = len(model.step_rows)
     job = client.post("/v1/generate", json={"prompt": "slow", "steps": 50}, headers=ASYNC).json()
-    assert model.wait_for_steps(len(model.step_rows) + 1)
+    assert model.wait_for_steps(before + 1)
     stopped = client.delete(f"/v1/jobs/{job['id']}")
     assert stopped.status_code == 200
     assert stopped.json()["state"] == "cancelled"  # the state after the cancel, not before
