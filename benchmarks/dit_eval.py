@@ -17,7 +17,7 @@ caption. Rows at the default guidance: grammar captions and paraphrases, planned
 unplanned (the model alone, given the understood caption), and the paraphrases drawn as
 typed without prompt understanding (what a free prompt got before it). It also prints
 how many paraphrases were understood exactly (``models.shapes.understand``) and how many
-the grammar parser alone reads. Target (issue 18): paraphrases within 0.05 of the
+the grammar parser alone reads. Target: paraphrases within 0.05 of the
 grammar captions, planned.
 
     .venv/bin/python benchmarks/dit_eval.py                       # default checkpoint
@@ -28,7 +28,7 @@ grammar captions, planned.
     .venv/bin/python benchmarks/dit_eval.py --no-plan             # the model alone
     .venv/bin/python benchmarks/dit_eval.py --paraphrase          # free phrasing
 
-Target (issue 5): overall >= 0.80 at <= 50 steps with the default guidance, and a clear
+Target: overall >= 0.80 at <= 50 steps with the default guidance, and a clear
 gain over guidance 1.
 """
 

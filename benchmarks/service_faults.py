@@ -7,7 +7,7 @@ with and without the fault alternate (in rounds) so a change in the machine's ba
 load hits both alike. Scenarios (``--scenario``, repeatable; default all, in this order):
 
 ``disconnect``
-    The disconnect flood of issue 14 on the real DiT. Each round: ``--valid`` valid
+    A flood of clients that disconnect, on the real DiT. Each round: ``--valid`` valid
     requests (``steps=--valid-steps``, one image) one after the other, idle; then
     ``--clients`` clients send heavy requests (``steps=--heavy-steps``,
     ``num_images=8``) at once and disconnect after ``--disconnect-after`` s (the cancel

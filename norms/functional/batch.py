@@ -158,8 +158,8 @@ def _native_ok(x: Tensor, *tensors: Tensor | None) -> bool:
     normalisation as a per-channel affine ``x * a + b`` with ``a``, ``b`` in float32 only
     when given float32 parameters or buffers ("mixed type"); with half/bfloat16 ones, or
     none, ``b = beta - mean * a`` is rounded to the input's precision and a common offset
-    is lost (bfloat16, 100 + N(0, 1): errors far beyond bf16 rounding, found by
-    ``benchmarks/gpu_check.py``'s numerics). Those, and mixes of other dtypes, go
+    is lost (bfloat16, 100 + N(0, 1): errors far beyond bf16 rounding;
+    ``benchmarks/gpu_check.py``'s numerics measure it). Those, and mixes of other dtypes, go
     through the reference path.
     """
     present = [t for t in tensors if t is not None]

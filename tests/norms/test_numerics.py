@@ -116,7 +116,7 @@ def test_local_members(dtype):
 @pytest.mark.parametrize("affine", ["bfloat16", "float32", "none"])
 def test_batch_norm_keeps_the_offset_whatever_the_parameters_dtype(affine):
     # torch's kernel rounds its per-channel shift to bfloat16 unless given float32
-    # parameters: far off at 100 + N(0, 1) (found by benchmarks/gpu_check.py)
+    # parameters: far off at 100 + N(0, 1)
     x = _image(torch.bfloat16)
     weight, bias = torch.linspace(0.5, 2.0, 4), torch.linspace(-1.0, 1.0, 4)
     if affine == "none":
