@@ -25,7 +25,8 @@ from typing import Any
 from models.dit.options import GenerateDefaults
 from service.errors import NotReady
 from service.jobs.store import JobStore, StoreUnavailable
-from service.workers import ModelStatus, WorkerPool
+from service.workers.loading import ModelStatus
+from service.workers.pool import WorkerPool
 
 
 @dataclass(frozen=True)

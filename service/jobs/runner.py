@@ -52,7 +52,7 @@ from service.jobs.store import (
 )
 from service.jobs.work import Progress, off_loop_if_large, work_from_payload
 from service.metrics import Metrics
-from service.workers import WorkerPool
+from service.workers.pool import WorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")
 

@@ -34,7 +34,9 @@ from service.batching import DEADLINE
 from service.errors import DeadlineExceeded
 from service.images import encode_image, to_grey_mask
 from service.jobs.records import JobResult, pack, unpack
-from service.workers import GenerateJob, StylizeJob, WorkerPool
+from service.workers.pool import WorkerPool
+from service.workers.style_transfer import StylizeJob
+from service.workers.text_to_image import GenerateJob
 
 T = TypeVar("T")
 

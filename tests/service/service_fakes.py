@@ -32,7 +32,9 @@ from models.control import take_rows, wanted_rows
 from models.shapes.understand import understand
 from service.config import Settings
 from service.model_types import GenerateDefaults
-from service.workers import ModelEntry, run_generate, run_stylize, text_to_image_details
+from service.workers.registry import ModelEntry
+from service.workers.style_transfer import run_stylize
+from service.workers.text_to_image import run_generate, text_to_image_details
 
 
 class Stepper:

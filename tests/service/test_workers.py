@@ -12,15 +12,11 @@ from service_fakes import Fakes, FakeStyleTransfer, make_settings
 from service.errors import Overloaded, RejectedByModel
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
-from service.workers import (
-    GenerateJob,
-    ModelEntry,
-    StylizeJob,
-    WorkerPool,
-    is_out_of_memory,
-    load_models,
-    run_stylize,
-)
+from service.workers.loading import load_models
+from service.workers.pool import WorkerPool, is_out_of_memory
+from service.workers.registry import ModelEntry
+from service.workers.style_transfer import StylizeJob, run_stylize
+from service.workers.text_to_image import GenerateJob
 
 pytestmark = pytest.mark.timeout(30)
 
