@@ -23,14 +23,13 @@ from models.control import StepControl
 from service.batching import (
     Batcher,
     Closed,
-    DeadlineExceeded,
     DeviceGate,
+    Expired,
     ProgressCallback,
     QueueFull,
 )
 from service.config import Settings
-from service.errors import DeadlineExceeded as DeadlineExceededError
-from service.errors import Overloaded, RejectedByModel, ShuttingDown
+from service.errors import DeadlineExceeded, Overloaded, RejectedByModel, ShuttingDown
 from service.jobs.records import BACKGROUND, INTERACTIVE, PRIORITIES
 from service.metrics import Metrics
 from service.model_types import BatchJob
@@ -172,8 +171,8 @@ class WorkerPool(Generic[ModelT]):
             raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc
         except Closed as exc:
             raise ShuttingDown("the service is shutting down") from exc
-        except DeadlineExceeded as exc:
-            raise DeadlineExceededError(str(exc)) from exc
+        except Expired as exc:
+            raise DeadlineExceeded(str(exc)) from exc
         except ValueError as exc:
             raise RejectedByModel(f"{self.name}: {exc}") from exc
         except RuntimeError as exc:
