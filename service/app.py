@@ -52,7 +52,7 @@ from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, stylize
 from service.routes.jobs import ResultCache
 from service.workers.loading import build_pools, load_models
-from service.workers.registry import MODELS, ModelEntry
+from service.workers.registry import MODELS, AnyModelEntry
 
 logger = logging.getLogger("atelier.app")
 access_logger = logging.getLogger("atelier.access")
@@ -318,7 +318,7 @@ def webhook_settings(settings: Settings) -> WebhookSettings:
 def create_app(
     settings: Settings | None = None,
     *,
-    model_entries: Mapping[str, ModelEntry] | None = None,
+    model_entries: Mapping[str, AnyModelEntry] | None = None,
     api: bool = True,
 ) -> FastAPI:
     """Build the application.

@@ -11,8 +11,9 @@ from typing import Any
 from service.batching import DeviceGate
 from service.config import Settings
 from service.metrics import Metrics
-from service.workers.pool import WorkerPool
-from service.workers.registry import ModelEntry
+from service.model_types import ServedModel
+from service.workers.pool import AnyWorkerPool, WorkerPool
+from service.workers.registry import AnyModelEntry
 
 logger = logging.getLogger("atelier.workers")
 
@@ -42,8 +43,8 @@ def requested_models(settings: Settings) -> list[str]:
 
 
 def load_models(
-    settings: Settings, entries: Mapping[str, ModelEntry]
-) -> tuple[dict[str, dict[str, Any]], dict[str, ModelStatus]]:
+    settings: Settings, entries: Mapping[str, AnyModelEntry]
+) -> tuple[dict[str, dict[str, ServedModel]], dict[str, ModelStatus]]:
     """Load every requested model on every device and warm it up (one small request, so
     that lazy initialisation, a CUDA context, cuDNN's choices and the allocator's pools,
     is not paid by the first client); blocking: call it off the loop.
@@ -55,7 +56,7 @@ def load_models(
         ``({name: {device: model}}, {name: status})``.
     """
     devices = settings.device_list()
-    loaded: dict[str, dict[str, Any]] = {}
+    loaded: dict[str, dict[str, ServedModel]] = {}
     statuses: dict[str, ModelStatus] = {}
     for name in requested_models(settings):
         entry = entries.get(name)
@@ -65,7 +66,7 @@ def load_models(
             statuses[name] = ModelStatus(name, loaded=False, error=error)
             continue
         try:
-            per_device = {
+            per_device: dict[str, ServedModel] = {
                 device: entry.load(settings.weight_search_path(), device) for device in devices
             }
         except Exception as exc:  # a missing model must not take the service down
@@ -97,15 +98,15 @@ def checkpoint_hashes(details: Mapping[str, Any]) -> dict[str, str]:
 
 
 def build_pools(
-    loaded: Mapping[str, Mapping[str, Any]],
-    entries: Mapping[str, ModelEntry],
+    loaded: Mapping[str, Mapping[str, ServedModel]],
+    entries: Mapping[str, AnyModelEntry],
     settings: Settings,
     metrics: Metrics,
     statuses: Mapping[str, ModelStatus] | None = None,
-) -> dict[str, WorkerPool]:
+) -> dict[str, AnyWorkerPool]:
     """One pool per loaded model; pools on the same device share its ``DeviceGate``."""
     gates: dict[str, DeviceGate] = {}
-    pools = {}
+    pools: dict[str, AnyWorkerPool] = {}
     for name, models in loaded.items():
         for device in models:
             gates.setdefault(device, DeviceGate())

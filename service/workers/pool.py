@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 import torch
 
@@ -35,6 +35,11 @@ from service.metrics import Metrics
 from service.model_types import BatchJob
 
 ModelT = TypeVar("ModelT")
+JobT = TypeVar("JobT", bound=BatchJob)
+
+#: One batched forward, ``run(model, jobs, control)``: one ``(3, H, W)`` result per job
+#: that ``control`` kept (the ``models.control.StepControl`` contract).
+RunBatch: TypeAlias = Callable[[ModelT, list[JobT], StepControl], list[torch.Tensor]]
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -50,11 +55,8 @@ def release_memory() -> None:
 
 
 def _inference(
-    run: Callable[[ModelT, list, StepControl], list],
-    model: ModelT,
-    jobs: list,
-    control: StepControl,
-) -> list:
+    run: RunBatch[ModelT, JobT], model: ModelT, jobs: list[JobT], control: StepControl
+) -> list[torch.Tensor]:
     with torch.inference_mode():
         return run(model, jobs, control)
 
@@ -63,7 +65,7 @@ def _job_cost(job: BatchJob) -> float:
     return job.cost()
 
 
-class WorkerPool(Generic[ModelT]):
+class WorkerPool(Generic[ModelT, JobT]):
     """The batchers of one model: per device, one for interactive and one for background
     work; ``submit`` picks the least loaded device.
 
@@ -76,7 +78,7 @@ class WorkerPool(Generic[ModelT]):
         self,
         name: str,
         models: Mapping[str, ModelT],
-        run: Callable[[ModelT, list, StepControl], list],
+        run: RunBatch[ModelT, JobT],
         settings: Settings,
         metrics: Metrics,
         gates: Mapping[str, DeviceGate] | None = None,
@@ -88,7 +90,7 @@ class WorkerPool(Generic[ModelT]):
         #: the model's details (``ModelEntry.details``), filled by ``build_pools``
         self.details: dict[str, Any] = {}
         gates = gates or {device: DeviceGate() for device in self.models}
-        self.batchers = {
+        self.batchers: dict[str, dict[str, Batcher[JobT, torch.Tensor]]] = {
             device: {
                 priority: Batcher(
                     partial(_inference, run, model),
@@ -128,7 +130,7 @@ class WorkerPool(Generic[ModelT]):
     def devices(self) -> list[str]:
         return list(self.batchers)
 
-    def _all(self) -> list[Batcher]:
+    def _all(self) -> list[Batcher[JobT, torch.Tensor]]:
         return [b for per_device in self.batchers.values() for b in per_device.values()]
 
     def start(self) -> None:
@@ -140,7 +142,7 @@ class WorkerPool(Generic[ModelT]):
 
     async def submit(
         self,
-        job: BatchJob,
+        job: JobT,
         *,
         priority: str = INTERACTIVE,
         timeout_s: float | None = None,
@@ -179,3 +181,9 @@ class WorkerPool(Generic[ModelT]):
             if is_out_of_memory(exc):
                 raise Overloaded(f"{self.name}: out of memory, retry later") from exc
             raise
+
+
+#: A pool of some model kind. Pools are kept by model name (the settings name the
+#: models), so which kind a name holds is known at run time only: code that needs the
+#: kind (e.g. ``GenerateWork.run``) states it in its own signature.
+AnyWorkerPool: TypeAlias = WorkerPool[Any, Any]

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -67,9 +66,9 @@ def run_stylize(
     first = jobs[0]
     content = torch.stack([job.content for job in jobs])
     styles = [torch.stack([job.styles[i] for job in jobs]) for i in range(len(first.styles))]
-    masks = None
-    if first.masks is not None:
-        masks = [torch.stack([job.masks[i] for job in jobs]) for i in range(len(first.masks))]
+    # every job has masks, the same number, or none (their count is in the batch key)
+    per_job = [job.masks for job in jobs if job.masks is not None]
+    masks = [torch.stack(column) for column in zip(*per_job, strict=True)] if per_job else None
     output = model.stylize(
         content,
         styles,
@@ -82,7 +81,3 @@ def run_stylize(
         control=control,
     )
     return list(output.float().cpu().unbind(0))
-
-
-def style_transfer_details(model: StyleTransferModel) -> dict[str, Any]:
-    return model.describe()
