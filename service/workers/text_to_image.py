@@ -1,4 +1,4 @@
-"""The text-to-image model kind: its job type, loader and batched forward."""
+"""The text-to-image model kind: its job type, loader, batched forward and details."""
 
 from __future__ import annotations
 
