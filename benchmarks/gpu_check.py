@@ -32,7 +32,7 @@ Sections (keys of the JSON):
   by ``models.devices.HostReads`` on any device), bf16 against fp32
   (``models.dit.pipeline.BF16_TOLERANCE``), and the same seed alone and in a batch.
 - ``oom``: a memory-fraction cap under which a batch of eight 1024 px stylize jobs does
-  not fit, submitted through ``service.workers.WorkerPool.submit``: every request must
+  not fit, submitted through ``service.workers.pool.WorkerPool.submit``: every request must
   get its answer (CUDA only).
 - ``training``: DiT training steps in auto precision, saved and resumed, against the
   same steps without a break.
@@ -703,13 +703,14 @@ def section_oom(check: Check) -> dict:
         return {"skipped": "needs a CUDA device (a memory-fraction cap is a CUDA feature)"}
     from service.config import Settings
     from service.metrics import Metrics
-    from service.workers import WorkerPool, run_stylize
+    from service.workers.pool import WorkerPool
+    from service.workers.style_transfer import run_stylize
 
     model, _ = _style_transfer(check.device, fast=True)
     gen = torch.Generator().manual_seed(4)
     content = torch.rand(3, 1024, 1024, generator=gen)
     style = torch.rand(3, 256, 256, generator=gen)
-    from service.workers import StylizeJob
+    from service.workers.style_transfer import StylizeJob
 
     job = StylizeJob(content=content, styles=(style,))
     torch.cuda.empty_cache()

@@ -51,7 +51,8 @@ from service.keys import KeyRing
 from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, stylize
 from service.routes.jobs import ResultCache
-from service.workers import MODELS, ModelEntry, build_pools, load_models
+from service.workers.loading import build_pools, load_models
+from service.workers.registry import MODELS, AnyModelEntry
 
 logger = logging.getLogger("atelier.app")
 access_logger = logging.getLogger("atelier.access")
@@ -317,7 +318,7 @@ def webhook_settings(settings: Settings) -> WebhookSettings:
 def create_app(
     settings: Settings | None = None,
     *,
-    model_entries: Mapping[str, ModelEntry] | None = None,
+    model_entries: Mapping[str, AnyModelEntry] | None = None,
     api: bool = True,
 ) -> FastAPI:
     """Build the application.
@@ -325,7 +326,7 @@ def create_app(
     Args:
         settings: configuration; the process settings (environment) by default.
         model_entries: how to load and run each model by name (tests inject fakes);
-            ``service.workers.MODELS`` by default.
+            ``service.workers.registry.MODELS`` by default.
         api: whether to serve the API; ``atelier worker`` serves only the probes and
             ``/metrics`` (an API-only replica is the reverse: ``load_models`` empty).
     """

@@ -33,7 +33,7 @@ Failure policy:
   released first: the retry never runs inside the ``except`` block, the error keeps no
   traceback, and ``release_memory`` runs on the worker thread, not the event loop.
 * An item past its deadline is dropped before any forward and its caller gets
-  ``DeadlineExceeded``; a caller that stops waiting is removed from the queue.
+  ``Expired``; a caller that stops waiting is removed from the queue.
 * Inside a forward, work nobody waits for stops: ``forward(items, control)`` gets a
   :class:`BatchControl`, a step control (``models.control.StepControl``) that the model
   asks between its steps; it drops the rows whose caller stopped waiting or whose
@@ -87,8 +87,9 @@ class Closed(BatcherError):
     """``close()`` was called: no new items."""
 
 
-class DeadlineExceeded(BatcherError):
-    """The item had no result before its deadline (it was dropped, or stopped waiting)."""
+class Expired(BatcherError):
+    """The item had no result before its deadline (it was dropped, or stopped waiting);
+    the worker pool answers it as ``service.errors.DeadlineExceeded`` (504)."""
 
 
 class BatchObserver(Protocol):
@@ -393,7 +394,7 @@ class Batcher(Generic[ItemT, ResultT]):
         Raises:
             QueueFull: the queue holds ``queue_size`` items already.
             Closed: ``close()`` was called.
-            DeadlineExceeded: no result within ``timeout_s``.
+            Expired: no result within ``timeout_s``.
         """
         if self._closing:
             raise Closed("the batcher is closed")
@@ -420,7 +421,7 @@ class Batcher(Generic[ItemT, ResultT]):
             return await asyncio.wait_for(pending.future, timeout_s)
         except TimeoutError:
             self._abandon(pending, DEADLINE)
-            raise DeadlineExceeded(f"no result within {timeout_s:g} s") from None
+            raise Expired(f"no result within {timeout_s:g} s") from None
         except asyncio.CancelledError as exc:
             self._abandon(pending, DEADLINE if DEADLINE in exc.args else CALLER_GONE)
             raise
@@ -455,7 +456,7 @@ class Batcher(Generic[ItemT, ResultT]):
                     continue
                 if now >= pending.deadline:
                     pending.future.set_exception(
-                        DeadlineExceeded("dropped from the queue: past its deadline")
+                        Expired("dropped from the queue: past its deadline")
                     )
                     self._observer.cancelled(DEADLINE, "queued")
                     continue
@@ -572,7 +573,7 @@ class Batcher(Generic[ItemT, ResultT]):
                 continue  # the caller gave up
             if now >= pending.deadline:
                 pending.future.set_exception(
-                    DeadlineExceeded("dropped before the forward: past its deadline")
+                    Expired("dropped before the forward: past its deadline")
                 )
                 self._observer.cancelled(DEADLINE, "queued")
                 continue
@@ -628,5 +629,5 @@ class Batcher(Generic[ItemT, ResultT]):
         for pending in live:  # dropped at a step: past its deadline, or nobody waits
             if not pending.future.done():
                 pending.future.set_exception(
-                    DeadlineExceeded("stopped during the forward: past its deadline")
+                    Expired("stopped during the forward: past its deadline")
                 )

@@ -25,7 +25,8 @@ from typing import Any
 from models.dit.options import GenerateDefaults
 from service.errors import NotReady
 from service.jobs.store import JobStore, StoreUnavailable
-from service.workers import ModelStatus, WorkerPool
+from service.workers.loading import ModelStatus
+from service.workers.pool import AnyWorkerPool
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Served:
 
     name: str
     details: dict[str, Any]
-    pool: WorkerPool | None
+    pool: AnyWorkerPool | None
     live: bool
 
     @property
@@ -72,7 +73,7 @@ class ModelCatalog:
 
     def __init__(
         self,
-        pools: Mapping[str, WorkerPool],
+        pools: Mapping[str, AnyWorkerPool],
         statuses: Mapping[str, ModelStatus],
         store: JobStore,
         *,

@@ -14,11 +14,13 @@ from torch import Tensor
 
 from models.control import StepControl
 from models.dit.options import GenerateDefaults, GenerateOptions
+from models.shapes.understand import Understanding
 
 __all__ = [
     "BatchJob",
     "GenerateDefaults",
     "GenerateOptions",
+    "ServedModel",
     "StyleTransferModel",
     "TextToImageModel",
 ]
@@ -29,16 +31,27 @@ class BatchJob(Protocol):
 
     def batch_key(self) -> Hashable: ...
 
+    def cost(self) -> float:
+        """The job's share of the per-batch memory budget (pixels)."""
+        ...
 
-class StyleTransferModel(Protocol):
-    """What the stylize worker calls (``models.adain.StyleTransfer``)."""
 
-    def describe(self) -> dict[str, Any]: ...
+class ServedModel(Protocol):
+    """What the service asks of every model it loads."""
+
+    def describe(self) -> dict[str, Any]:
+        """What is loaded, as JSON (``/v1/models``; the weight files it names are hashed
+        for provenance)."""
+        ...
 
     def warm_up(self) -> float:
         """Run a small request once (lazy initialisation off the first client's clock);
         the seconds it took."""
         ...
+
+
+class StyleTransferModel(ServedModel, Protocol):
+    """What the stylize worker calls (``models.adain.StyleTransfer``)."""
 
     def stylize(
         self,
@@ -58,18 +71,20 @@ class StyleTransferModel(Protocol):
         ...
 
 
-class TextToImageModel(Protocol):
-    """What the generate worker and route call (``models.dit.pipeline.TextToImage``)."""
+class TextToImageModel(ServedModel, Protocol):
+    """What the generate worker and work call (``models.dit.pipeline.TextToImage``)."""
 
     @property
     def defaults(self) -> GenerateDefaults: ...
 
-    def warm_up(self) -> float:
-        """Run a small request once (lazy initialisation off the first client's clock);
-        the seconds it took."""
+    @property
+    def image_size(self) -> int:
+        """Side of the square images :meth:`generate` returns, in pixels."""
         ...
 
-    def describe(self) -> dict[str, Any]: ...
+    def understand(self, prompt: str) -> Understanding:
+        """What :meth:`generate` draws for ``prompt`` (its caption and ignored words)."""
+        ...
 
     def generate(
         self,

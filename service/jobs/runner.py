@@ -52,7 +52,7 @@ from service.jobs.store import (
 )
 from service.jobs.work import Progress, off_loop_if_large, work_from_payload
 from service.metrics import Metrics
-from service.workers import WorkerPool
+from service.workers.pool import AnyWorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")
 
@@ -94,7 +94,7 @@ class JobRunner:
     def __init__(
         self,
         store: JobStore,
-        pools: Mapping[str, WorkerPool],
+        pools: Mapping[str, AnyWorkerPool],
         metrics: Metrics,
         *,
         worker: str,

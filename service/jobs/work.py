@@ -34,7 +34,10 @@ from service.batching import DEADLINE
 from service.errors import DeadlineExceeded
 from service.images import encode_image, to_grey_mask
 from service.jobs.records import JobResult, pack, unpack
-from service.workers import GenerateJob, StylizeJob, WorkerPool
+from service.model_types import StyleTransferModel, TextToImageModel
+from service.workers.pool import AnyWorkerPool, WorkerPool
+from service.workers.style_transfer import StylizeJob
+from service.workers.text_to_image import GenerateJob
 
 T = TypeVar("T")
 
@@ -121,15 +124,15 @@ class Work(ABC):
     @abstractmethod
     async def run(
         self,
-        pool: WorkerPool,
+        pool: AnyWorkerPool,
         *,
         priority: str,
         timeout_s: float | None,
         progress: Progress | None,
         owner: str,
     ) -> JobResult:
-        """Run on ``pool`` (its items go to the ``priority`` batcher) and encode the
-        answer off the event loop."""
+        """Run on ``pool``, the pool of ``model`` (its items go to the ``priority``
+        batcher), and encode the answer off the event loop."""
 
 
 # --------------------------------------------------------------- text-to-image
@@ -179,7 +182,15 @@ class GenerateWork(Work):
             GenerateOptions(**header["options"]),
         )
 
-    async def run(self, pool, *, priority, timeout_s, progress, owner) -> JobResult:
+    async def run(
+        self,
+        pool: WorkerPool[TextToImageModel, GenerateJob],
+        *,
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+    ) -> JobResult:
         understanding = pool.model.understand(self.prompt)
         jobs = [
             GenerateJob(self.prompt, self.negative_prompt, seed, self.options)
@@ -215,7 +226,9 @@ class GenerateWork(Work):
         return JobResult(pngs, "image/png", fields)
 
 
-def _encode_pngs(images, seeds, parameters) -> list[bytes]:
+def _encode_pngs(
+    images: list[torch.Tensor], seeds: tuple[int, ...], parameters: dict[str, Any]
+) -> list[bytes]:
     return [
         encode_image(image, "png", parameters | {"seed": seed})[0]
         for image, seed in zip(images, seeds, strict=True)
@@ -314,7 +327,15 @@ class StylizeWork(Work):
             header["parameters"],
         )
 
-    async def run(self, pool, *, priority, timeout_s, progress, owner) -> JobResult:
+    async def run(
+        self,
+        pool: WorkerPool[StyleTransferModel, StylizeJob],
+        *,
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+    ) -> JobResult:
         image = await pool.submit(
             self.job(),
             priority=priority,

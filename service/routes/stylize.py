@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from fastapi import APIRouter, File, Form, Request, Response, UploadFile
@@ -110,9 +110,9 @@ def _decode_all(
     )
     mask_images = None
     if masks is not None:
-        shape = tuple(content_image.shape[-2:])
+        height, width = content_image.shape[-2:]
         mask_images = tuple(
-            to_uint8(decoding.decode(data, name=f"mask[{i}]", size=shape))
+            to_uint8(decoding.decode(data, name=f"mask[{i}]", size=(height, width)))
             for i, data in enumerate(masks)
         )
     return content_image, style_images, mask_images
@@ -288,7 +288,7 @@ async def stylize(
     return Response(result.images[0], media_type=result.media_type)
 
 
-def preset_parameters(name: str) -> dict:
+def preset_parameters(name: str) -> dict[str, Any]:
     """The preset and its passes, coarse stage first (they replace the model's levels)."""
     preset = get_preset(name)
     return {"preset": name, "levels": [level for stage in preset.stages for level in stage.levels]}

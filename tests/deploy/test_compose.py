@@ -399,7 +399,7 @@ def test_api_replicas_serve_the_api_and_load_no_model(name, monkeypatch):
 
 @pytest.mark.parametrize("name", sorted(SCALE_WORKERS))
 def test_workers_run_the_worker_with_models_the_service_knows(name, monkeypatch):
-    from service.workers import MODELS
+    from service.workers.registry import MODELS
 
     worker = SCALE_WORKERS[name]
     assert worker["command"][0] == "atelier"

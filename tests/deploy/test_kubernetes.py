@@ -375,7 +375,7 @@ def test_api_pods_serve_the_api_and_load_no_model(monkeypatch):
 
 
 def test_worker_pods_run_the_worker_with_models_the_service_knows(monkeypatch):
-    from service.workers import MODELS
+    from service.workers.registry import MODELS
 
     args = build_parser().parse_args(_container(WORKER)["command"][1:])
     assert args.command == "worker"

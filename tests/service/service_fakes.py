@@ -12,27 +12,36 @@ Both honour a step control as the real models do (asked before each step and aft
 last; dropped rows leave the batch) and record the rows each step ran on. A ``step_gate``
 (a ``threading.Semaphore``) makes each step wait for a permit, so a test can hold a
 batch between two steps.
+
+mypy checks this module (``[tool.mypy] files``): ``Fakes.entries`` loads each fake as
+the protocol of ``service.model_types`` the service holds it through, so a fake that
+drifts from its protocol fails the type check.
 """
 
 from __future__ import annotations
 
+import random
 import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 import uvicorn
+from starlette.types import ASGIApp
 
-from models.control import take_rows, wanted_rows
-from models.shapes.understand import understand
+from models.control import StepControl, take_rows, wanted_rows
+from models.shapes.understand import Understanding, understand
 from service.config import Settings
-from service.model_types import GenerateDefaults
-from service.workers import ModelEntry, run_generate, run_stylize, text_to_image_details
+from service.model_types import GenerateDefaults, StyleTransferModel, TextToImageModel
+from service.workers.registry import AnyModelEntry, ModelEntry
+from service.workers.style_transfer import run_stylize
+from service.workers.text_to_image import run_generate, text_to_image_details
 
 
 class Stepper:
@@ -45,7 +54,7 @@ class Stepper:
     ``(priority, step)`` of every step run, in order.
     """
 
-    def __init__(self, hold: Path | None = None):
+    def __init__(self, hold: Path | None = None) -> None:
         self.step_gate: threading.Semaphore | None = None
         self.gate_only: str | None = None
         self.hold = hold
@@ -62,13 +71,13 @@ class Stepper:
         while self.hold is not None and self.hold.exists():
             time.sleep(0.01)
 
-    def run(self, batch: int, steps: int, control) -> torch.Tensor:
+    def run(self, batch: int, steps: int, control: StepControl | None) -> torch.Tensor:
         """The original row numbers still wanted after ``steps`` steps."""
         rows = torch.arange(batch)
         for done in range(steps + 1):
             if 0 < done < steps:
                 self._wait_while_held()
-            if done < steps and self._gated():
+            if done < steps and self.step_gate is not None and self._gated():
                 assert self.step_gate.acquire(timeout=10)
             keep = wanted_rows(control, done, steps)
             if keep is not None:
@@ -91,11 +100,11 @@ class Stepper:
 class FakeStyleTransfer(Stepper):
     PASSES = 2
 
-    def __init__(self, device: str = "cpu", hold: Path | None = None):
+    def __init__(self, device: str = "cpu", hold: Path | None = None) -> None:
         super().__init__(hold)
         self.device = device
         self.batch_sizes: list[int] = []
-        self.presets: list[str] = []
+        self.presets: list[str | None] = []
         self.style_scales: list[float] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
@@ -106,27 +115,33 @@ class FakeStyleTransfer(Stepper):
         self.warmed_up = True
         return 0.0
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
+        """The fields of ``models.adain.StyleTransfer.describe``."""
+        levels = [f"level{i}" for i in range(self.PASSES)]
         return {
             "name": "adain",
-            "levels": [f"level{i}" for i in range(self.PASSES)],
+            "mode": "single-level" if len(levels) == 1 else "multi-level",
+            "levels": levels,
+            "preset": "quality",
             "weight_files": ["/fake/vgg.pth"],
             "device": self.device,
+            "fast": False,
+            "dtype": "float32",
         }
 
     def stylize(
         self,
-        content,
-        styles,
+        content: torch.Tensor,
+        styles: Sequence[torch.Tensor],
         *,
-        style_weights=None,
-        alpha=1.0,
-        preserve_color=False,
-        masks=None,
-        preset="quality",
-        style_scale=1.0,
-        control=None,
-    ):
+        style_weights: Sequence[float] | None = None,
+        alpha: float = 1.0,
+        preserve_color: bool = False,
+        masks: Sequence[torch.Tensor] | None = None,
+        preset: str | None = "quality",
+        style_scale: float = 1.0,
+        control: StepControl | None = None,
+    ) -> torch.Tensor:
         self.batch_sizes.append(content.shape[0])
         self.presets.append(preset)
         self.style_scales.append(style_scale)
@@ -140,7 +155,10 @@ class FakeStyleTransfer(Stepper):
             return content[rows].clone()
         weights = style_weights or [1.0] * len(styles)
         total = sum(weights)
-        colour = sum(w / total * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True))
+        colour = sum(
+            (w / total * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True)),
+            torch.zeros(()),
+        )
         out = (1 - alpha) * content + alpha * colour[:, :, None, None].expand_as(content)
         return out[rows]
 
@@ -156,9 +174,9 @@ class FakeTextToImage(Stepper):
     )
     image_size = 8
 
-    def __init__(self, hold: Path | None = None):
+    def __init__(self, hold: Path | None = None) -> None:
         super().__init__(hold)
-        self.calls: list[dict] = []
+        self.calls: list[dict[str, Any]] = []
 
     warmed_up = False
 
@@ -166,36 +184,43 @@ class FakeTextToImage(Stepper):
         self.warmed_up = True
         return 0.0
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
 
-    def understand(self, prompt):
+    def understand(self, prompt: str) -> Understanding:
         return understand(prompt)
 
     def generate(
         self,
-        prompts,
+        prompts: list[str],
         *,
-        negative_prompts,
-        steps,
-        guidance_scale,
-        seeds,
-        sampler,
-        plan_layout,
-        control=None,
-    ):
+        negative_prompts: list[str | None] | None = None,
+        steps: int | None = None,
+        guidance_scale: float | None = None,
+        seeds: list[int] | None = None,
+        sampler: str | None = None,
+        plan_layout: bool | None = None,
+        control: StepControl | None = None,
+    ) -> torch.Tensor:
+        """Options left ``None`` are filled as the real pipeline fills them: from the
+        defaults, no negative prompts, random seeds."""
+        options = self.defaults.resolve(
+            steps=steps, guidance_scale=guidance_scale, sampler=sampler, plan_layout=plan_layout
+        )
+        negative_prompts = negative_prompts or [None] * len(prompts)
+        seeds = seeds or [random.getrandbits(31) for _ in prompts]
         self.calls.append(
             {
                 "prompts": list(prompts),
                 "negative_prompts": list(negative_prompts),
-                "steps": steps,
-                "guidance_scale": guidance_scale,
+                "steps": options.steps,
+                "guidance_scale": options.guidance_scale,
                 "seeds": list(seeds),
-                "sampler": sampler,
-                "plan_layout": plan_layout,
+                "sampler": options.sampler,
+                "plan_layout": options.plan_layout,
             }
         )
-        rows = self.run(len(prompts), steps, control)
+        rows = self.run(len(prompts), options.steps, control)
         return torch.stack([self.image(seed) for seed in seeds])[rows]
 
     @classmethod
@@ -205,7 +230,7 @@ class FakeTextToImage(Stepper):
         return torch.rand(3, size, size, generator=torch.Generator().manual_seed(seed))
 
     @classmethod
-    def pixels(cls, seed: int) -> np.ndarray:
+    def pixels(cls, seed: int) -> np.ndarray[Any, np.dtype[np.uint8]]:
         """``image(seed)`` as the ``(8, 8, 3)`` uint8 pixels of the PNG the service sends."""
         return (cls.image(seed) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
 
@@ -213,16 +238,18 @@ class FakeTextToImage(Stepper):
 class Fakes:
     """Holds the fake instances an app loaded, one per (model, device)."""
 
-    def __init__(self, hold: Path | None = None):
+    def __init__(self, hold: Path | None = None) -> None:
         self.hold = hold
         self.adain: dict[str, FakeStyleTransfer] = {}
         self.dit: dict[str, FakeTextToImage] = {}
 
-    def entries(self) -> dict[str, ModelEntry]:
-        def load_adain(search_path, device):
+    def entries(self) -> dict[str, AnyModelEntry]:
+        """Entries that load the fakes, typed as the protocols the service holds them as."""
+
+        def load_adain(search_path: Sequence[Path], device: str) -> StyleTransferModel:
             return self.adain.setdefault(device, FakeStyleTransfer(device, self.hold))
 
-        def load_dit(search_path, device):
+        def load_dit(search_path: Sequence[Path], device: str) -> TextToImageModel:
             return self.dit.setdefault(device, FakeTextToImage(self.hold))
 
         return {
@@ -231,7 +258,7 @@ class Fakes:
         }
 
 
-def wait_until(condition, timeout_s: float = 30.0) -> None:
+def wait_until(condition: Callable[[], object], timeout_s: float = 30.0) -> None:
     """Poll ``condition`` (set by another thread or the server) until it holds."""
     deadline = time.monotonic() + timeout_s
     while not condition():
@@ -240,8 +267,8 @@ def wait_until(condition, timeout_s: float = 30.0) -> None:
         time.sleep(0.005)
 
 
-def make_settings(**overrides) -> Settings:
-    options = {
+def make_settings(**overrides: Any) -> Settings:
+    options: dict[str, Any] = {
         "devices": "cpu",
         "max_batch_size": 4,
         "max_batch_wait_ms": 1.0,
@@ -262,7 +289,7 @@ def make_settings(**overrides) -> Settings:
 
 
 @contextmanager
-def served(app) -> Iterator[str]:
+def served(app: ASGIApp) -> Iterator[str]:
     """Serve ``app`` with uvicorn in a thread on 127.0.0.1 (a free port); yields its base URL.
 
     The lifespan runs (models load) before the URL is yielded; leaving the block stops

@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 from service_fakes import make_settings
 
 from service.app import create_app
-from service.workers import ModelEntry, run_stylize
+from service.workers.registry import ModelEntry
+from service.workers.style_transfer import run_stylize
 
 
 def test_healthz(client):

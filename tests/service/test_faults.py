@@ -19,7 +19,8 @@ from service_fakes import FakeStyleTransfer, make_settings
 
 import service.images as images
 from service.app import create_app
-from service.workers import ModelEntry, run_stylize
+from service.workers.registry import ModelEntry
+from service.workers.style_transfer import run_stylize
 
 KEY = {"Authorization": "Bearer s3cret"}
 

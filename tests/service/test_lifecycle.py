@@ -19,7 +19,8 @@ from service.errors import ClientClosedRequest, DeadlineExceeded
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
 from service.routes.disconnect import unless_disconnected
-from service.workers import GenerateJob, WorkerPool, run_generate
+from service.workers.pool import WorkerPool
+from service.workers.text_to_image import GenerateJob, run_generate
 
 pytestmark = pytest.mark.timeout(60)
 

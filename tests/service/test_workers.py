@@ -9,18 +9,17 @@ import pytest
 import torch
 from service_fakes import Fakes, FakeStyleTransfer, make_settings
 
+from models.adain import StyleTransfer
+from models.decoder import Decoder
+from models.vgg import VGGEncoder
 from service.errors import Overloaded, RejectedByModel
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
-from service.workers import (
-    GenerateJob,
-    ModelEntry,
-    StylizeJob,
-    WorkerPool,
-    is_out_of_memory,
-    load_models,
-    run_stylize,
-)
+from service.workers.loading import load_models
+from service.workers.pool import WorkerPool, is_out_of_memory
+from service.workers.registry import ModelEntry
+from service.workers.style_transfer import StylizeJob, run_stylize
+from service.workers.text_to_image import GenerateJob
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -167,3 +166,15 @@ def test_forwards_run_in_inference_mode():
 def test_a_pool_needs_a_device():
     with pytest.raises(ValueError):
         WorkerPool("adain", {}, run_stylize, make_settings(), Metrics())
+
+
+def test_the_fake_style_transfer_describes_itself_with_the_real_fields():
+    """Routes and provenance read these fields (``levels``, ``mode``, ``dtype``, the
+    weight files): the fake must give each of them, with the same types."""
+    levels = ("relu3_1", "relu2_1", "relu1_1")
+    real = StyleTransfer(VGGEncoder("relu3_1"), {level: Decoder(level) for level in levels})
+    expected, fake = real.describe(), FakeStyleTransfer().describe()
+    assert set(fake) == set(expected)
+    assert {key: type(value) for key, value in fake.items()} == {
+        key: type(value) for key, value in expected.items()
+    }

@@ -1,0 +1,189 @@
+"""Worker pools: a model's batchers on every device, requests to the least loaded.
+
+Each pool has two batchers per device: interactive work (a client waiting on its
+connection) and background work (async jobs). Both share the device's ``DeviceGate``
+with every other pool on that device, so background batches yield the device at their
+step boundaries while interactive work runs (``service.batching``).
+
+This module is where torch meets the generic batcher: forwards run under
+``torch.inference_mode()``, out-of-memory errors split batches, and the batcher's
+errors become API errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any, Generic, TypeAlias, TypeVar
+
+import torch
+
+from models.control import StepControl
+from service.batching import (
+    Batcher,
+    Closed,
+    DeviceGate,
+    Expired,
+    ProgressCallback,
+    QueueFull,
+)
+from service.config import Settings
+from service.errors import DeadlineExceeded, Overloaded, RejectedByModel, ShuttingDown
+from service.jobs.records import BACKGROUND, INTERACTIVE, PRIORITIES
+from service.metrics import Metrics
+from service.model_types import BatchJob
+
+ModelT = TypeVar("ModelT")
+JobT = TypeVar("JobT", bound=BatchJob)
+
+#: One batched forward, ``run(model, jobs, control)``: one ``(3, H, W)`` result per job
+#: that ``control`` kept (the ``models.control.StepControl`` contract).
+RunBatch: TypeAlias = Callable[[ModelT, list[JobT], StepControl], list[torch.Tensor]]
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """True for CUDA (or other accelerator) out-of-memory errors."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+
+def release_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _inference(
+    run: RunBatch[ModelT, JobT], model: ModelT, jobs: list[JobT], control: StepControl
+) -> list[torch.Tensor]:
+    with torch.inference_mode():
+        return run(model, jobs, control)
+
+
+def _job_cost(job: BatchJob) -> float:
+    return job.cost()
+
+
+class WorkerPool(Generic[ModelT, JobT]):
+    """The batchers of one model: per device, one for interactive and one for background
+    work; ``submit`` picks the least loaded device.
+
+    Args:
+        gates: one ``DeviceGate`` per device, shared by every pool on that device (a
+            fresh one per device when not given).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        models: Mapping[str, ModelT],
+        run: RunBatch[ModelT, JobT],
+        settings: Settings,
+        metrics: Metrics,
+        gates: Mapping[str, DeviceGate] | None = None,
+    ) -> None:
+        if not models:
+            raise ValueError(f"{name}: a pool needs at least one device")
+        self.name = name
+        self.models = dict(models)
+        #: the model's details (``ModelEntry.details``), filled by ``build_pools``
+        self.details: dict[str, Any] = {}
+        gates = gates or {device: DeviceGate() for device in self.models}
+        self.batchers: dict[str, dict[str, Batcher[JobT, torch.Tensor]]] = {
+            device: {
+                priority: Batcher(
+                    partial(_inference, run, model),
+                    max_batch_size=settings.max_batch_size,
+                    max_wait_s=settings.max_batch_wait_ms / 1000.0,
+                    queue_size=settings.queue_size,
+                    observer=metrics.batch_observer(name, device, priority),
+                    name=f"{name}-{device}-{priority}",
+                    is_out_of_memory=is_out_of_memory,
+                    release_memory=release_memory,
+                    cost=_job_cost,
+                    max_batch_cost=settings.max_batch_pixels,
+                    gate=gates[device],
+                    background=priority == BACKGROUND,
+                )
+                for priority in PRIORITIES
+            }
+            for device, model in self.models.items()
+        }
+
+    @property
+    def model(self) -> ModelT:
+        """The model on the first device (for what is the same on all: its defaults)."""
+        return next(iter(self.models.values()))
+
+    def model_parameters(self) -> dict[str, Any]:
+        """The model's own settings that shape a result (e.g. AdaIN's levels)."""
+        return {
+            key: self.details[key] for key in ("levels", "mode", "dtype") if key in self.details
+        }
+
+    def provenance(self) -> dict[str, Any]:
+        """Which model and weights made a result (goes into PNG text chunks and JSON)."""
+        return {"model": self.name, "checkpoint_sha256": self.details.get("checkpoint_sha256", {})}
+
+    @property
+    def devices(self) -> list[str]:
+        return list(self.batchers)
+
+    def _all(self) -> list[Batcher[JobT, torch.Tensor]]:
+        return [b for per_device in self.batchers.values() for b in per_device.values()]
+
+    def start(self) -> None:
+        for batcher in self._all():
+            batcher.start()
+
+    async def close(self) -> None:
+        await asyncio.gather(*(batcher.close() for batcher in self._all()))
+
+    async def submit(
+        self,
+        job: JobT,
+        *,
+        priority: str = INTERACTIVE,
+        timeout_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
+        owner: str = "",
+    ) -> torch.Tensor:
+        """Run ``job`` on the least-loaded device and return its result.
+
+        ``on_progress(done, total)`` hears of each step (from the worker thread).
+        Cancelling the awaiting task stops the job: dropped from the queue, or from its
+        running batch at the next step. ``owner`` is whose work it is (fair share).
+
+        Batcher and model errors become API errors: a full queue or an out-of-memory on a
+        single item is a 429 with ``Retry-After``, a closed batcher a 503, a missed
+        deadline a 504, a ``ValueError`` (input the model refused) a 400.
+        """
+        device = min(self.batchers, key=lambda d: sum(b.load for b in self.batchers[d].values()))
+        batcher = self.batchers[device][priority]
+        try:
+            return await batcher.submit(
+                job,
+                key=job.batch_key(),
+                timeout_s=timeout_s,
+                on_progress=on_progress,
+                owner=owner,
+            )
+        except QueueFull as exc:
+            raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc
+        except Closed as exc:
+            raise ShuttingDown("the service is shutting down") from exc
+        except Expired as exc:
+            raise DeadlineExceeded(str(exc)) from exc
+        except ValueError as exc:
+            raise RejectedByModel(f"{self.name}: {exc}") from exc
+        except RuntimeError as exc:
+            if is_out_of_memory(exc):
+                raise Overloaded(f"{self.name}: out of memory, retry later") from exc
+            raise
+
+
+#: A pool of some model kind. Pools are kept by model name (the settings name the
+#: models), so which kind a name holds is known at run time only: code that needs the
+#: kind (e.g. ``GenerateWork.run``) states it in its own signature.
+AnyWorkerPool: TypeAlias = WorkerPool[Any, Any]
