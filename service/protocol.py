@@ -28,8 +28,10 @@ Event streams: uvicorn's ``limit_concurrency`` (``max_connections``) counts ever
 connection and request, so a client holding a hundred ``/v1/jobs/{id}/events`` streams
 locked everyone else out. A request may call
 ``scope["state"]["exempt_from_connection_cap"]()`` (the event stream route does): its
-connection and task then count no more, until its answer ends. Streams have their own
-bounds (``max_event_streams``, ``key_max_event_streams``).
+connection and task then count no more, and once its answer ends the connection is
+closed (a job's streams end together: counted again, they would fill the cap for the
+moment their clients take to close them). Streams have their own bounds
+(``max_event_streams``, ``key_max_event_streams``).
 """
 
 from __future__ import annotations
@@ -179,7 +181,12 @@ class HeadTimeoutProtocol(H11Protocol):
             self._disarm_head_timer()  # the head is complete: the request is the app's now
 
     def on_response_complete(self) -> None:
-        self._exempt.connections.discard(self)
+        if self in self._exempt.connections:
+            # An event stream has ended: its connection closes, still uncounted, so the
+            # streams of a job that ends together never come back into the cap at once.
+            self.server_state.total_requests += 1
+            self.transport.close()
+            return
         super().on_response_complete()
         if not self.transport.is_closing() and self.conn.their_state is h11.SEND_BODY:
             self._late_body_timer = self.loop.call_later(self.timeout_keep_alive, self._late_body)

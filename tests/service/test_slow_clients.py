@@ -229,3 +229,38 @@ def test_event_streams_do_not_lock_other_clients_out(tmp_path):
     assert [p.status_code for p in probes] == [200, 200, 200]
     assert job_read.status_code == 200 and job_read.json()["state"] == "queued"
     assert sixth.status_code == 429 and sixth.json()["error"]["code"] == "too_many_streams"
+
+
+def test_event_streams_that_end_together_close_without_filling_the_cap(tmp_path):
+    """Five streams of a job on a server capped at four connections; the job is cancelled
+    and every stream ends at once. Others are served at that moment (the streams'
+    connections, counted again while their clients hold them, would fill the cap), and
+    the server closes each stream's connection (not after the 5 s keep-alive)."""
+
+    def read_to_the_end(sock) -> bytes:
+        answer = b""
+        while not answer.endswith(b"0\r\n\r\n"):  # the last chunk of the stream
+            answer += sock.recv(65536)
+        return answer
+
+    job = _seed_waiting_job(tmp_path)
+    settings = {"state_dir": str(tmp_path), "max_connections": "4", "key_max_event_streams": "5"}
+    with live_server(settings) as server:
+        streams = []
+        for _ in range(5):
+            sock = server.connect(timeout_s=10)
+            sock.sendall(f"GET /v1/jobs/{job}/events HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            assert b"200 OK" in sock.recv(65536)
+            streams.append(sock)
+        cancel = httpx.delete(f"{server.url}/v1/jobs/{job}", timeout=10)
+        answers = [read_to_the_end(sock) for sock in streams]  # the clients hold on
+        probes = [httpx.get(f"{server.url}/healthz", timeout=10) for _ in range(3)]
+        for sock in streams:
+            sock.settimeout(2.0)
+        after = [read_until_closed(sock) for sock in streams]
+        for sock in streams:
+            sock.close()
+    assert cancel.status_code == 200 and cancel.json()["state"] == "cancelled"
+    assert all(b"event: done" in answer for answer in answers)
+    assert [p.status_code for p in probes] == [200, 200, 200]
+    assert after == [b""] * 5
