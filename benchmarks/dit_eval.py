@@ -57,7 +57,6 @@ Generate = Callable[[list[str], float, list[int], bool | None], torch.Tensor]
 
 def load_pipeline(checkpoint: Path | None, device: str):
     """The project's ``TextToImage``, from ``checkpoint`` or the default search path."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from models.dit.pipeline import TextToImage
 
     if checkpoint is None:

@@ -33,7 +33,7 @@ from models.hub import resolve
 from models.shapes.planner import plan_regions
 from models.shapes.understand import Understanding, understand
 from models.shapes.vocab import IMAGE_SIZE
-from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextCondition, TextEncoder
+from models.text_encoder import MiniLMEncoder, TextCondition, TextEncoder, build_text_encoder
 
 #: The checkpoint ``from_pretrained`` looks for, trained by ``atelier train-dit``.
 DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
@@ -68,13 +68,6 @@ def agreement(reference: Tensor, other: Tensor) -> dict[str, float]:
 def within_bf16_tolerance(measured: dict[str, float]) -> bool:
     """Whether an :func:`agreement` meets :data:`BF16_TOLERANCE`."""
     return all(measured[key] <= bound for key, bound in BF16_TOLERANCE.items())
-
-
-def encoder_for(info: dict, dim: int, device: str) -> TextEncoder:
-    """The text encoder a checkpoint was trained with (recorded in its ``info``)."""
-    if info.get("text_encoder") == FakeTextEncoder.__name__:
-        return FakeTextEncoder(dim)
-    return MiniLMEncoder(device=device)
 
 
 class TextToImage:
@@ -151,7 +144,8 @@ class TextToImage:
         """Load a ``.safetensors`` written by ``atelier train-dit``."""
         config, info = read_metadata(path)
         model = load_dit(path, device=device)
-        encoder = encoder_for(info, config.text_dim, str(device))
+        trained_with = info.get("text_encoder", MiniLMEncoder.name)
+        encoder = build_text_encoder(trained_with, config.text_dim, str(device))
         return cls(model, encoder, device=device, source=str(path), info=info, **kwargs)
 
     @classmethod
@@ -339,7 +333,7 @@ class TextToImage:
             "parameters": self.model.num_parameters(),
             "config": dataclasses.asdict(self.config),
             "trained_steps": self.info.get("step"),
-            "text_encoder": type(self.encoder).__name__,
+            "text_encoder": self.encoder.name,
             "samplers": list(self.samplers),
             "default_sampler": self.default_sampler,
             "default_steps": self.default_steps,

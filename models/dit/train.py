@@ -262,10 +262,12 @@ class Trainer:
         self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def export(self, path: str | Path, **info: object) -> Path:
-        """Save the EMA weights as an inference checkpoint (safetensors + config)."""
+        """Save the EMA weights as an inference checkpoint (safetensors + config); its
+        ``info`` records the text encoder's name, by which the pipeline rebuilds it."""
         return save_dit(
             path,
             self.ema,
+            text_encoder=self.encoder.name,
             step=self.step,
             samples=self.step * self.config.batch_size,
             train_config=dataclasses.asdict(self.config),

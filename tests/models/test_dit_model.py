@@ -18,7 +18,7 @@ from models.dit.model import (
     timestep_embedding,
     unpatchify,
 )
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 
 TINY = get_preset("tiny")
 
@@ -34,7 +34,7 @@ def perturbed(model: DiT, std: float = 0.05, seed: int = 0) -> DiT:
 
 @pytest.fixture
 def encoder():
-    return FakeTextEncoder(TINY.text_dim)
+    return HashedWordEncoder(TINY.text_dim)
 
 
 @given(
@@ -185,7 +185,7 @@ def test_prediction_depends_on_token_order_through_cross_attention(encoder):
 
 def test_only_text_positions_let_cross_attention_see_word_order(encoder):
     """Attention is blind to the order of its keys: with per-word token states (no
-    context, like the fake encoder) "A left of B" and "B left of A" are the same set of
+    context, like the hashed-word encoder) "A left of B" and "B left of A" are the same set of
     tokens. Learned text positions tell them apart."""
     a = encoder.encode(["red circle left of blue square"])
     b = encoder.encode(["blue square left of red circle"])

@@ -18,7 +18,7 @@ from models.dit.pipeline import (
     within_bf16_tolerance,
 )
 from models.hub import WeightsNotFoundError
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 from service.cli import main as cli_main
 
 REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
@@ -41,7 +41,7 @@ def pipe(checkpoint) -> TextToImage:
 def test_from_pretrained_searches_the_folders_in_order(checkpoint, tmp_path):
     pipe = TextToImage.from_pretrained([tmp_path, checkpoint.parent])
     assert pipe.source == str(checkpoint)
-    assert isinstance(pipe.encoder, FakeTextEncoder)
+    assert isinstance(pipe.encoder, HashedWordEncoder)
     assert pipe.describe()["trained_steps"] == 7
 
 

@@ -13,7 +13,7 @@ from models.diffusion import diffusion_loss
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.config import DiTConfig, get_preset
 from models.dit.train import TrainConfig, Trainer, autocast_dtype
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 from service.cli import main as cli_main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -29,7 +29,7 @@ def make_trainer(model_config: DiTConfig | None = None, **overrides) -> Trainer:
         "precision": "fp32",
     }
     config = TrainConfig(**{**options, **overrides})
-    return Trainer(config, encoder=FakeTextEncoder(), model_config=model_config)
+    return Trainer(config, encoder=HashedWordEncoder(), model_config=model_config)
 
 
 def fixed_batch_loss(trainer: Trainer, model) -> float:
@@ -97,7 +97,7 @@ def test_resume_on_another_device_keeps_the_generator_state_on_the_cpu(tmp_path)
     first = make_trainer()
     first.train_step()
     first.save(tmp_path / "state.pt")
-    elsewhere = Trainer(first.config, encoder=FakeTextEncoder(), device="meta")
+    elsewhere = Trainer(first.config, encoder=HashedWordEncoder(), device="meta")
     elsewhere.resume(tmp_path / "state.pt")
     assert elsewhere.step == 1
     assert torch.equal(elsewhere.generator.get_state(), first.generator.get_state())
@@ -240,7 +240,7 @@ def test_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
     assert cli_main([*args, "--steps", "2"]) == 0
     config, info = read_metadata(export)
     assert config == get_preset("tiny") and info["step"] == 2
-    assert info["text_encoder"] == "FakeTextEncoder"
+    assert info["text_encoder"] == "HashedWordEncoder"
     assert isinstance(load_dit(export), torch.nn.Module)
     assert cli_main([*args, "--steps", "3", "--resume"]) == 0
     assert "resumed from" in capsys.readouterr().out

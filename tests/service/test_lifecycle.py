@@ -113,11 +113,11 @@ def tiny_text_to_image():
     from models.dit.config import get_preset
     from models.dit.model import DiT
     from models.dit.pipeline import TextToImage
-    from models.text_encoder import FakeTextEncoder
+    from models.text_encoder import HashedWordEncoder
 
     torch.manual_seed(0)
     model = DiT(get_preset("tiny"))
-    return TextToImage(model, FakeTextEncoder(model.config.text_dim), default_steps=3)
+    return TextToImage(model, HashedWordEncoder(model.config.text_dim), default_steps=3)
 
 
 #: one object each (one region), told apart by colour in what the encoder sees
