@@ -1,4 +1,4 @@
-"""Samplers: DDPM ancestral, DDIM (eta) and DPM-Solver++(2M).
+"""Samplers: DDPM ancestral, deterministic DDIM and DPM-Solver++(2M).
 
 A sampler knows the model only as a callable ``model(x, t, cond) -> eps``: ``x`` is the
 noisy batch ``(B, *)``, ``t`` the integer timesteps ``(B,)`` (long), ``cond`` whatever the
@@ -123,33 +123,27 @@ def ddim(
     alpha_bar: Tensor,
     *,
     steps: int,
-    eta: float = 0.0,
     generator: Generators = None,
     clip_denoised: bool = False,
     control: StepControl | None = None,
 ) -> Tensor:
-    """DDIM (Song et al. 2021). ``eta = 0`` is deterministic, ``eta = 1`` is DDPM.
+    """Deterministic DDIM (Song et al. 2021, ``eta = 0``): the first-order step of the
+    probability-flow ODE.
 
     .. math::
-        \\sigma = \\eta \\sqrt{\\frac{1 - \\bar\\alpha_s}{1 - \\bar\\alpha_t}}
-                 \\sqrt{1 - \\frac{\\bar\\alpha_t}{\\bar\\alpha_s}},\\qquad
-        x_s = \\sqrt{\\bar\\alpha_s}\\,\\hat x_0 + \\sqrt{1 - \\bar\\alpha_s - \\sigma^2}\\,
-              \\hat\\epsilon + \\sigma z
+        x_s = \\sqrt{\\bar\\alpha_s}\\,\\hat x_0 + \\sqrt{1 - \\bar\\alpha_s}\\,\\hat\\epsilon
 
-    Args: as :func:`ddpm`, plus ``eta >= 0``.
+    Args: as :func:`ddpm`. The sampler draws no noise; ``generator`` is accepted for a
+    uniform signature.
     """
-    if eta < 0:
-        raise ValueError(f"eta must be >= 0, got {eta}")
+    del generator
     pairs = _pairs(alpha_bar, steps)
     for i, (t, ab_t, ab_s) in enumerate(pairs):
-        x, cond, generator = _controlled(control, i, len(pairs), (x, cond, generator))
+        x, cond = _controlled(control, i, len(pairs), (x, cond))
         if x.shape[0] == 0:
             return x
         eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
-        sigma = eta * math.sqrt((1 - ab_s) / (1 - ab_t) * (1 - ab_t / ab_s))
-        x = math.sqrt(ab_s) * x0 + math.sqrt(max(1 - ab_s - sigma**2, 0.0)) * eps
-        if sigma > 0:
-            x = x + sigma * randn(x.shape, generator, device=x.device, dtype=x.dtype)
+        x = math.sqrt(ab_s) * x0 + math.sqrt(1 - ab_s) * eps
     (x,) = _controlled(control, len(pairs), len(pairs), (x,))
     return x
 
