@@ -124,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         pipe, source = load_pipeline(args.preset)
         result["generate"] = {
             "model": source,
-            "steps": pipe.default_steps,
-            "guidance_scale": pipe.default_guidance_scale,
+            "steps": pipe.defaults.steps,
+            "guidance_scale": pipe.defaults.guidance_scale,
             "sampler": pipe.default_sampler,
             "images_per_s": {
                 b: images_per_second(pipe, b, max(1, args.repeats // 2)) for b in args.batches

@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         torch.manual_seed(args.seed)
         pipe = load_pipeline(args.checkpoint, args.device)
-        steps = args.steps or pipe.default_steps
-        default_guidance = args.guidance or pipe.default_guidance_scale
+        steps = args.steps or pipe.defaults.steps
+        default_guidance = args.guidance or pipe.defaults.guidance_scale
         sampler = args.sampler or pipe.default_sampler
         if args.paraphrase:
             plans = (False,) if args.no_plan else (True, False)

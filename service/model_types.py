@@ -14,6 +14,7 @@ from torch import Tensor
 
 from models.control import StepControl
 from models.dit.options import GenerateDefaults, GenerateOptions
+from models.shapes.understand import Understanding
 
 __all__ = [
     "BatchJob",
@@ -21,6 +22,7 @@ __all__ = [
     "GenerateOptions",
     "StyleTransferModel",
     "TextToImageModel",
+    "Understanding",
 ]
 
 
@@ -71,18 +73,19 @@ class TextToImageModel(Protocol):
 
     def describe(self) -> dict[str, Any]: ...
 
-    def generate(
+    def understand(self, prompt: str) -> Understanding:
+        """What the model draws for ``prompt`` (read once per request)."""
+        ...
+
+    def sample(
         self,
-        prompts: list[str],
+        prompts: Sequence[Understanding],
+        options: GenerateOptions,
         *,
-        negative_prompts: list[str | None] | None = None,
-        steps: int | None = None,
-        guidance_scale: float | None = None,
-        seeds: list[int] | None = None,
-        sampler: str | None = None,
-        plan_layout: bool | None = None,
+        negative_prompts: Sequence[str | None] | None = None,
+        seeds: Sequence[int] | None = None,
         control: StepControl | None = None,
     ) -> Tensor:
-        """One ``(3, H, W)`` image in ``[0, 1]`` per prompt ``control`` kept (asked before
-        each sampler step), as ``(N', 3, H, W)``."""
+        """One ``(3, H, W)`` image in ``[0, 1]`` per read prompt ``control`` kept (asked
+        before each sampler step), as ``(N', 3, H, W)``; ``options`` are used as given."""
         ...

@@ -12,9 +12,9 @@ with every other pool on that device, so background batches yield the device at 
 step boundaries while interactive work runs (``service.batching``).
 
 The service sees the models only through the protocols of ``service.model_types``.
-This module is where torch meets the generic batcher: forwards run under
-``torch.inference_mode()``, out-of-memory errors split batches, and the batcher's
-errors become API errors.
+This module is where torch meets the generic batcher: out-of-memory errors split
+batches, and the batcher's errors become API errors. Each model's entry point
+(``stylize``, ``sample``) sets inference mode itself.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from service.model_types import (
     GenerateOptions,
     StyleTransferModel,
     TextToImageModel,
+    Understanding,
 )
 
 logger = logging.getLogger("atelier.workers")
@@ -128,9 +129,10 @@ def run_stylize(
 # --------------------------------------------------------------- text-to-image
 @dataclass(frozen=True)
 class GenerateJob:
-    """One image to generate (a request for n images is n jobs with seeds s, s+1, ...)."""
+    """One image to generate (a request for n images is n jobs with seeds s, s+1, ...);
+    the prompt as the model read it, once per request (``TextToImageModel.understand``)."""
 
-    prompt: str
+    prompt: Understanding
     negative_prompt: str | None
     seed: int
     options: GenerateOptions
@@ -152,17 +154,13 @@ def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageM
 def run_generate(
     model: TextToImageModel, jobs: list[GenerateJob], control: StepControl | None = None
 ) -> list[torch.Tensor]:
-    """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job that
+    """One ``model.sample`` call for compatible jobs (equal options); one ``(3, H, W)`` per job that
     ``control`` kept (every job without one)."""
-    options = jobs[0].options
-    images = model.generate(
+    images = model.sample(
         [job.prompt for job in jobs],
+        jobs[0].options,
         negative_prompts=[job.negative_prompt for job in jobs],
-        steps=options.steps,
-        guidance_scale=options.guidance_scale,
         seeds=[job.seed for job in jobs],
-        sampler=options.sampler,
-        plan_layout=options.plan_layout,
         control=control,
     )
     return list(images.float().cpu().unbind(0))
@@ -212,16 +210,6 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _inference(
-    run: Callable[[ModelT, list, StepControl], list],
-    model: ModelT,
-    jobs: list,
-    control: StepControl,
-) -> list:
-    with torch.inference_mode():
-        return run(model, jobs, control)
-
-
 MODELS: dict[str, ModelEntry] = {
     "adain": ModelEntry("adain", load_style_transfer, run_stylize, style_transfer_details),
     "dit": ModelEntry("dit", load_text_to_image, run_generate, text_to_image_details),
@@ -260,7 +248,7 @@ class WorkerPool(Generic[ModelT]):
         self.batchers = {
             device: {
                 priority: Batcher(
-                    partial(_inference, run, model),
+                    partial(run, model),
                     max_batch_size=settings.max_batch_size,
                     max_wait_s=settings.max_batch_wait_ms / 1000.0,
                     queue_size=settings.queue_size,

@@ -16,6 +16,9 @@ Python numbers computed before the loop, and the noise comes from generators on 
 batch's device (:func:`~models.diffusion.random.randn`), so a CUDA sampler queues its
 steps without waiting (``benchmarks/gpu_check.py`` counts the syncs per step).
 
+A sampler runs under the caller's autograd mode: the pipeline that calls it
+(``TextToImage.sample``) runs it under ``torch.inference_mode``.
+
 Notation: ``a_t = sqrt(alpha_bar_t)``, ``s_t = sqrt(1 - alpha_bar_t)``,
 ``x0_hat = (x_t - s_t eps) / a_t``.
 """
@@ -67,7 +70,6 @@ def _controlled(control: StepControl | None, done: int, total: int, state: tuple
     return state if rows is None else take_rows(state, rows)
 
 
-@torch.no_grad()
 def ddpm(
     model: Denoiser,
     x: Tensor,
@@ -115,7 +117,6 @@ def ddpm(
     return x
 
 
-@torch.no_grad()
 def ddim(
     model: Denoiser,
     x: Tensor,
@@ -148,7 +149,6 @@ def ddim(
     return x
 
 
-@torch.no_grad()
 def dpm_solver_pp_2m(
     model: Denoiser,
     x: Tensor,

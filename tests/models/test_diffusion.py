@@ -275,11 +275,6 @@ def test_guidance_runs_both_branches_as_one_forward_of_twice_the_rows():
     assert calls == [(6, [5, 6, 7, 5, 6, 7])]
 
 
-def test_guidance_rejects_negative_scale():
-    with pytest.raises(ValueError, match="guidance"):
-        classifier_free_guidance(_conditional_model, -0.5)
-
-
 # ------------------------------------------------------------------ parameterization
 @given(ab=st.floats(1e-6, 1 - 1e-6))
 @settings(max_examples=30, deadline=None)

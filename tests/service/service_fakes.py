@@ -159,6 +159,7 @@ class FakeTextToImage(Stepper):
     def __init__(self, hold: Path | None = None):
         super().__init__(hold)
         self.calls: list[dict] = []
+        self.read: list[str] = []
 
     warmed_up = False
 
@@ -170,32 +171,22 @@ class FakeTextToImage(Stepper):
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
 
     def understand(self, prompt):
+        self.read.append(prompt)
         return understand(prompt)
 
-    def generate(
-        self,
-        prompts,
-        *,
-        negative_prompts,
-        steps,
-        guidance_scale,
-        seeds,
-        sampler,
-        plan_layout,
-        control=None,
-    ):
+    def sample(self, prompts, options, *, negative_prompts, seeds, control=None):
         self.calls.append(
             {
-                "prompts": list(prompts),
+                "prompts": [prompt.prompt for prompt in prompts],
                 "negative_prompts": list(negative_prompts),
-                "steps": steps,
-                "guidance_scale": guidance_scale,
+                "steps": options.steps,
+                "guidance_scale": options.guidance_scale,
                 "seeds": list(seeds),
-                "sampler": sampler,
-                "plan_layout": plan_layout,
+                "sampler": options.sampler,
+                "plan_layout": options.plan_layout,
             }
         )
-        rows = self.run(len(prompts), steps, control)
+        rows = self.run(len(prompts), options.steps, control)
         return torch.stack([self.image(seed) for seed in seeds])[rows]
 
     @classmethod

@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 from service_fakes import FakeTextToImage, make_settings
 
+from models.shapes.understand import understand
 from service.errors import ClientClosedRequest, DeadlineExceeded
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _job(seed: int, steps: int = 4) -> GenerateJob:
-    return GenerateJob("a cat", None, seed, GenerateOptions(steps, 3.0, "ddim", True))
+    return GenerateJob(understand("a cat"), None, seed, GenerateOptions(steps, 3.0, "ddim", True))
 
 
 def _expected(seed: int) -> torch.Tensor:
@@ -125,14 +126,12 @@ COLOURS = ("red", "blue", "green")
 
 
 def _colour_job(colour: str) -> GenerateJob:
-    return GenerateJob(f"a {colour} circle", None, 11, GenerateOptions(3, 3.0, "ddim", True))
+    options = GenerateOptions(3, 3.0, "ddim", True)
+    return GenerateJob(understand(f"a {colour} circle"), None, 11, options)
 
 
 def _alone(pipe, job: GenerateJob) -> torch.Tensor:
-    options = job.options
-    return pipe.generate(
-        [job.prompt], seeds=[job.seed], steps=options.steps, guidance_scale=3.0, sampler="ddim"
-    )[0]
+    return pipe.sample([job.prompt], job.options, seeds=[job.seed])[0]
 
 
 def _cancel_during_encoding(pipe, jobs, *, first: int, cancel: int, metrics=None, **settings):
