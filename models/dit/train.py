@@ -206,7 +206,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if state["model_config"] != self.model_config.to_json():
+        if DiTConfig.from_json(state["model_config"]) != self.model_config:
             raise ValueError("the saved state is for a different model configuration")
         saved = state["train_config"]
         for name in ("seed", "batch_size"):  # they define the data stream
