@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -113,6 +114,18 @@ def test_resume_rejects_another_architecture(tmp_path):
         trainer.load_state_dict(state)
 
 
+def test_resume_reads_a_state_saved_before_the_norm_field(tmp_path):
+    trainer = make_trainer()
+    trainer.train_step()
+    state = trainer.state_dict()
+    stored = json.loads(state["model_config"])
+    del stored["norm"]
+    state["model_config"] = json.dumps(stored)
+    fresh = make_trainer()
+    fresh.load_state_dict(state)
+    assert fresh.step == 1
+
+
 def test_resume_rejects_another_data_stream(tmp_path):
     make_trainer().save(tmp_path / "state.pt")
     with pytest.raises(ValueError, match="seed"):
@@ -146,6 +159,16 @@ def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_pa
     t = torch.full((x0.shape[0],), 400)
     with torch.no_grad():
         torch.testing.assert_close(tuned.model(x0, t, cond), source.ema(x0, t, cond))
+
+
+def test_an_export_names_its_text_encoder_and_loads_with_it(tmp_path):
+    from models.dit.pipeline import TextToImage
+
+    path = make_trainer().export(tmp_path / "tiny.safetensors")
+    assert read_metadata(path)[1]["text_encoder"] == HashedWordEncoder.name
+    pipe = TextToImage.from_checkpoint(path)
+    assert isinstance(pipe.encoder, HashedWordEncoder)
+    assert pipe.encoder.dim == get_preset("tiny").text_dim
 
 
 def test_initialize_from_rejects_another_architecture(tmp_path):
