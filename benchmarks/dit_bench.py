@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
 import time
 from pathlib import Path
@@ -31,7 +30,7 @@ import torch
 from models.dit.config import get_preset
 from models.dit.model import DiT
 from models.dit.pipeline import DEFAULT_CHECKPOINT, TextToImage
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,12 +38,11 @@ PROMPT = "a small red circle to the left of a blue square"
 
 
 def load_pipeline(preset: str) -> tuple[TextToImage, str]:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     path = ROOT / "weights" / DEFAULT_CHECKPOINT
     if path.is_file():
         return TextToImage.from_checkpoint(path), str(path.relative_to(ROOT))
     model = DiT(get_preset(preset))
-    return TextToImage(model, FakeTextEncoder(model.config.text_dim)), f"random {preset}"
+    return TextToImage(model, HashedWordEncoder(model.config.text_dim)), f"random {preset}"
 
 
 def images_per_second(pipe: TextToImage, batch: int, repeats: int) -> dict[str, float]:
@@ -83,7 +81,7 @@ def build_diffusers(config):
 @torch.inference_mode()
 def forward_times(config, batch: int, repeats: int) -> dict[str, float]:
     """Median seconds per forward of each network, measured interleaved."""
-    encoder = FakeTextEncoder(config.text_dim)
+    encoder = HashedWordEncoder(config.text_dim)
     cond = encoder.encode([PROMPT] * batch)
     x = torch.randn(batch, config.in_channels, config.image_size, config.image_size)
     t = torch.randint(0, 1000, (batch,))
@@ -126,8 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         pipe, source = load_pipeline(args.preset)
         result["generate"] = {
             "model": source,
-            "steps": pipe.default_steps,
-            "guidance_scale": pipe.default_guidance_scale,
+            "steps": pipe.defaults.steps,
+            "guidance_scale": pipe.defaults.guidance_scale,
             "sampler": pipe.default_sampler,
             "images_per_s": {
                 b: images_per_second(pipe, b, max(1, args.repeats // 2)) for b in args.batches

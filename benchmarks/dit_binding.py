@@ -21,7 +21,6 @@ Noise is drawn per timestep in the order given, so runs compare for the same
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -75,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.n < 1:
         parser.error("--n must be >= 1")
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from models.dit.checkpoint import load_dit
     from models.text_encoder import MiniLMEncoder
 

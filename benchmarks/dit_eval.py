@@ -57,7 +57,6 @@ Generate = Callable[[list[str], float, list[int], bool | None], torch.Tensor]
 
 def load_pipeline(checkpoint: Path | None, device: str):
     """The project's ``TextToImage``, from ``checkpoint`` or the default search path."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from models.dit.pipeline import TextToImage
 
     if checkpoint is None:
@@ -257,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         torch.manual_seed(args.seed)
         pipe = load_pipeline(args.checkpoint, args.device)
-        steps = args.steps or pipe.default_steps
-        default_guidance = args.guidance or pipe.default_guidance_scale
+        steps = args.steps or pipe.defaults.steps
+        default_guidance = args.guidance or pipe.defaults.guidance_scale
         sampler = args.sampler or pipe.default_sampler
         if args.paraphrase:
             plans = (False,) if args.no_plan else (True, False)

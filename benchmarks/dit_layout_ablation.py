@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prompts = eval_prompts(args.n)
     pipe = load_pipeline(args.checkpoint, "cpu")
-    guidance = pipe.default_guidance_scale
+    guidance = pipe.defaults.guidance_scale
 
     def generate(prompts, guidance_scale, seeds, plan_layout):
         return pipe.generate(

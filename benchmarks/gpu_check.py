@@ -594,14 +594,14 @@ def _text_to_image(check: Check):
         return TextToImage.from_pretrained([REPO / "weights"], device=check.device)
     from models.dit.config import get_preset
     from models.dit.model import DiT
-    from models.text_encoder import FakeTextEncoder
+    from models.text_encoder import HashedWordEncoder
 
     torch.manual_seed(0)
     model = DiT(get_preset("tiny"))
     with torch.no_grad():  # away from the zero-initialised gates, so the blocks do work
         for parameter in model.parameters():
             parameter.add_(0.05 * torch.randn_like(parameter))
-    return TextToImage(model, FakeTextEncoder(model.config.text_dim), device=check.device)
+    return TextToImage(model, HashedWordEncoder(model.config.text_dim), device=check.device)
 
 
 def count_syncs(check: Check, fn: Callable[[], object]) -> dict:
@@ -767,7 +767,7 @@ def section_training(check: Check) -> dict:
     import tempfile
 
     from models.dit.train import TrainConfig, Trainer
-    from models.text_encoder import FakeTextEncoder
+    from models.text_encoder import HashedWordEncoder
 
     config = TrainConfig(
         preset="tiny" if check.quick else "shapes32",
@@ -778,7 +778,7 @@ def section_training(check: Check) -> dict:
     steps = 2 if check.quick else 10
 
     def trainer():
-        return Trainer(config, encoder=FakeTextEncoder(384), device=check.device)
+        return Trainer(config, encoder=HashedWordEncoder(384), device=check.device)
 
     straight = trainer()
     check.sync()

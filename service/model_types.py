@@ -23,6 +23,7 @@ __all__ = [
     "ServedModel",
     "StyleTransferModel",
     "TextToImageModel",
+    "Understanding",
 ]
 
 
@@ -79,25 +80,23 @@ class TextToImageModel(ServedModel, Protocol):
 
     @property
     def image_size(self) -> int:
-        """Side of the square images :meth:`generate` returns, in pixels."""
+        """Side of the square images :meth:`sample` returns, in pixels."""
         ...
 
     def understand(self, prompt: str) -> Understanding:
-        """What :meth:`generate` draws for ``prompt`` (its caption and ignored words)."""
+        """What :meth:`sample` draws for ``prompt`` (its caption and ignored words), read
+        once per request."""
         ...
 
-    def generate(
+    def sample(
         self,
-        prompts: list[str],
+        prompts: Sequence[Understanding],
+        options: GenerateOptions,
         *,
-        negative_prompts: list[str | None] | None = None,
-        steps: int | None = None,
-        guidance_scale: float | None = None,
-        seeds: list[int] | None = None,
-        sampler: str | None = None,
-        plan_layout: bool | None = None,
+        negative_prompts: Sequence[str | None] | None = None,
+        seeds: Sequence[int] | None = None,
         control: StepControl | None = None,
     ) -> Tensor:
-        """One ``(3, H, W)`` image in ``[0, 1]`` per prompt ``control`` kept (asked before
-        each sampler step), as ``(N', 3, H, W)``."""
+        """One ``(3, H, W)`` image in ``[0, 1]`` per read prompt ``control`` kept (asked
+        before each sampler step), as ``(N', 3, H, W)``; ``options`` are used as given."""
         ...

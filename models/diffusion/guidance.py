@@ -22,10 +22,8 @@ def classifier_free_guidance(model: Denoiser, scale: float) -> Denoiser:
     :func:`~models.control.concat_rows` (one launch sequence, larger matrices, instead
     of two); the rows do not interact, so this equals two forwards up to rounding. The
     unconditional condition is the learned null condition, or a negative prompt that
-    replaces it.
+    replaces it. ``w`` is used as given: callers take it from resolved, checked options.
     """
-    if scale < 0:
-        raise ValueError(f"guidance scale must be >= 0, got {scale}")
 
     def guided(x: Tensor, t: Tensor, cond: tuple[Any, Any]) -> Tensor:
         conditional, unconditional = cond

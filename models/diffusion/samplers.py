@@ -1,4 +1,4 @@
-"""Samplers: DDPM ancestral, DDIM (eta) and DPM-Solver++(2M).
+"""Samplers: DDPM ancestral, deterministic DDIM and DPM-Solver++(2M).
 
 A sampler knows the model only as a callable ``model(x, t, cond) -> eps``: ``x`` is the
 noisy batch ``(B, *)``, ``t`` the integer timesteps ``(B,)`` (long), ``cond`` whatever the
@@ -15,6 +15,9 @@ No step reads anything back from the device: the timestep grid and its coefficie
 Python numbers computed before the loop, and the noise comes from generators on the
 batch's device (:func:`~models.diffusion.random.randn`), so a CUDA sampler queues its
 steps without waiting (``benchmarks/gpu_check.py`` counts the syncs per step).
+
+A sampler runs under the caller's autograd mode: the pipeline that calls it
+(``TextToImage.sample``) runs it under ``torch.inference_mode``.
 
 Notation: ``a_t = sqrt(alpha_bar_t)``, ``s_t = sqrt(1 - alpha_bar_t)``,
 ``x0_hat = (x_t - s_t eps) / a_t``.
@@ -67,7 +70,6 @@ def _controlled(control: StepControl | None, done: int, total: int, state: tuple
     return state if rows is None else take_rows(state, rows)
 
 
-@torch.no_grad()
 def ddpm(
     model: Denoiser,
     x: Tensor,
@@ -115,7 +117,6 @@ def ddpm(
     return x
 
 
-@torch.no_grad()
 def ddim(
     model: Denoiser,
     x: Tensor,
@@ -123,38 +124,31 @@ def ddim(
     alpha_bar: Tensor,
     *,
     steps: int,
-    eta: float = 0.0,
     generator: Generators = None,
     clip_denoised: bool = False,
     control: StepControl | None = None,
 ) -> Tensor:
-    """DDIM (Song et al. 2021). ``eta = 0`` is deterministic, ``eta = 1`` is DDPM.
+    """Deterministic DDIM (Song et al. 2021, ``eta = 0``): the first-order step of the
+    probability-flow ODE.
 
     .. math::
-        \\sigma = \\eta \\sqrt{\\frac{1 - \\bar\\alpha_s}{1 - \\bar\\alpha_t}}
-                 \\sqrt{1 - \\frac{\\bar\\alpha_t}{\\bar\\alpha_s}},\\qquad
-        x_s = \\sqrt{\\bar\\alpha_s}\\,\\hat x_0 + \\sqrt{1 - \\bar\\alpha_s - \\sigma^2}\\,
-              \\hat\\epsilon + \\sigma z
+        x_s = \\sqrt{\\bar\\alpha_s}\\,\\hat x_0 + \\sqrt{1 - \\bar\\alpha_s}\\,\\hat\\epsilon
 
-    Args: as :func:`ddpm`, plus ``eta >= 0``.
+    Args: as :func:`ddpm`. The sampler draws no noise; ``generator`` is accepted for a
+    uniform signature.
     """
-    if eta < 0:
-        raise ValueError(f"eta must be >= 0, got {eta}")
+    del generator
     pairs = _pairs(alpha_bar, steps)
     for i, (t, ab_t, ab_s) in enumerate(pairs):
-        x, cond, generator = _controlled(control, i, len(pairs), (x, cond, generator))
+        x, cond = _controlled(control, i, len(pairs), (x, cond))
         if x.shape[0] == 0:
             return x
         eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
-        sigma = eta * math.sqrt((1 - ab_s) / (1 - ab_t) * (1 - ab_t / ab_s))
-        x = math.sqrt(ab_s) * x0 + math.sqrt(max(1 - ab_s - sigma**2, 0.0)) * eps
-        if sigma > 0:
-            x = x + sigma * randn(x.shape, generator, device=x.device, dtype=x.dtype)
+        x = math.sqrt(ab_s) * x0 + math.sqrt(1 - ab_s) * eps
     (x,) = _controlled(control, len(pairs), len(pairs), (x,))
     return x
 
 
-@torch.no_grad()
 def dpm_solver_pp_2m(
     model: Denoiser,
     x: Tensor,

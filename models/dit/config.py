@@ -6,6 +6,10 @@ import dataclasses
 import json
 from dataclasses import dataclass
 
+#: The ``norms`` registry names a DiT may use for its affine token norms: they normalise
+#: the last dim of ``(B, T, D)`` and take ``eps``.
+TOKEN_NORMS = ("layer", "rms", "lp")
+
 
 @dataclass(frozen=True)
 class DiTConfig:
@@ -31,6 +35,10 @@ class DiTConfig:
         schedule: name of the noise schedule (see ``models.diffusion.schedules``).
         prediction: what the network outputs, ``"epsilon"`` or ``"v"``
             (see ``models.diffusion.parameterization``).
+        norm: the affine norm layer over the last dim before each cross-attention and on
+            the text tokens, by its ``norms`` registry name (``norms.build(norm, D,
+            eps=...)``): ``"layer"`` (the checkpoints' layout: ``weight`` and ``bias``),
+            ``"rms"`` or ``"lp"``. The adaLN(-Zero) norms are not affected.
     """
 
     image_size: int = 32
@@ -47,6 +55,7 @@ class DiTConfig:
     num_timesteps: int = 1000
     schedule: str = "cosine"
     prediction: str = "v"
+    norm: str = "layer"
 
     def __post_init__(self) -> None:
         positive = ("image_size", "in_channels", "patch_size", "width", "depth", "num_heads")
@@ -69,6 +78,8 @@ class DiTConfig:
             raise ValueError(f"text_positions must be >= 0, got {self.text_positions}")
         if self.text_positions and not self.cross_attention:
             raise ValueError("text_positions needs cross_attention=True")
+        if self.norm not in TOKEN_NORMS:
+            raise ValueError(f"norm must be one of {list(TOKEN_NORMS)}, got {self.norm!r}")
 
     @property
     def grid_size(self) -> int:

@@ -13,6 +13,8 @@ chosen batch items' pooled embedding and tokens for learned vectors.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from functools import partial
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -166,6 +168,17 @@ class CrossAttention(nn.Module):
         return self.out(y.transpose(1, 2).reshape(b, t, d))
 
 
+#: Builds an affine norm over the last dim: ``norm_layer(num_features, eps=...)``.
+NormFactory = Callable[..., nn.Module]
+
+
+def norm_factory(name: str) -> NormFactory:
+    """The ``norms`` registry's builder of the norm called ``name`` (timm's
+    ``norm_layer``): ``norm_factory("rms")(256, eps=1e-6)`` is ``norms.RMSNorm(256,
+    eps=1e-6)``."""
+    return partial(norms.build, name)
+
+
 class DiTBlock(nn.Module):
     """adaLN-Zero self-attention and MLP branches, with optional text cross-attention.
 
@@ -173,13 +186,13 @@ class DiTBlock(nn.Module):
     zero-initialised, so, like the gated branches, it starts as the identity.
     """
 
-    def __init__(self, config: DiTConfig) -> None:
+    def __init__(self, config: DiTConfig, norm_layer: NormFactory) -> None:
         super().__init__()
         width = config.width
         self.adaln = norms.AdaLNZero(width, width, num_branches=2)
         self.attn = SelfAttention(width, config.num_heads)
         self.mlp = Mlp(width, int(width * config.mlp_ratio))
-        self.cross_norm = nn.LayerNorm(width, eps=1e-6) if config.cross_attention else None
+        self.cross_norm = norm_layer(width, eps=1e-6) if config.cross_attention else None
         self.cross_attn = (
             CrossAttention(width, config.num_heads) if config.cross_attention else None
         )
@@ -208,7 +221,8 @@ class DiT(nn.Module):
     """Text-conditioned DiT predicting ``eps`` or ``v`` (``config.prediction``) of a noisy image.
 
     Args:
-        config: the architecture (stored in checkpoints).
+        config: the architecture (stored in checkpoints); ``config.norm`` names the
+            token norm, built through :func:`norm_factory`.
 
     Shape:
         x: ``(B, C, H, W)``; t: ``(B,)`` timesteps; cond: :class:`TextCondition` with
@@ -223,12 +237,13 @@ class DiT(nn.Module):
         self.register_buffer(
             "pos_embed", sincos_position_embedding(config.grid_size, width), persistent=False
         )
+        norm_layer = norm_factory(config.norm)
         self.t_embedder = TimestepEmbedder(width, config.frequency_dim)
         self.text_pooled = nn.Sequential(
             nn.Linear(config.text_dim, width), nn.SiLU(), nn.Linear(width, width)
         )
         self.text_tokens = (
-            nn.Sequential(nn.LayerNorm(config.text_dim), nn.Linear(config.text_dim, width))
+            nn.Sequential(norm_layer(config.text_dim, eps=1e-5), nn.Linear(config.text_dim, width))
             if config.cross_attention
             else None
         )
@@ -239,7 +254,7 @@ class DiT(nn.Module):
         )
         self.null_pooled = nn.Parameter(torch.zeros(config.text_dim))
         self.null_token = nn.Parameter(torch.zeros(config.text_dim))
-        self.blocks = nn.ModuleList(DiTBlock(config) for _ in range(config.depth))
+        self.blocks = nn.ModuleList(DiTBlock(config, norm_layer) for _ in range(config.depth))
         self.final = FinalLayer(config)
         self.initialize_weights()
 

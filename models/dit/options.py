@@ -1,7 +1,10 @@
 """Sampling options of text-to-image: the defaults and their one resolution.
 
-The HTTP route, the pipeline and the CLI all resolve ``None`` fields here, so a default
-lives in one place (the model's :class:`GenerateDefaults`) and is checked once.
+A request's ``None`` fields are resolved here once (by the HTTP route, the CLI, or
+``TextToImage.generate`` for library callers), so a default lives in one place (the
+model's :class:`GenerateDefaults`) and every option, the guidance scale included, is
+checked once; ``TextToImage.sample`` and the samplers take the resulting
+:class:`GenerateOptions` as given.
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ from models.diffusion import (
 )
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
-from models.dit.options import GenerateDefaults
+from models.dit.options import GenerateDefaults, GenerateOptions
 from models.hub import resolve
 from models.shapes.planner import plan_regions
 from models.shapes.understand import Understanding, understand
 from models.shapes.vocab import IMAGE_SIZE
-from models.text_encoder import FakeTextEncoder, MiniLMEncoder, TextCondition, TextEncoder
+from models.text_encoder import MiniLMEncoder, TextCondition, TextEncoder, build_text_encoder
 
 #: The checkpoint ``from_pretrained`` looks for, trained by ``atelier train-dit``.
 DEFAULT_CHECKPOINT = "dit-shapes32.safetensors"
@@ -68,13 +68,6 @@ def agreement(reference: Tensor, other: Tensor) -> dict[str, float]:
 def within_bf16_tolerance(measured: dict[str, float]) -> bool:
     """Whether an :func:`agreement` meets :data:`BF16_TOLERANCE`."""
     return all(measured[key] <= bound for key, bound in BF16_TOLERANCE.items())
-
-
-def encoder_for(info: dict, dim: int, device: str) -> TextEncoder:
-    """The text encoder a checkpoint was trained with (recorded in its ``info``)."""
-    if info.get("text_encoder") == FakeTextEncoder.__name__:
-        return FakeTextEncoder(dim)
-    return MiniLMEncoder(device=device)
 
 
 class TextToImage:
@@ -125,9 +118,6 @@ class TextToImage:
         self.config = model.config
         self.alpha_bar = get_schedule(self.config.schedule, self.config.num_timesteps)
         self.denoiser = epsilon_model(self.model, self.alpha_bar, self.config.prediction)
-        self.default_steps = default_steps
-        self.default_guidance_scale = default_guidance_scale
-        self.default_plan_layout = plan_layout
         self.defaults = GenerateDefaults(
             steps=default_steps,
             guidance_scale=default_guidance_scale,
@@ -151,7 +141,8 @@ class TextToImage:
         """Load a ``.safetensors`` written by ``atelier train-dit``."""
         config, info = read_metadata(path)
         model = load_dit(path, device=device)
-        encoder = encoder_for(info, config.text_dim, str(device))
+        trained_with = info.get("text_encoder", MiniLMEncoder.name)
+        encoder = build_text_encoder(trained_with, config.text_dim, str(device))
         return cls(model, encoder, device=device, source=str(path), info=info, **kwargs)
 
     @classmethod
@@ -172,7 +163,6 @@ class TextToImage:
         path = resolve(filename, [Path(folder) for folder in search_path])
         return cls.from_checkpoint(path, device=device, **kwargs)
 
-    @torch.inference_mode()
     def generate(
         self,
         prompts: list[str],
@@ -185,47 +175,85 @@ class TextToImage:
         plan_layout: bool | None = None,
         control: StepControl | None = None,
     ) -> Tensor:
-        """Sample one image per prompt.
+        """Sample one image per prompt: resolve the options (:attr:`defaults`), read each
+        prompt (:meth:`understand`), then :meth:`sample`.
 
         Args:
             prompts: the captions, one image each.
+            steps: model evaluations per image.
+            guidance_scale: CFG scale ``w`` (1: conditional only).
+            sampler: one of :attr:`samplers`.
+            plan_layout: see :meth:`sample`.
+
+            Each of these four left ``None`` takes the model's default (:attr:`defaults`).
+            negative_prompts, seeds, control: as :meth:`sample`.
+
+        Raises:
+            ValueError: options out of range (:meth:`GenerateDefaults.resolve`), or as
+                :meth:`sample`.
+        """
+        options = self.defaults.resolve(
+            steps=steps, guidance_scale=guidance_scale, sampler=sampler, plan_layout=plan_layout
+        )
+        return self.sample(
+            [self.understand(prompt) for prompt in prompts],
+            options,
+            negative_prompts=negative_prompts,
+            seeds=seeds,
+            control=control,
+        )
+
+    @torch.inference_mode()
+    def sample(
+        self,
+        prompts: Sequence[Understanding],
+        options: GenerateOptions,
+        *,
+        negative_prompts: Sequence[str | None] | None = None,
+        seeds: Sequence[int] | None = None,
+        control: StepControl | None = None,
+    ) -> Tensor:
+        """Sample one image per read prompt with resolved options; the one entry point
+        that runs the network (under ``torch.inference_mode``).
+
+        Args:
+            prompts: per image, what :meth:`understand` read from its prompt; what was
+                understood is drawn, in the caption grammar the model was trained on (a
+                prompt of which nothing was understood is drawn as it is).
+            options: from ``defaults.resolve`` (:class:`GenerateOptions`), used as given.
+                With ``options.plan_layout``, a caption naming several objects is split
+                into one-object prompts at planned grid cells and each cell is denoised
+                under its own prompt (:func:`~models.shapes.planner.plan_regions`,
+                :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
+                drawn in one piece.
             negative_prompts: per prompt, a caption whose prediction replaces the null
-                condition in guidance (``None`` keeps the null condition).
-            steps: model evaluations per image (``default_steps`` if ``None``).
-            guidance_scale: CFG scale ``w`` (1: conditional only; ``default`` if ``None``).
+                condition in guidance (``None`` keeps the null condition); used as given.
             seeds: per prompt; the same seed gives the same image whatever the batch.
                 Random when ``None``.
-            sampler: one of :attr:`samplers` (``default_sampler`` if ``None``).
-            plan_layout: split a caption naming several objects into one-object prompts
-                at planned grid cells and denoise each cell under its own prompt
-                (:func:`~models.shapes.planner.plan_regions`,
-                :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
-                drawn in one piece. ``default_plan_layout`` if ``None``.
             control: asked before each sampler step which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there, and the
                 kept ones come out as they would have without it.
 
-        Each prompt is first read by :meth:`understand`; what was understood is drawn,
-        in the caption grammar the model was trained on (a prompt of which nothing was
-        understood is drawn as it is). Negative prompts are used as they are.
-
         Returns:
             ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU; with ``control``, only the
             images it kept, in order.
+
+        Raises:
+            ValueError: no prompt, or as many negative prompts or seeds as prompts.
         """
         n = len(prompts)
         if n == 0:
             raise ValueError("need at least one prompt")
-        negative_prompts = negative_prompts if negative_prompts is not None else [None] * n
-        seeds = seeds if seeds is not None else [random_seed() for _ in range(n)]
-        if len(negative_prompts) != n or len(seeds) != n:
-            raise ValueError(
-                f"got {n} prompts, {len(negative_prompts)} negative prompts, {len(seeds)} seeds"
-            )
-        options = self.defaults.resolve(
-            steps=steps, guidance_scale=guidance_scale, sampler=sampler, plan_layout=plan_layout
+        negatives: list[str | None] = (
+            list(negative_prompts) if negative_prompts is not None else [None] * n
         )
-        regions = self.regions(prompts, negative_prompts, seeds, plan_layout=options.plan_layout)
+        seeds = list(seeds) if seeds is not None else [random_seed() for _ in range(n)]
+        if len(negatives) != n or len(seeds) != n:
+            raise ValueError(
+                f"got {n} prompts, {len(negatives)} negative prompts, {len(seeds)} seeds"
+            )
+        captions = [prompt.caption or prompt.prompt for prompt in prompts]
+        regions = self.regions(captions, negatives, seeds, plan_layout=options.plan_layout)
         generators = generators_from_seeds(seeds, self.device)
         config = self.config
         shape = (n, config.in_channels, config.image_size, config.image_size)
@@ -266,14 +294,14 @@ class TextToImage:
 
     def regions(
         self,
-        prompts: list[str],
+        captions: list[str],
         negative_prompts: list[str | None],
         seeds: list[int],
         *,
         plan_layout: bool,
     ) -> Regions:
-        """The regions to denoise: one whole-image region per prompt (its understood
-        caption), or with ``plan_layout`` one region per planned object of a caption
+        """The regions to denoise: one whole-image region per caption (what is drawn for
+        a prompt), or with ``plan_layout`` one region per planned object of a caption
         naming several (for 32 px models: the planner knows the shapes world's 3x3 grid
         on a 32 px canvas).
 
@@ -292,11 +320,10 @@ class TextToImage:
         weights: list[np.ndarray] = []
         hides: list[np.ndarray] = []
         noises: list[np.ndarray] = []
-        for index, (prompt, negative, seed) in enumerate(
-            zip(prompts, negative_prompts, seeds, strict=True)
+        for index, (caption, negative, seed) in enumerate(
+            zip(captions, negative_prompts, seeds, strict=True)
         ):
             rng = np.random.default_rng([int(seed), PLAN_STREAM])
-            caption = self.understand(prompt).caption or prompt
             plan = plan_regions(caption, rng) if can_plan else None
             if plan is None:
                 texts.append(caption)
@@ -339,12 +366,12 @@ class TextToImage:
             "parameters": self.model.num_parameters(),
             "config": dataclasses.asdict(self.config),
             "trained_steps": self.info.get("step"),
-            "text_encoder": type(self.encoder).__name__,
+            "text_encoder": self.encoder.name,
             "samplers": list(self.samplers),
-            "default_sampler": self.default_sampler,
-            "default_steps": self.default_steps,
-            "default_guidance_scale": self.default_guidance_scale,
-            "plan_layout": self.default_plan_layout,
+            "default_sampler": self.defaults.sampler,
+            "default_steps": self.defaults.steps,
+            "default_guidance_scale": self.defaults.guidance_scale,
+            "plan_layout": self.defaults.plan_layout,
             "device": str(self.device),
             "precision": str(self.autocast or torch.float32).removeprefix("torch."),
         }

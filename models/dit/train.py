@@ -206,7 +206,7 @@ class Trainer:
         }
 
     def load_state_dict(self, state: dict) -> None:
-        if state["model_config"] != self.model_config.to_json():
+        if DiTConfig.from_json(state["model_config"]) != self.model_config:
             raise ValueError("the saved state is for a different model configuration")
         saved = state["train_config"]
         for name in ("seed", "batch_size"):  # they define the data stream
@@ -262,10 +262,12 @@ class Trainer:
         self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
     def export(self, path: str | Path, **info: object) -> Path:
-        """Save the EMA weights as an inference checkpoint (safetensors + config)."""
+        """Save the EMA weights as an inference checkpoint (safetensors + config); its
+        ``info`` records the text encoder's name, by which the pipeline rebuilds it."""
         return save_dit(
             path,
             self.ema,
+            text_encoder=self.encoder.name,
             step=self.step,
             samples=self.step * self.config.batch_size,
             train_config=dataclasses.asdict(self.config),

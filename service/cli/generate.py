@@ -63,14 +63,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"understood: {understanding.caption}", file=sys.stderr)
     if understanding.ignored:
         print(f"ignored: {', '.join(understanding.ignored)}", file=sys.stderr)
-    images = pipe.generate(
-        [args.prompt] * args.num_images,
-        negative_prompts=[args.negative] * args.num_images,
+    options = pipe.defaults.resolve(
         steps=args.steps,
         guidance_scale=args.guidance,
-        seeds=seeds,
         sampler=args.sampler,
         plan_layout=args.plan_layout,
+    )
+    images = pipe.sample(
+        [understanding] * args.num_images,
+        options,
+        negative_prompts=[args.negative] * args.num_images,
+        seeds=seeds,
     )
     args.output.mkdir(parents=True, exist_ok=True)
     for seed, image in zip(seeds, images, strict=True):

@@ -55,7 +55,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "state to --resume)",
     )
     parser.add_argument(
-        "--fake-text", action="store_true", help="weight-free text encoder (smoke runs, tests)"
+        "--fake-text",
+        action="store_true",
+        help="the weight-free hashed-word text encoder (smoke runs, tests)",
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
@@ -63,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from models.dit.train import TrainConfig, Trainer
-    from models.text_encoder import FakeTextEncoder, MiniLMEncoder
+    from models.text_encoder import HashedWordEncoder, MiniLMEncoder
 
     config = TrainConfig(
         preset=args.preset,
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     device = args.device or settings_from_args(args).device_list()[0]
-    encoder = FakeTextEncoder() if args.fake_text else MiniLMEncoder()
+    encoder = HashedWordEncoder() if args.fake_text else MiniLMEncoder()
     run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
     export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"
     state_path = run_dir / "train_state.pt"
@@ -108,7 +110,6 @@ def run(args: argparse.Namespace) -> int:
             export,
             preset=args.preset,
             loss=loss,
-            text_encoder=type(encoder).__name__,
             **lineage,
         )
         record = {"step": trainer.step, "loss": loss, "export": str(export)}

@@ -193,7 +193,7 @@ class GenerateWork(Work):
     ) -> JobResult:
         understanding = pool.model.understand(self.prompt)
         jobs = [
-            GenerateJob(self.prompt, self.negative_prompt, seed, self.options)
+            GenerateJob(understanding, self.negative_prompt, seed, self.options)
             for seed in self.seeds
         ]
         images = await all_or_nothing(

@@ -31,7 +31,7 @@ router = APIRouter(prefix="/v1", tags=["generate"])
 
 class GenerateRequest(BaseModel):
     # strict: a JSON value of another type than the schema says (``"5"`` for 5, ``0`` for
-    # false) is refused, not coerced (found by the schemathesis fuzz); but see below.
+    # false) is refused, not coerced; but see below.
     model_config = ConfigDict(extra="forbid", strict=True)
 
     @model_validator(mode="before")

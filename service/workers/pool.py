@@ -5,9 +5,9 @@ connection) and background work (async jobs). Both share the device's ``DeviceGa
 with every other pool on that device, so background batches yield the device at their
 step boundaries while interactive work runs (``service.batching``).
 
-This module is where torch meets the generic batcher: forwards run under
-``torch.inference_mode()``, out-of-memory errors split batches, and the batcher's
-errors become API errors.
+This module is where torch meets the generic batcher: out-of-memory errors split
+batches, and the batcher's errors become API errors. Each model's entry point
+(``stylize``, ``sample``) sets inference mode itself.
 """
 
 from __future__ import annotations
@@ -54,13 +54,6 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _inference(
-    run: RunBatch[ModelT, JobT], model: ModelT, jobs: list[JobT], control: StepControl
-) -> list[torch.Tensor]:
-    with torch.inference_mode():
-        return run(model, jobs, control)
-
-
 def _job_cost(job: BatchJob) -> float:
     return job.cost()
 
@@ -93,7 +86,7 @@ class WorkerPool(Generic[ModelT, JobT]):
         self.batchers: dict[str, dict[str, Batcher[JobT, torch.Tensor]]] = {
             device: {
                 priority: Batcher(
-                    partial(_inference, run, model),
+                    partial(run, model),
                     max_batch_size=settings.max_batch_size,
                     max_wait_s=settings.max_batch_wait_ms / 1000.0,
                     queue_size=settings.queue_size,

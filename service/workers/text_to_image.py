@@ -10,14 +10,15 @@ from typing import Any
 import torch
 
 from models.control import StepControl
-from service.model_types import GenerateOptions, TextToImageModel
+from service.model_types import GenerateOptions, TextToImageModel, Understanding
 
 
 @dataclass(frozen=True)
 class GenerateJob:
-    """One image to generate (a request for n images is n jobs with seeds s, s+1, ...)."""
+    """One image to generate (a request for n images is n jobs with seeds s, s+1, ...);
+    the prompt as the model read it, once per request (``TextToImageModel.understand``)."""
 
-    prompt: str
+    prompt: Understanding
     negative_prompt: str | None
     seed: int
     options: GenerateOptions
@@ -39,17 +40,13 @@ def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageM
 def run_generate(
     model: TextToImageModel, jobs: list[GenerateJob], control: StepControl | None = None
 ) -> list[torch.Tensor]:
-    """One ``model.generate`` call for compatible jobs; one ``(3, H, W)`` per job that
-    ``control`` kept (every job without one)."""
-    options = jobs[0].options
-    images = model.generate(
+    """One ``model.sample`` call for compatible jobs (equal options); one ``(3, H, W)``
+    per job that ``control`` kept (every job without one)."""
+    images = model.sample(
         [job.prompt for job in jobs],
+        jobs[0].options,
         negative_prompts=[job.negative_prompt for job in jobs],
-        steps=options.steps,
-        guidance_scale=options.guidance_scale,
         seeds=[job.seed for job in jobs],
-        sampler=options.sampler,
-        plan_layout=options.plan_layout,
         control=control,
     )
     return list(images.float().cpu().unbind(0))

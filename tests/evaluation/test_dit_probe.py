@@ -20,7 +20,7 @@ from models.diffusion.schedules import add_noise
 from models.dit.config import get_preset
 from models.dit.model import DiT
 from models.shapes import compose_caption, parse_caption
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 
 TINY = get_preset("tiny")
 
@@ -76,7 +76,7 @@ def test_x0_estimate_inverts_the_exact_prediction(prediction):
 
 
 def probe(model: DiT, captions: list[str], contrasts: list[str]) -> dict[int, dict[str, float]]:
-    encoder = FakeTextEncoder(TINY.text_dim)
+    encoder = HashedWordEncoder(TINY.text_dim)
     x0 = torch.rand(len(captions), 3, 32, 32, generator=torch.Generator().manual_seed(1)) * 2 - 1
     conditions = {
         "true": encoder.encode(captions),

@@ -76,7 +76,7 @@ def tiny_networks() -> tuple[VGGEncoder, dict[str, Decoder]]:
 
 @pytest.fixture(scope="session")
 def tiny_dit_checkpoint(tmp_path_factory) -> Path:
-    """A tiny DiT with non-trivial weights, recorded as trained with the fake encoder."""
+    """A tiny DiT with non-trivial weights, recorded as trained with the hashed-word encoder."""
     from models.dit.checkpoint import save_dit
     from models.dit.config import get_preset
     from models.dit.model import DiT
@@ -88,4 +88,4 @@ def tiny_dit_checkpoint(tmp_path_factory) -> Path:
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     path = tmp_path_factory.mktemp("dit") / DEFAULT_CHECKPOINT
-    return save_dit(path, model, step=7, text_encoder="FakeTextEncoder")
+    return save_dit(path, model, step=7, text_encoder="HashedWordEncoder")

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from torch import nn
 
-from models.dit.config import PRESETS, DiTConfig, get_preset
+import norms
+from models.dit.config import PRESETS, TOKEN_NORMS, DiTConfig, get_preset
 from models.dit.model import (
     DiT,
     patchify,
@@ -18,7 +21,7 @@ from models.dit.model import (
     timestep_embedding,
     unpatchify,
 )
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 
 TINY = get_preset("tiny")
 
@@ -34,7 +37,7 @@ def perturbed(model: DiT, std: float = 0.05, seed: int = 0) -> DiT:
 
 @pytest.fixture
 def encoder():
-    return FakeTextEncoder(TINY.text_dim)
+    return HashedWordEncoder(TINY.text_dim)
 
 
 @given(
@@ -185,7 +188,7 @@ def test_prediction_depends_on_token_order_through_cross_attention(encoder):
 
 def test_only_text_positions_let_cross_attention_see_word_order(encoder):
     """Attention is blind to the order of its keys: with per-word token states (no
-    context, like the fake encoder) "A left of B" and "B left of A" are the same set of
+    context, like the hashed-word encoder) "A left of B" and "B left of A" are the same set of
     tokens. Learned text positions tell them apart."""
     a = encoder.encode(["red circle left of blue square"])
     b = encoder.encode(["blue square left of red circle"])
@@ -249,6 +252,8 @@ def test_null_condition_is_learned():
         ("depth", 0, "depth"),
         ("mlp_ratio", 0.0, "mlp_ratio"),
         ("text_positions", -1, "text_positions"),
+        ("norm", "batch", "norm"),
+        ("norm", "no-such-norm", "norm"),
     ],
 )
 def test_config_rejects_bad_values(field, value, match):
@@ -270,6 +275,36 @@ def test_config_rejects_a_width_the_position_embedding_cannot_split():
 def test_config_json_round_trip(name):
     config = get_preset(name)
     assert DiTConfig.from_json(config.to_json()) == config
+
+
+def test_a_config_stored_before_the_norm_field_builds_the_layer_norm():
+    stored = json.loads(TINY.to_json())
+    del stored["norm"]
+    assert DiTConfig.from_json(json.dumps(stored)).norm == "layer"
+
+
+def test_the_default_token_norm_has_torch_layer_norms_parameters_and_values():
+    """The checkpoints' layout: ``norms.LayerNorm`` with the ``weight``/``bias`` of
+    ``nn.LayerNorm`` and its outputs (eps 1e-6 before cross-attention, 1e-5 on text)."""
+    model = perturbed(DiT(TINY))
+    for built, eps in ((model.blocks[0].cross_norm, 1e-6), (model.text_tokens[0], 1e-5)):
+        assert isinstance(built, norms.LayerNorm)
+        reference = nn.LayerNorm(built.normalized_shape, eps=eps)
+        reference.load_state_dict(built.state_dict())  # the same parameter names
+        x = torch.randn(2, 5, *built.normalized_shape)
+        torch.testing.assert_close(built(x), reference(x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", [n for n in TOKEN_NORMS if n != "layer"])
+def test_a_dit_with_another_token_norm_builds_trains_and_runs(encoder, name):
+    model = perturbed(DiT(dataclasses.replace(TINY, norm=name)))
+    kind = type(norms.build(name, 4))
+    assert type(model.blocks[0].cross_norm) is kind and type(model.text_tokens[0]) is kind
+    x = torch.randn(2, 3, 32, 32)
+    out = model(x, torch.tensor([3, 700]), encoder.encode(["a red circle", "two squares"]))
+    assert out.shape == x.shape and torch.isfinite(out).all()
+    out.square().mean().backward()
+    assert model.blocks[0].cross_norm.weight.grad is not None
 
 
 def test_config_from_json_rejects_unknown_fields():

@@ -18,7 +18,7 @@ from models.dit.pipeline import (
     within_bf16_tolerance,
 )
 from models.hub import WeightsNotFoundError
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 from service.cli import main as cli_main
 
 REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
@@ -41,7 +41,7 @@ def pipe(checkpoint) -> TextToImage:
 def test_from_pretrained_searches_the_folders_in_order(checkpoint, tmp_path):
     pipe = TextToImage.from_pretrained([tmp_path, checkpoint.parent])
     assert pipe.source == str(checkpoint)
-    assert isinstance(pipe.encoder, FakeTextEncoder)
+    assert isinstance(pipe.encoder, HashedWordEncoder)
     assert pipe.describe()["trained_steps"] == 7
 
 
@@ -213,11 +213,44 @@ def test_a_free_prompt_is_drawn_as_its_understood_caption(pipe, plan_layout):
     assert torch.equal(drawn, pipe.generate(grammar, seeds=[3, 4], plan_layout=plan_layout))
 
 
-def test_a_prompt_nothing_of_which_is_understood_is_drawn_as_it_is(pipe):
+def test_a_prompt_nothing_of_which_is_understood_is_drawn_as_it_is(pipe, monkeypatch):
     prompt = "a beautiful sunset"
     assert pipe.understand(prompt).caption is None
-    regions = pipe.regions([prompt], [None], [0], plan_layout=True)
-    assert torch.equal(regions.cond[0].pooled, pipe.encoder.encode([prompt]).pooled)
+    encoded: list[str] = []
+    encode = pipe.encoder.encode
+    monkeypatch.setattr(
+        pipe.encoder, "encode", lambda texts: encoded.extend(texts) or encode(texts)
+    )
+    pipe.generate([prompt, "a red circle and a dog"], seeds=[0, 1], steps=1)
+    assert encoded[:2] == [prompt, "a red circle"]
+
+
+def test_the_network_runs_in_inference_mode(pipe):
+    """``sample`` is the one layer that sets it: the worker and the samplers do not."""
+    seen: list[bool] = []
+    hook = pipe.model.register_forward_hook(
+        lambda module, args, output: seen.append(torch.is_inference_mode_enabled())
+    )
+    try:
+        pipe.generate(["a red circle"], seeds=[0], steps=2)
+    finally:
+        hook.remove()
+    assert seen and all(seen)
+
+
+def test_sample_uses_the_read_prompts_and_resolved_options_as_given(pipe, monkeypatch):
+    """``generate`` = resolve the options, read each prompt, ``sample``; ``sample``
+    itself reads no prompt."""
+    prompts = ["a red circle and a dog", "two blue squares"]
+    options = pipe.defaults.resolve(steps=2, guidance_scale=2.0, sampler="ddim")
+    read = [pipe.understand(prompt) for prompt in prompts]
+    reads: list[str] = []
+    monkeypatch.setattr(pipe, "understand", lambda prompt: reads.append(prompt))
+    sampled = pipe.sample(read, options, seeds=[3, 4])
+    assert reads == []
+    monkeypatch.undo()
+    generated = pipe.generate(prompts, seeds=[3, 4], steps=2, guidance_scale=2.0, sampler="ddim")
+    assert torch.equal(sampled, generated)
 
 
 def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, capsys):

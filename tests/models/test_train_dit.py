@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from models.diffusion import diffusion_loss
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.config import DiTConfig, get_preset
 from models.dit.train import TrainConfig, Trainer, autocast_dtype
-from models.text_encoder import FakeTextEncoder
+from models.text_encoder import HashedWordEncoder
 from service.cli import main as cli_main
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -29,7 +30,7 @@ def make_trainer(model_config: DiTConfig | None = None, **overrides) -> Trainer:
         "precision": "fp32",
     }
     config = TrainConfig(**{**options, **overrides})
-    return Trainer(config, encoder=FakeTextEncoder(), model_config=model_config)
+    return Trainer(config, encoder=HashedWordEncoder(), model_config=model_config)
 
 
 def fixed_batch_loss(trainer: Trainer, model) -> float:
@@ -97,7 +98,7 @@ def test_resume_on_another_device_keeps_the_generator_state_on_the_cpu(tmp_path)
     first = make_trainer()
     first.train_step()
     first.save(tmp_path / "state.pt")
-    elsewhere = Trainer(first.config, encoder=FakeTextEncoder(), device="meta")
+    elsewhere = Trainer(first.config, encoder=HashedWordEncoder(), device="meta")
     elsewhere.resume(tmp_path / "state.pt")
     assert elsewhere.step == 1
     assert torch.equal(elsewhere.generator.get_state(), first.generator.get_state())
@@ -111,6 +112,18 @@ def test_resume_rejects_another_architecture(tmp_path):
     state["model_config"] = get_preset("shapes32").to_json()
     with pytest.raises(ValueError, match="different model"):
         trainer.load_state_dict(state)
+
+
+def test_resume_reads_a_state_saved_before_the_norm_field(tmp_path):
+    trainer = make_trainer()
+    trainer.train_step()
+    state = trainer.state_dict()
+    stored = json.loads(state["model_config"])
+    del stored["norm"]
+    state["model_config"] = json.dumps(stored)
+    fresh = make_trainer()
+    fresh.load_state_dict(state)
+    assert fresh.step == 1
 
 
 def test_resume_rejects_another_data_stream(tmp_path):
@@ -146,6 +159,16 @@ def test_initialize_from_may_add_text_positions_and_keeps_the_predictions(tmp_pa
     t = torch.full((x0.shape[0],), 400)
     with torch.no_grad():
         torch.testing.assert_close(tuned.model(x0, t, cond), source.ema(x0, t, cond))
+
+
+def test_an_export_names_its_text_encoder_and_loads_with_it(tmp_path):
+    from models.dit.pipeline import TextToImage
+
+    path = make_trainer().export(tmp_path / "tiny.safetensors")
+    assert read_metadata(path)[1]["text_encoder"] == HashedWordEncoder.name
+    pipe = TextToImage.from_checkpoint(path)
+    assert isinstance(pipe.encoder, HashedWordEncoder)
+    assert pipe.encoder.dim == get_preset("tiny").text_dim
 
 
 def test_initialize_from_rejects_another_architecture(tmp_path):
@@ -240,7 +263,7 @@ def test_cli_trains_checkpoints_and_resumes(tmp_path, capsys):
     assert cli_main([*args, "--steps", "2"]) == 0
     config, info = read_metadata(export)
     assert config == get_preset("tiny") and info["step"] == 2
-    assert info["text_encoder"] == "FakeTextEncoder"
+    assert info["text_encoder"] == "HashedWordEncoder"
     assert isinstance(load_dit(export), torch.nn.Module)
     assert cli_main([*args, "--steps", "3", "--resume"]) == 0
     assert "resumed from" in capsys.readouterr().out

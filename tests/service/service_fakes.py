@@ -38,7 +38,12 @@ from starlette.types import ASGIApp
 from models.control import StepControl, take_rows, wanted_rows
 from models.shapes.understand import Understanding, understand
 from service.config import Settings
-from service.model_types import GenerateDefaults, StyleTransferModel, TextToImageModel
+from service.model_types import (
+    GenerateDefaults,
+    GenerateOptions,
+    StyleTransferModel,
+    TextToImageModel,
+)
 from service.workers.registry import AnyModelEntry, ModelEntry
 from service.workers.style_transfer import run_stylize
 from service.workers.text_to_image import run_generate, text_to_image_details
@@ -177,6 +182,7 @@ class FakeTextToImage(Stepper):
     def __init__(self, hold: Path | None = None) -> None:
         super().__init__(hold)
         self.calls: list[dict[str, Any]] = []
+        self.read: list[str] = []
 
     warmed_up = False
 
@@ -188,30 +194,24 @@ class FakeTextToImage(Stepper):
         return {"name": "dit", "weight_files": ["/fake/dit.safetensors"]}
 
     def understand(self, prompt: str) -> Understanding:
+        self.read.append(prompt)
         return understand(prompt)
 
-    def generate(
+    def sample(
         self,
-        prompts: list[str],
+        prompts: Sequence[Understanding],
+        options: GenerateOptions,
         *,
-        negative_prompts: list[str | None] | None = None,
-        steps: int | None = None,
-        guidance_scale: float | None = None,
-        seeds: list[int] | None = None,
-        sampler: str | None = None,
-        plan_layout: bool | None = None,
+        negative_prompts: Sequence[str | None] | None = None,
+        seeds: Sequence[int] | None = None,
         control: StepControl | None = None,
     ) -> torch.Tensor:
-        """Options left ``None`` are filled as the real pipeline fills them: from the
-        defaults, no negative prompts, random seeds."""
-        options = self.defaults.resolve(
-            steps=steps, guidance_scale=guidance_scale, sampler=sampler, plan_layout=plan_layout
-        )
+        """``None`` fills as the real pipeline fills it: no negative prompts, random seeds."""
         negative_prompts = negative_prompts or [None] * len(prompts)
         seeds = seeds or [random.getrandbits(31) for _ in prompts]
         self.calls.append(
             {
-                "prompts": list(prompts),
+                "prompts": [prompt.prompt for prompt in prompts],
                 "negative_prompts": list(negative_prompts),
                 "steps": options.steps,
                 "guidance_scale": options.guidance_scale,

@@ -30,6 +30,7 @@ def test_images_follow_their_seeds(client, fakes):
     model = fakes.dit["cpu"]
     assert sum(len(call["seeds"]) for call in model.calls) == 3
     assert all(call["prompts"] == ["a cat"] * len(call["seeds"]) for call in model.calls)
+    assert model.read == ["a cat"]  # the prompt is read once per request, not per image
 
 
 def test_defaults_come_from_the_model(client, fakes):

@@ -15,6 +15,7 @@ import torch
 from PIL import Image
 from service_fakes import FakeTextToImage, make_settings
 
+from models.shapes.understand import understand
 from service.errors import ClientClosedRequest, DeadlineExceeded
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _job(seed: int, steps: int = 4) -> GenerateJob:
-    return GenerateJob("a cat", None, seed, GenerateOptions(steps, 3.0, "ddim", True))
+    return GenerateJob(understand("a cat"), None, seed, GenerateOptions(steps, 3.0, "ddim", True))
 
 
 def _expected(seed: int) -> torch.Tensor:
@@ -114,11 +115,11 @@ def tiny_text_to_image():
     from models.dit.config import get_preset
     from models.dit.model import DiT
     from models.dit.pipeline import TextToImage
-    from models.text_encoder import FakeTextEncoder
+    from models.text_encoder import HashedWordEncoder
 
     torch.manual_seed(0)
     model = DiT(get_preset("tiny"))
-    return TextToImage(model, FakeTextEncoder(model.config.text_dim), default_steps=3)
+    return TextToImage(model, HashedWordEncoder(model.config.text_dim), default_steps=3)
 
 
 #: one object each (one region), told apart by colour in what the encoder sees
@@ -126,14 +127,12 @@ COLOURS = ("red", "blue", "green")
 
 
 def _colour_job(colour: str) -> GenerateJob:
-    return GenerateJob(f"a {colour} circle", None, 11, GenerateOptions(3, 3.0, "ddim", True))
+    options = GenerateOptions(3, 3.0, "ddim", True)
+    return GenerateJob(understand(f"a {colour} circle"), None, 11, options)
 
 
 def _alone(pipe, job: GenerateJob) -> torch.Tensor:
-    options = job.options
-    return pipe.generate(
-        [job.prompt], seeds=[job.seed], steps=options.steps, guidance_scale=3.0, sampler="ddim"
-    )[0]
+    return pipe.sample([job.prompt], job.options, seeds=[job.seed])[0]
 
 
 def _cancel_during_encoding(pipe, jobs, *, first: int, cancel: int, metrics=None, **settings):
