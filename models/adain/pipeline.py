@@ -15,7 +15,6 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
+from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import (
     PRESETS,
     Transform,
@@ -413,7 +413,7 @@ class StyleTransfer(nn.Module):
         levels: tuple[str, ...],
         transform: Transform,
         state: _Rows,
-        weights: list[float] | None,
+        weights: Sequence[float],
         alpha: float,
         control: StepControl | None,
         done: int,
@@ -480,16 +480,15 @@ class StyleTransfer(nn.Module):
     def _check_arguments(
         content: Tensor,
         styles: Sequence[Tensor],
-        style_weights: Sequence[float] | None,
+        weights: Sequence[float] | None,
         alpha: float,
         masks: Sequence[Tensor] | None,
-    ) -> list[float] | None:
-        """Validate :meth:`stylize`'s arguments; return the normalised weights."""
+    ) -> tuple[float, ...]:
+        """Validate :meth:`stylize`'s arguments; return the convex style weights (equal
+        ones with masks, which choose the style per pixel instead)."""
         if content.ndim != 4 or content.shape[1] != 3:
             raise ValueError(f"content must be (B, 3, H, W), got {tuple(content.shape)}")
         batch, _, height, width = content.shape
-        if len(styles) == 0:
-            raise ValueError("at least one style image is needed")
         for index, style in enumerate(styles):
             if style.ndim != 4 or style.shape[1] != 3 or style.shape[0] not in (1, batch):
                 raise ValueError(
@@ -503,14 +502,7 @@ class StyleTransfer(nn.Module):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         if masks is not None:
-            if style_weights is not None:
-                raise ValueError(
-                    "style_weights and masks cannot be combined: masks choose the style"
-                )
-            if len(masks) != len(styles):
-                raise ValueError(
-                    f"got {len(masks)} masks for {len(styles)} styles; need one per style"
-                )
+            check_masks(len(masks), len(styles), weighted=weights is not None)
             for index, mask in enumerate(masks):
                 if (
                     mask.ndim != 4
@@ -521,17 +513,4 @@ class StyleTransfer(nn.Module):
                     raise ValueError(
                         f"mask {index} must be (1 or {batch}, 1, {height}, {width}), got {tuple(mask.shape)}"
                     )
-            return None
-        if style_weights is None:
-            return [1.0 / len(styles)] * len(styles)
-        if len(style_weights) != len(styles):
-            raise ValueError(f"got {len(style_weights)} style weights for {len(styles)} styles")
-        weights = [float(weight) for weight in style_weights]
-        if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
-            raise ValueError(f"style weights must be finite, >= 0 and not all 0, got {weights}")
-        # w_i / sum(w) computed as (w_i / max w) / sum(w / max w): the sum of the scaled
-        # weights lies in [1, n], so it cannot overflow (1e308 + 1e308 would be inf).
-        peak = max(weights)
-        scaled = [w / peak for w in weights]
-        total = math.fsum(scaled)
-        return [w / total for w in scaled]
+        return convex_weights(weights, len(styles))

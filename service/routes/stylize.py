@@ -17,6 +17,7 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
+from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
 from service.catalog import Served
 from service.errors import ValidationFailed, error_responses, shorten
@@ -47,27 +48,22 @@ _WEIGHTS_PATTERN = {"pattern": rf"^ *{_WEIGHT} *(, *{_WEIGHT} *)*$"}
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
-    """``"1,2.5"`` -> ``(0.4, 1.0)``: one finite non-negative weight per style, not all 0.
-
-    The weights are scaled by their maximum (the model only uses their ratios), so
-    huge ones such as ``1e308,1e308`` cannot overflow when the model sums them, and
-    requests whose weights differ by a factor batch together.
+    """``"3,1"`` -> ``(0.75, 0.25)``: the model's convex weights
+    (:func:`~models.adain.mixing.convex_weights`) of one number per style; ``None`` when
+    absent. Normalised here, so requests whose weights differ by a factor batch together.
     """
     if text is None or not text.strip():
         return None
-    parts = text.split(",")
-    if len(parts) != count:
-        raise ValidationFailed(f"style_weights: {len(parts)} weights for {count} styles")
     try:
-        weights = tuple(float(part) for part in parts)
+        weights = [float(part) for part in text.split(",")]
     except ValueError:
         raise ValidationFailed(
             f"style_weights: expected comma-separated numbers, got {shorten(text)}"
         ) from None
-    if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
-        raise ValidationFailed("style_weights: weights must be finite, >= 0 and not all 0")
-    peak = max(weights)
-    return tuple(w / peak for w in weights)
+    try:
+        return convex_weights(weights, count)
+    except ValueError as exc:
+        raise ValidationFailed(f"style_weights: {exc}") from None
 
 
 def check_cost(
@@ -226,10 +222,10 @@ async def stylize(
     check_cost(size, len(style), served, settings.max_stylize_pixel_passes, style_scale)
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
-        if len(mask) != len(style):
-            raise ValidationFailed(f"mask: one mask per style: {len(mask)} for {len(style)}")
-        if weights is not None:
-            raise ValidationFailed("mask: masks and style_weights cannot be combined")
+        try:
+            check_masks(len(mask), len(style), weighted=weights is not None)
+        except ValueError as exc:
+            raise ValidationFailed(f"mask: {exc}") from None
     events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
     hook = await check_webhook(webhook, events, settings)
     if respond_async:  # refuse before anything is decoded

@@ -60,8 +60,8 @@ def test_weighted_styles_interpolate_statistics():
 @settings(max_examples=15, deadline=None)
 def test_alpha_interpolates_features(alpha):
     content, style = _images(1, 4, 5, 5, seed=3), _images(1, 4, 3, 3, seed=4) * 3
-    full = transfer(content, [_stats(style)])
-    out = transfer(content, [_stats(style)], alpha=alpha)
+    full = transfer(content, [_stats(style)], weights=[1.0])
+    out = transfer(content, [_stats(style)], weights=[1.0], alpha=alpha)
     torch.testing.assert_close(out, alpha * full + (1 - alpha) * content, rtol=1e-5, atol=1e-5)
 
 
@@ -82,7 +82,7 @@ def test_masked_regions_get_their_own_statistics():
     left = torch.zeros(1, 1, 8, 8)
     left[..., :3] = 1.0  # 3 columns for style 0, the rest for style 1
     labels = region_labels([left, 1 - left], (8, 8), batch=1)
-    out = transfer(content, [_stats(s) for s in styles], labels=labels)
+    out = transfer(content, [_stats(s) for s in styles], weights=[0.5, 0.5], labels=labels)
     for k, region in enumerate([labels[0] == 0, labels[0] == 1]):
         s = styles[k][0].flatten(1)
         mean, std = s.double().mean(1), torch.sqrt(s.double().var(1, unbiased=False) + 1e-5)

@@ -114,7 +114,8 @@ def _reference(model, content, style, preset, alpha=1.0, style_scale=1.0):
             stats = CovarianceStats.of(encoder.encode(small_style, level))
             anchor = encoder.encode(padded_photo, level) if alpha < 1 else None
             features = encoder.encode(image, level)
-            image = decoders[level](wct_transfer(features, [stats], alpha=alpha, anchor=anchor))
+            restyled = wct_transfer(features, [stats], weights=[1.0], alpha=alpha, anchor=anchor)
+            image = decoders[level](restyled)
         previous, previous_photo = image[..., : size[0], : size[1]].clamp(0, 1), photo
     return previous
 

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import uvicorn
 
+from models.adain.mixing import convex_weights
 from models.control import take_rows, wanted_rows
 from models.shapes.understand import understand
 from service.config import Settings
@@ -133,14 +134,11 @@ class FakeStyleTransfer(Stepper):
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
-        if masks is not None and style_weights is not None:
-            raise ValueError("style_weights and masks cannot be combined")
         rows = self.run(content.shape[0], self.PASSES, control)
         if preserve_color:
             return content[rows].clone()
-        weights = style_weights or [1.0] * len(styles)
-        total = sum(weights)
-        colour = sum(w / total * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True))
+        weights = convex_weights(style_weights, len(styles))
+        colour = sum(w * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True))
         out = (1 - alpha) * content + alpha * colour[:, :, None, None].expand_as(content)
         return out[rows]
 

@@ -100,7 +100,34 @@ def test_masks_with_style_weights_are_rejected(client):
         style_weights="1",
     )
     assert response.status_code == 422
-    assert response.json()["error"]["code"] == "validation_error"
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["message"] == (
+        "mask: style_weights and masks cannot be combined: masks choose the style"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "masks", "message"),
+    [
+        ({"style_weights": "1"}, 0, "style_weights: got 1 style weights for 2 styles"),
+        (
+            {"style_weights": "1,-1"},
+            0,
+            "style_weights: style weights must be finite, >= 0 and not all 0, got [1.0, -1.0]",
+        ),
+        ({}, 1, "mask: got 1 masks for 2 styles; need one per style"),
+    ],
+)
+def test_weights_and_masks_are_refused_with_the_model_message(
+    fakes, client, fields, masks, message
+):
+    white = corpus.solid_png((255, 255, 255))
+    styles = [corpus.png(seed=1), corpus.png(seed=2)]
+    response = _post(client, corpus.png(), styles, masks=[white] * masks, **fields)
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == message
+    assert fakes.adain["cpu"].batch_sizes == []
 
 
 def test_concurrent_compatible_requests_share_a_forward(fakes, client_factory):
