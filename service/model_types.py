@@ -40,6 +40,12 @@ class StyleTransferModel(Protocol):
         the seconds it took."""
         ...
 
+    def full_size_passes(self, preset: str | None = None) -> float:
+        """The work of stylising one image with ``preset``, in full-size-pass equivalents
+        (a pass on an image ``f`` times the photo's sides counts ``f^2``): what the
+        stylize route's cost bound multiplies by."""
+        ...
+
     def stylize(
         self,
         content: Tensor,

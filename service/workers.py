@@ -25,10 +25,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_args
 
 import torch
 
+from models.adain.presets import PresetName
 from models.control import StepControl
 from service.batching import (
     Batcher,
@@ -173,7 +174,12 @@ ModelT = TypeVar("ModelT")
 
 
 def style_transfer_details(model: StyleTransferModel) -> dict[str, Any]:
-    return model.describe()
+    """``describe()`` plus what a replica without the model needs to bound a request's
+    cost: each preset's work in full-size passes."""
+    return {
+        **model.describe(),
+        "full_size_passes": {name: model.full_size_passes(name) for name in get_args(PresetName)},
+    }
 
 
 def text_to_image_details(model: TextToImageModel) -> dict[str, Any]:

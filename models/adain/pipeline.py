@@ -28,6 +28,7 @@ from models.adain.color import luminance, with_chroma_of
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import (
     PRESETS,
+    Preset,
     Transform,
     check_style_scale,
     get_preset,
@@ -251,6 +252,24 @@ class StyleTransfer(nn.Module):
             "dtype": str(self._compute_dtype()).removeprefix("torch."),
         }
 
+    def _passes(self, levels: Sequence[str] | None, preset: str | None) -> Preset:
+        """What :meth:`stylize` runs: ``levels`` at full size when given, else ``preset``,
+        else the model's own levels, else its preset; every level checked."""
+        if levels is None and preset is None:
+            levels = self.levels
+        chosen = self.preset if preset is None else get_preset(preset)
+        if levels is not None:
+            chosen = levels_preset(check_levels(levels, list(self.decoders)))
+        for stage in chosen.stages:
+            check_levels(stage.levels, list(self.decoders))
+        return chosen
+
+    def full_size_passes(self, preset: str | None = None) -> float:
+        """The work of stylising one image with ``preset`` (default: what :meth:`stylize`
+        runs by default), in full-size-pass equivalents: each pass counts the share of
+        the photo's pixels it runs on (:attr:`Preset.full_size_passes`)."""
+        return self._passes(None, preset).full_size_passes
+
     def _compute_dtype(self) -> torch.dtype:
         """bfloat16 on the fast path where the device has native bf16 kernels, else float32."""
         return torch.bfloat16 if self.fast and bf16_supported(self.device) else torch.float32
@@ -343,13 +362,7 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
-        if levels is None and preset is None:
-            levels = self.levels  # the model's own default pass, when it has one
-        preset = self.preset if preset is None else get_preset(preset)
-        if levels is not None:
-            preset = levels_preset(check_levels(levels, list(self.decoders)))
-        for stage in preset.stages:
-            check_levels(stage.levels, list(self.decoders))
+        preset = self._passes(levels, preset)
         if alpha == 0.0:
             preset = preset.last_pass()  # every pass is anchored to the photo
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)

@@ -2,8 +2,9 @@
 
 With ``Prefer: respond-async`` the same request starts a job (202, see
 ``service.routes.jobs``). A client that disconnects cancels its work; a request whose
-cost bound (``size^2 x (1 + styles x max(1, style_scale)^2) x passes``) is over ``max_stylize_pixel_passes`` is
-refused with 422 before anything is decoded.
+cost bound (``size^2 x (1 + styles x max(1, style_scale)^2) x passes``, the passes in
+full-size equivalents as the model reports them for the preset) is over
+``max_stylize_pixel_passes`` is refused with 422 before anything is decoded.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from starlette.concurrency import run_in_threadpool
 
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
-from service.catalog import Served
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
 from service.jobs.work import StylizeWork, to_uint8
@@ -67,26 +67,25 @@ def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | Non
 
 
 def check_cost(
-    size: int, styles: int, served: Served, budget: int, style_scale: float = 1.0
+    size: int, styles: int, passes: float, budget: int, style_scale: float = 1.0
 ) -> None:
     """Refuse (422) a request whose cost bound is over ``budget`` pixel-passes.
 
     The bound needs nothing decoded: the content is resized to at most ``size`` on its
     longer side and every style to at most ``style_scale x size`` (a style scale above 1
-    enlarges it), and each of the model's passes runs the encoder over the content (and,
-    once, over each style), so
+    enlarges it); the model's passes (``passes``: full-size equivalents, as the model
+    reports them for the preset) run over the content and the styles, so
     ``cost = size^2 x (1 + styles x max(1, style_scale)^2) x passes``.
     """
-    passes = len(served.levels)
     style_area = max(1.0, style_scale) ** 2
     cost = math.ceil(size * size * (1 + styles * style_area) * passes)
     if cost > budget:
         raise ValidationFailed(
-            f"size^2 x (1 content + {styles} styles x {style_area:g} style area) x {passes} "
-            f"passes = {size}^2 x {1 + styles * style_area:g} x {passes} = {cost} "
+            f"size^2 x (1 content + {styles} styles x {style_area:g} style area) x {passes:g} "
+            f"full-size passes = {size}^2 x {1 + styles * style_area:g} x {passes:g} = {cost} "
             f"pixel-passes is over this server's budget of {budget} per request "
-            "(max_stylize_pixel_passes); ask for a smaller size, fewer styles or a smaller "
-            "style_scale"
+            "(max_stylize_pixel_passes); ask for a smaller size, fewer styles, a smaller "
+            "style_scale or a preset with fewer passes"
         )
 
 
@@ -219,7 +218,8 @@ async def stylize(
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
-    check_cost(size, len(style), served, settings.max_stylize_pixel_passes, style_scale)
+    passes = served.full_size_passes(preset)
+    check_cost(size, len(style), passes, settings.max_stylize_pixel_passes, style_scale)
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
         try:

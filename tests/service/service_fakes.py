@@ -4,7 +4,8 @@ The fakes compute something simple and checkable, so route tests can assert that
 fields reach the model and results come back intact:
 
 * ``FakeStyleTransfer``: ``(1 - alpha) * content + alpha * weighted mean style colour``
-  per batch element (the content itself when ``preserve_color``), in ``PASSES`` passes.
+  per batch element (the content itself when ``preserve_color``), in as many steps as
+  the preset has passes, and charged as the real model charges the preset.
 * ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``,
   in ``steps`` steps; it understands prompts as the real pipeline does.
 
@@ -29,11 +30,18 @@ import torch
 import uvicorn
 
 from models.adain.mixing import convex_weights
+from models.adain.presets import get_preset
 from models.control import take_rows, wanted_rows
 from models.shapes.understand import understand
 from service.config import Settings
 from service.model_types import GenerateDefaults
-from service.workers import ModelEntry, run_generate, run_stylize, text_to_image_details
+from service.workers import (
+    ModelEntry,
+    run_generate,
+    run_stylize,
+    style_transfer_details,
+    text_to_image_details,
+)
 
 
 class Stepper:
@@ -107,6 +115,9 @@ class FakeStyleTransfer(Stepper):
         self.warmed_up = True
         return 0.0
 
+    def full_size_passes(self, preset=None):
+        return get_preset(preset or "quality").full_size_passes
+
     def describe(self) -> dict:
         return {
             "name": "adain",
@@ -134,7 +145,7 @@ class FakeStyleTransfer(Stepper):
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
-        rows = self.run(content.shape[0], self.PASSES, control)
+        rows = self.run(content.shape[0], get_preset(preset).passes, control)
         if preserve_color:
             return content[rows].clone()
         weights = convex_weights(style_weights, len(styles))
@@ -224,7 +235,7 @@ class Fakes:
             return self.dit.setdefault(device, FakeTextToImage(self.hold))
 
         return {
-            "adain": ModelEntry("adain", load_adain, run_stylize),
+            "adain": ModelEntry("adain", load_adain, run_stylize, style_transfer_details),
             "dit": ModelEntry("dit", load_dit, run_generate, text_to_image_details),
         }
 
