@@ -433,7 +433,11 @@ class StyleTransfer(nn.Module):
         total: int,
     ) -> Tensor | None:
         """One stage's passes on ``start`` ``(B, 3, h, w)``; ``None`` when no image is left.
-        Rows that ``control`` drops leave ``state`` (and the image) as they go."""
+        Rows that ``control`` drops leave ``state`` (and the image) as they go.
+
+        With ``alpha < 1`` the photo at this scale is encoded once at every level of the
+        stage (the anchors); a stage that starts from the photo itself takes its first
+        pass's features from them instead of encoding the same image again."""
         multiple = max(level_stride(level) for level in levels)
         image, (height, width) = pad_to_multiple(start, multiple)
         padding = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
@@ -441,6 +445,7 @@ class StyleTransfer(nn.Module):
         if alpha < 1.0:  # the photo at this scale, padded like the image
             padded_photo = pad_to_multiple(state["photo"], multiple)[0]
             anchors = self.encoder(self._prepare(padded_photo), set(levels))
+        photo_start = start is state["photo"] and levels[0] in anchors
         image = self._prepare(image)
         for index, level in enumerate(levels):
             rows = wanted_rows(control, done + index, total)
@@ -451,7 +456,10 @@ class StyleTransfer(nn.Module):
                 if image.shape[0] == 0:
                     return None
             batch = image.shape[0]
-            features = self.encoder.encode(image, level)
+            if index == 0 and photo_start:
+                features = anchors[level]
+            else:
+                features = self.encoder.encode(image, level)
             level_stats = [item[level] for item in state["stats"]]
             if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
                 if transform == "wct":
