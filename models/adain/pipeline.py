@@ -33,11 +33,8 @@ from models.adain.presets import (
     check_style_scale,
     get_preset,
     levels_preset,
-    next_stage_start,
-    resize,
-    stage_size,
-    style_at,
 )
+from models.adain.pyramid import next_stage_start, resize, stage_size, style_at
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.adain.whitening import CovarianceStats, wct_affine, wct_transfer
