@@ -234,10 +234,7 @@ class StyleTransfer(nn.Module):
     def describe(self) -> dict[str, Any]:
         """What is loaded: mode, the default passes (the model's own ``levels``, else its
         preset's, coarse stage first) and preset, weight files, device, precision."""
-        if self.levels is not None:
-            levels = list(self.levels)
-        else:
-            levels = [level for stage in self.preset.stages for level in stage.levels]
+        levels = list(self.levels if self.levels is not None else self.preset.levels)
         return {
             "name": "adain",
             "mode": "single-level" if len(levels) == 1 else "multi-level",
@@ -249,7 +246,7 @@ class StyleTransfer(nn.Module):
             "dtype": str(self._compute_dtype()).removeprefix("torch."),
         }
 
-    def _passes(self, levels: Sequence[str] | None, preset: str | None) -> Preset:
+    def resolve_passes(self, levels: Sequence[str] | None, preset: str | None) -> Preset:
         """What :meth:`stylize` runs: ``levels`` at full size when given, else ``preset``,
         else the model's own levels, else its preset; every level checked."""
         if levels is None and preset is None:
@@ -265,7 +262,7 @@ class StyleTransfer(nn.Module):
         """The work of stylising one image with ``preset`` (default: what :meth:`stylize`
         runs by default), in full-size-pass equivalents: each pass counts the share of
         the photo's pixels it runs on (:attr:`Preset.full_size_passes`)."""
-        return self._passes(None, preset).full_size_passes
+        return self.resolve_passes(None, preset).full_size_passes
 
     def _compute_dtype(self) -> torch.dtype:
         """bfloat16 on the fast path where the device has native bf16 kernels, else float32."""
@@ -359,7 +356,7 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
-        preset = self._passes(levels, preset)
+        preset = self.resolve_passes(levels, preset)
         if alpha == 0.0:
             preset = preset.last_pass()  # every pass is anchored to the photo
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)

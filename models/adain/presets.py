@@ -62,6 +62,16 @@ class Preset:
     transform: Transform = "wct"
 
     @property
+    def levels(self) -> tuple[str, ...]:
+        """Every pass's level, coarse stage first."""
+        return tuple(level for stage in self.stages for level in stage.levels)
+
+    def parameters(self) -> dict[str, object]:
+        """What an image made with this preset records of it (PNG text chunks): its name
+        and its passes' levels, coarse stage first."""
+        return {"preset": self.name, "levels": list(self.levels)}
+
+    @property
     def passes(self) -> int:
         """Passes over all the stages (what a step control counts)."""
         return sum(len(stage.levels) for stage in self.stages)

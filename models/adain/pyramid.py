@@ -35,7 +35,8 @@ from torch import Tensor
 
 def stage_size(size: tuple[int, int], factor: float) -> tuple[int, int]:
     """``(H, W)`` scaled by ``factor``, each side rounded and at least 1."""
-    return tuple(max(1, round(side * factor)) for side in size)
+    height, width = size
+    return max(1, round(height * factor)), max(1, round(width * factor))
 
 
 def resize(image: Tensor, size: tuple[int, int]) -> Tensor:

@@ -105,7 +105,7 @@ def _decode_all(
     )
     mask_images = None
     if masks is not None:
-        shape = tuple(content_image.shape[-2:])
+        shape = (content_image.shape[-2], content_image.shape[-1])
         mask_images = tuple(
             to_uint8(decoding.decode(data, name=f"mask[{i}]", size=shape))
             for i, data in enumerate(masks)
@@ -260,7 +260,7 @@ async def stylize(
         "style_scale": style_scale,
         "content_size": list(content_image.shape[-2:]),
         **served.model_parameters(),
-        **preset_parameters(preset),
+        **get_preset(preset).parameters(),
     }
     work = StylizeWork(content_image, style_images, mask_images, options, format, parameters)
     submission = Submission(
@@ -282,9 +282,3 @@ async def stylize(
     if isinstance(result, Response):
         return result
     return Response(result.images[0], media_type=result.media_type)
-
-
-def preset_parameters(name: str) -> dict:
-    """The preset and its passes, coarse stage first (they replace the model's levels)."""
-    preset = get_preset(name)
-    return {"preset": name, "levels": [level for stage in preset.stages for level in stage.levels]}
