@@ -330,9 +330,10 @@ class StyleTransfer(nn.Module):
             content: RGB images in ``[0, 1]``.
             styles: one or more style images, each with batch 1 (shared by every
                 content image) or B (one per content image); any size.
-            style_weights: one non-negative weight per style (normalised to sum 1);
-                the styles' statistics are interpolated. Default: equal weights.
-                Not combined with ``masks``.
+            style_weights: one non-negative weight per style, normalised to sum 1 by
+                :func:`~models.adain.mixing.convex_weights` (default: equal weights);
+                the styles' statistics are interpolated. Not combined with ``masks``
+                (:func:`~models.adain.mixing.check_masks`).
             alpha: content-style trade-off on the features, in ``[0, 1]``
                 (0 reconstructs the content, 1 is full style).
             preserve_color: transfer luminance only and keep the content's chroma.

@@ -115,7 +115,7 @@ class FakeStyleTransfer(Stepper):
         self.warmed_up = True
         return 0.0
 
-    def full_size_passes(self, preset=None):
+    def full_size_passes(self, preset: str | None = None) -> float:
         return get_preset(preset or "quality").full_size_passes
 
     def describe(self) -> dict:
@@ -145,7 +145,7 @@ class FakeStyleTransfer(Stepper):
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
-        rows = self.run(content.shape[0], get_preset(preset).passes, control)
+        rows = self.run(content.shape[0], get_preset(preset or "quality").passes, control)
         if preserve_color:
             return content[rows].clone()
         weights = convex_weights(style_weights, len(styles))

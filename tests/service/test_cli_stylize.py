@@ -145,7 +145,12 @@ def test_the_output_records_what_the_service_records(weights_dir, tmp_path):
     assert response.status_code == 200, response.text
     with Image.open(io.BytesIO(response.content)) as image:
         served = dict(image.text)
-    assert cli == served
+    # the same chunks; the values too, but the precision (the service runs the fast path,
+    # bf16 where the CPU has native kernels)
+    assert set(cli) == set(served)
+    assert {k: v for k, v in cli.items() if k != "dtype"} == {
+        k: v for k, v in served.items() if k != "dtype"
+    }
     assert json.loads(cli["style_weights"]) == [0.75, 0.25]
     assert json.loads(cli["levels"]) == list(get_preset("realtime").levels)
     assert set(json.loads(cli["checkpoint_sha256"])) == {
