@@ -39,12 +39,9 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
-from PIL import Image
 
 from models.adain import StyleTransfer
-from models.adain.images import load_image
 from models.adain.metrics import (
     GRAM_SCALES,
     STYLE_LEVELS,
@@ -55,6 +52,7 @@ from models.adain.metrics import (
 )
 from models.adain.stats import FeatureStats
 from models.devices import bf16_supported
+from models.images import load_image, pil_to_tensor, tensor_to_pil
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -122,13 +120,11 @@ def _stlite_runner(threads: int):
         return None
     engine = LiteStyleTransfer(device="cpu", threads=threads)
 
-    def to_pil(image: torch.Tensor) -> Image.Image:
-        array = (image[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
-        return Image.fromarray(array)
-
     def run(content: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        out = engine.stylize_with(to_pil(content), to_pil(style), max_size=max(content.shape[-2:]))
-        return torch.from_numpy(np.asarray(out, dtype=np.float32) / 255).permute(2, 0, 1)[None]
+        out = engine.stylize_with(
+            tensor_to_pil(content[0]), tensor_to_pil(style[0]), max_size=max(content.shape[-2:])
+        )
+        return pil_to_tensor(out)[None]
 
     return run
 

@@ -25,8 +25,8 @@ import torch
 
 from models.adain import DEFAULT_LEVELS, StyleTransfer
 from models.adain.color import rgb_to_ycbcr
-from models.adain.images import load_image
 from models.adain.metrics import psnr, style_loss, style_loss_ratio
+from models.images import load_image
 
 REPO = Path(__file__).resolve().parent.parent
 

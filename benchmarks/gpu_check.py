@@ -50,7 +50,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
-import io
 import json
 import math
 import os
@@ -813,13 +812,10 @@ def section_training(check: Check) -> dict:
 
 # -------------------------------------------------------------------------------- app
 def _png(size: tuple[int, int], seed: int) -> bytes:
-    from PIL import Image
+    from models.images import encode_image
 
     gen = torch.Generator().manual_seed(seed)
-    array = (torch.rand(size[1], size[0], 3, generator=gen) * 255).byte().numpy()
-    buffer = io.BytesIO()
-    Image.fromarray(array).save(buffer, format="PNG")
-    return buffer.getvalue()
+    return encode_image(torch.rand(3, size[1], size[0], generator=gen), "png")[0]
 
 
 def section_app(check: Check) -> dict:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import io
 import json
 import statistics
 import sys
@@ -48,7 +47,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from PIL import Image
+import torch
 from serve_process import (
     ROOT,
     Check,
@@ -59,6 +58,8 @@ from serve_process import (
     reset_peak_rss,
     rss_mb,
 )
+
+from models.images import encode_image
 
 ASYNC = {"Prefer": "respond-async"}
 LONG_JOB = {"prompt": "two red circles", "steps": 200, "num_images": 4}
@@ -309,10 +310,8 @@ async def async_flood(args: argparse.Namespace):
 
 # ----------------------------------------------------------------- queued inputs
 def _noise_png(side: int, seed: int) -> bytes:
-    pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="PNG")
-    return buffer.getvalue()
+    pixels = np.random.default_rng(seed).integers(0, 256, (3, side, side), dtype=np.uint8)
+    return encode_image(torch.from_numpy(pixels).float() / 255, "png")[0]
 
 
 async def queued_inputs(args: argparse.Namespace):

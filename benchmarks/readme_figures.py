@@ -22,8 +22,8 @@ import torch
 from PIL import Image, ImageDraw
 
 from models.adain import StyleTransfer
-from models.adain.images import load_image
 from models.dit.pipeline import TextToImage
+from models.images import load_image, tensor_to_pil
 from service.config import Settings
 
 PROMPTS = (
@@ -32,12 +32,6 @@ PROMPTS = (
     "a large magenta circle in the centre",
     "a white square above an orange triangle",
 )
-
-
-def to_pil(image: torch.Tensor) -> Image.Image:
-    """``(3, H, W)`` in [0, 1] -> an RGB Pillow image."""
-    array = (image.clamp(0, 1).permute(1, 2, 0) * 255).round().byte().numpy()
-    return Image.fromarray(array)
 
 
 def row(images: list[Image.Image], height: int, gap: int = 8) -> Image.Image:
@@ -81,7 +75,12 @@ def stylize_figure(search_path, height: int) -> Image.Image:
         outputs = [model.stylize(content, [style], preset=p)[0] for p in ("quality", "realtime")]
         if peer is not None:
             outputs.append(peer(content, style)[0])
-        rows.append(row([to_pil(content[0]), to_pil(style[0]), *map(to_pil, outputs)], height))
+        rows.append(
+            row(
+                [tensor_to_pil(content[0]), tensor_to_pil(style[0]), *map(tensor_to_pil, outputs)],
+                height,
+            )
+        )
     sheet = Image.new("RGB", (max(r.width for r in rows), sum(r.height + 8 for r in rows) - 8))
     sheet.paste((255, 255, 255), (0, 0, sheet.width, sheet.height))
     for index, image in enumerate(rows):
@@ -103,7 +102,7 @@ def generate_figure(search_path, seeds: int, scale: int) -> Image.Image:
         y = r * (size + gap)
         draw.text((6, y + size // 2 - 6), prompt, fill=(255, 255, 255))
         for c, image in enumerate(images):
-            tile = to_pil(image).resize((size, size), Image.Resampling.NEAREST)
+            tile = tensor_to_pil(image).resize((size, size), Image.Resampling.NEAREST)
             sheet.paste(tile, (label_width + c * (size + gap), y))
     return sheet
 

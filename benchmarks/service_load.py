@@ -40,9 +40,9 @@ import numpy as np
 import torch
 from serve_process import Server  # a sibling: run as a script, its folder is on sys.path
 
-from models.adain.images import resize_max_side
+from models.images import encode_image, load_image, resize_max_side
 from service.cli.serve import tune_glibc_malloc
-from service.images import ImageLimits, decode_image, encode_image
+from service.images import ImageLimits, decode_image
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -52,7 +52,7 @@ SHARED_IMAGES = ROOT.parent / "shared" / "images"
 def _load_png(path: Path | None, size: int, seed: int) -> bytes:
     """A ``size``-px PNG: the given image shrunk, or a smooth random pattern."""
     if path is not None and path.is_file():
-        image = decode_image(path.read_bytes(), ImageLimits(max_pixels=10**9))
+        image = load_image(path)[0]
     else:
         generator = torch.Generator().manual_seed(seed)
         image = torch.nn.functional.interpolate(

@@ -11,7 +11,7 @@ A model is served in one of three ways, as the catalog reports in a :class:`Serv
   the queue, synchronous requests get 503.
 
 What a replica that does not load a model still needs to validate requests for it (the
-DiT's defaults and image size, AdaIN's levels) comes from the details each worker
+DiT's defaults and image size, AdaIN's work per preset) comes from the details each worker
 publishes to the store (``ModelEntry.details``).
 """
 
@@ -49,10 +49,10 @@ class Served:
     def image_size(self) -> int:
         return int(self.details["image_size"])
 
-    @property
-    def levels(self) -> list[str]:
-        """The style-transfer model's VGG levels (one pass each)."""
-        return list(self.details["levels"])
+    def full_size_passes(self, preset: str) -> float:
+        """The style-transfer model's work for one image with ``preset``, in full-size
+        passes (``StyleTransferModel.full_size_passes``)."""
+        return float(self.details["full_size_passes"][preset])
 
     def model_parameters(self) -> dict[str, Any]:
         """The model's own settings that shape a result (e.g. AdaIN's levels)."""

@@ -53,12 +53,13 @@ class Settings(BaseSettings):
         "with benchmarks/dit_bench.py, and set timeout / that). Past it: 422.",
     )
     max_stylize_pixel_passes: int = Field(
-        default=16_000_000,
+        default=6_500_000,
         ge=1,
         description="Most pixels x AdaIN passes one stylize request may cost, counted as "
-        "size^2 x (1 content + the styles) x the model's passes (4 by default): what this "
-        "server finishes within request_timeout_s (a 1024 px request with 4 styles is "
-        "21 M and took 56 s on a shared 2-core CPU). Past it: 422.",
+        "size^2 x (1 content + the styles x max(1, style_scale)^2) x the preset's passes "
+        "in full-size equivalents (the model's figure: quality 1.64, realtime 1.39): what "
+        "this server finishes within request_timeout_s (benchmarks/stylize_cost.py "
+        "measures seconds per pixel-pass). Past it: 422.",
     )
     max_batch_pixels: int = Field(
         default=16 * 1024 * 1024,

@@ -1,50 +1,39 @@
-"""Image I/O for the service: safe decoding with limits, tensors, resizing, encoding.
+"""Decoding uploads safely: limits, bounded large decodes, shrinking before float.
 
 Decoding order matters for safety: the byte cap is enforced while the body streams in
 (see ``service.app``), then Pillow reads only the header, the pixel count is checked,
 and only then are pixels decoded. Every failure is a ``ServiceError`` with the status
-the API documents (400 bad image, 413 too large, 415 not a supported format).
+the API documents (400 bad image, 413 too large, 415 not a supported format). Pixels
+become tensors, and results bytes, through the one codec of ``models.images``.
 """
 
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from PIL import Image, UnidentifiedImageError
-from PIL.PngImagePlugin import PngInfo
 
+from models.images import SIXTEEN_BIT_MODES, pil_to_tensor
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
 ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
 
-#: Output formats: name -> (Pillow format, media type, save options).
-OUTPUT_FORMATS = {
-    "png": ("PNG", "image/png", {"compress_level": 6}),
-    "jpeg": ("JPEG", "image/jpeg", {"quality": 92}),
-    "webp": ("WEBP", "image/webp", {"quality": 90}),
-}
-
 logger = logging.getLogger("atelier.images")
 
 T = TypeVar("T")
-
-_SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N"}
 
 
 @dataclass(frozen=True)
@@ -281,7 +270,7 @@ def decode_image(
                 ) from None
     if transpose is not None:
         small = small.transpose(transpose)
-    return torch.from_numpy(_to_rgb_array(small)).permute(2, 0, 1).contiguous()
+    return pil_to_tensor(small)
 
 
 @dataclass(frozen=True)
@@ -345,7 +334,7 @@ def _load_and_shrink(image: Image.Image, target: tuple[int, int] | None) -> Imag
 
 def _shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
     """Resize to ``target`` in the image's own (uint8 or 16-bit) mode."""
-    if image.mode in _SIXTEEN_BIT_MODES and image.mode not in _RESIZABLE_MODES:
+    if image.mode in SIXTEEN_BIT_MODES and image.mode not in _RESIZABLE_MODES:
         image = image.convert("I")
     elif image.mode not in _RESIZABLE_MODES:
         has_alpha = "A" in image.mode or "transparency" in image.info
@@ -353,74 +342,3 @@ def _shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
     if target is None or image.size == target:
         return image
     return image.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)
-
-
-def _to_rgb_array(image: Image.Image) -> np.ndarray:
-    """``(H, W, 3)`` float32 in [0, 1] from any Pillow mode."""
-    if image.mode in _SIXTEEN_BIT_MODES:
-        grey = np.asarray(image, dtype=np.float32) / 65535.0
-        return np.repeat(grey[:, :, None], 3, axis=2)
-    if image.mode in ("I", "F"):
-        grey = np.asarray(image, dtype=np.float32)
-        peak = 65535.0 if grey.max(initial=0.0) > 255.0 else 255.0
-        return np.repeat(np.clip(grey / peak, 0.0, 1.0)[:, :, None], 3, axis=2)
-    has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
-        image.mode == "P" and "transparency" in image.info
-    )
-    if has_alpha:
-        rgba = image.convert("RGBA")
-        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-        image = Image.alpha_composite(background, rgba)
-    rgb = image.convert("RGB")
-    return np.asarray(rgb, dtype=np.float32) / 255.0
-
-
-def resize_to(image: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Bilinear (antialiased) resize of ``(C, H, W)`` to ``(C, *size)``, clamped to [0, 1]."""
-    if tuple(image.shape[-2:]) == tuple(size):
-        return image
-    out = F.interpolate(
-        image[None], size=size, mode="bilinear", antialias=True, align_corners=False
-    )[0]
-    return out.clamp_(0.0, 1.0)
-
-
-def to_grey_mask(image: torch.Tensor) -> torch.Tensor:
-    """A mask from an RGB tensor: the channel mean. ``(3, H, W)`` -> ``(1, H, W)``."""
-    return image.mean(dim=0, keepdim=True)
-
-
-def encode_image(
-    image: torch.Tensor, fmt: str, parameters: Mapping[str, object] | None = None
-) -> tuple[bytes, str]:
-    """Encode ``(3, H, W)`` in [0, 1] as PNG, JPEG or WebP.
-
-    ``parameters`` (how the image was made) go into PNG ``tEXt``/``iTXt`` chunks, one
-    per key, values as text (JSON for lists and dicts); other formats carry none.
-
-    Returns:
-        ``(bytes, media_type)``.
-    """
-    if fmt not in OUTPUT_FORMATS:
-        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(OUTPUT_FORMATS)}")
-    if image.ndim != 3 or image.shape[0] != 3:
-        raise ValueError(f"expected a (3, H, W) tensor, got {tuple(image.shape)}")
-    pil_format, media_type, options = OUTPUT_FORMATS[fmt]
-    array = (image.detach().float().clamp(0, 1) * 255.0).round().to(torch.uint8)
-    pil = Image.fromarray(array.permute(1, 2, 0).cpu().numpy())
-    buffer = io.BytesIO()
-    extra: dict[str, Any] = dict(options)
-    if parameters and pil_format == "PNG":
-        extra["pnginfo"] = _png_text(parameters)
-    pil.save(buffer, format=pil_format, **extra)
-    return buffer.getvalue(), media_type
-
-
-def _png_text(parameters: Mapping[str, object]) -> PngInfo:
-    info = PngInfo()
-    for key, value in parameters.items():
-        if value is None:
-            continue
-        text = value if isinstance(value, str) else json.dumps(value)
-        info.add_itxt(key, text)  # iTXt: UTF-8, so any prompt survives
-    return info

@@ -54,6 +54,12 @@ class ServedModel(Protocol):
 class StyleTransferModel(ServedModel, Protocol):
     """What the stylize worker calls (``models.adain.StyleTransfer``)."""
 
+    def full_size_passes(self, preset: str | None = None) -> float:
+        """The work of stylising one image with ``preset``, in full-size-pass equivalents
+        (a pass on an image ``f`` times the photo's sides counts ``f^2``): what the
+        stylize route's cost bound multiplies by."""
+        ...
+
     def stylize(
         self,
         content: Tensor,

@@ -15,7 +15,6 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -26,17 +25,16 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
+from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import (
     PRESETS,
+    Preset,
     Transform,
     check_style_scale,
     get_preset,
     levels_preset,
-    next_stage_start,
-    resize,
-    stage_size,
-    style_at,
 )
+from models.adain.pyramid import next_stage_start, resize, stage_size, style_at
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.adain.whitening import CovarianceStats, wct_affine, wct_transfer
@@ -236,10 +234,7 @@ class StyleTransfer(nn.Module):
     def describe(self) -> dict[str, Any]:
         """What is loaded: mode, the default passes (the model's own ``levels``, else its
         preset's, coarse stage first) and preset, weight files, device, precision."""
-        if self.levels is not None:
-            levels = list(self.levels)
-        else:
-            levels = [level for stage in self.preset.stages for level in stage.levels]
+        levels = list(self.levels if self.levels is not None else self.preset.levels)
         return {
             "name": "adain",
             "mode": "single-level" if len(levels) == 1 else "multi-level",
@@ -250,6 +245,24 @@ class StyleTransfer(nn.Module):
             "fast": self.fast,
             "dtype": str(self._compute_dtype()).removeprefix("torch."),
         }
+
+    def resolve_passes(self, levels: Sequence[str] | None, preset: str | None) -> Preset:
+        """What :meth:`stylize` runs: ``levels`` at full size when given, else ``preset``,
+        else the model's own levels, else its preset; every level checked."""
+        if levels is None and preset is None:
+            levels = self.levels
+        chosen = self.preset if preset is None else get_preset(preset)
+        if levels is not None:
+            chosen = levels_preset(check_levels(levels, list(self.decoders)))
+        for stage in chosen.stages:
+            check_levels(stage.levels, list(self.decoders))
+        return chosen
+
+    def full_size_passes(self, preset: str | None = None) -> float:
+        """The work of stylising one image with ``preset`` (default: what :meth:`stylize`
+        runs by default), in full-size-pass equivalents: each pass counts the share of
+        the photo's pixels it runs on (:attr:`Preset.full_size_passes`)."""
+        return self.resolve_passes(None, preset).full_size_passes
 
     def _compute_dtype(self) -> torch.dtype:
         """bfloat16 on the fast path where the device has native bf16 kernels, else float32."""
@@ -317,9 +330,10 @@ class StyleTransfer(nn.Module):
             content: RGB images in ``[0, 1]``.
             styles: one or more style images, each with batch 1 (shared by every
                 content image) or B (one per content image); any size.
-            style_weights: one non-negative weight per style (normalised to sum 1);
-                the styles' statistics are interpolated. Default: equal weights.
-                Not combined with ``masks``.
+            style_weights: one non-negative weight per style, normalised to sum 1 by
+                :func:`~models.adain.mixing.convex_weights` (default: equal weights);
+                the styles' statistics are interpolated. Not combined with ``masks``
+                (:func:`~models.adain.mixing.check_masks`).
             alpha: content-style trade-off on the features, in ``[0, 1]``
                 (0 reconstructs the content, 1 is full style).
             preserve_color: transfer luminance only and keep the content's chroma.
@@ -343,13 +357,7 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
-        if levels is None and preset is None:
-            levels = self.levels  # the model's own default pass, when it has one
-        preset = self.preset if preset is None else get_preset(preset)
-        if levels is not None:
-            preset = levels_preset(check_levels(levels, list(self.decoders)))
-        for stage in preset.stages:
-            check_levels(stage.levels, list(self.decoders))
+        preset = self.resolve_passes(levels, preset)
         if alpha == 0.0:
             preset = preset.last_pass()  # every pass is anchored to the photo
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
@@ -413,14 +421,18 @@ class StyleTransfer(nn.Module):
         levels: tuple[str, ...],
         transform: Transform,
         state: _Rows,
-        weights: list[float] | None,
+        weights: Sequence[float],
         alpha: float,
         control: StepControl | None,
         done: int,
         total: int,
     ) -> Tensor | None:
         """One stage's passes on ``start`` ``(B, 3, h, w)``; ``None`` when no image is left.
-        Rows that ``control`` drops leave ``state`` (and the image) as they go."""
+        Rows that ``control`` drops leave ``state`` (and the image) as they go.
+
+        With ``alpha < 1`` the photo at this scale is encoded once at every level of the
+        stage (the anchors); a stage that starts from the photo itself takes its first
+        pass's features from them instead of encoding the same image again."""
         multiple = max(level_stride(level) for level in levels)
         image, (height, width) = pad_to_multiple(start, multiple)
         padding = (0, image.shape[-1] - width, 0, image.shape[-2] - height)
@@ -428,6 +440,7 @@ class StyleTransfer(nn.Module):
         if alpha < 1.0:  # the photo at this scale, padded like the image
             padded_photo = pad_to_multiple(state["photo"], multiple)[0]
             anchors = self.encoder(self._prepare(padded_photo), set(levels))
+        photo_start = start is state["photo"] and levels[0] in anchors
         image = self._prepare(image)
         for index, level in enumerate(levels):
             rows = wanted_rows(control, done + index, total)
@@ -438,7 +451,10 @@ class StyleTransfer(nn.Module):
                 if image.shape[0] == 0:
                     return None
             batch = image.shape[0]
-            features = self.encoder.encode(image, level)
+            if index == 0 and photo_start:
+                features = anchors[level]
+            else:
+                features = self.encoder.encode(image, level)
             level_stats = [item[level] for item in state["stats"]]
             if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
                 if transform == "wct":
@@ -480,16 +496,15 @@ class StyleTransfer(nn.Module):
     def _check_arguments(
         content: Tensor,
         styles: Sequence[Tensor],
-        style_weights: Sequence[float] | None,
+        weights: Sequence[float] | None,
         alpha: float,
         masks: Sequence[Tensor] | None,
-    ) -> list[float] | None:
-        """Validate :meth:`stylize`'s arguments; return the normalised weights."""
+    ) -> tuple[float, ...]:
+        """Validate :meth:`stylize`'s arguments; return the convex style weights (equal
+        ones with masks, which choose the style per pixel instead)."""
         if content.ndim != 4 or content.shape[1] != 3:
             raise ValueError(f"content must be (B, 3, H, W), got {tuple(content.shape)}")
         batch, _, height, width = content.shape
-        if len(styles) == 0:
-            raise ValueError("at least one style image is needed")
         for index, style in enumerate(styles):
             if style.ndim != 4 or style.shape[1] != 3 or style.shape[0] not in (1, batch):
                 raise ValueError(
@@ -503,14 +518,7 @@ class StyleTransfer(nn.Module):
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"alpha must be in [0, 1], got {alpha}")
         if masks is not None:
-            if style_weights is not None:
-                raise ValueError(
-                    "style_weights and masks cannot be combined: masks choose the style"
-                )
-            if len(masks) != len(styles):
-                raise ValueError(
-                    f"got {len(masks)} masks for {len(styles)} styles; need one per style"
-                )
+            check_masks(len(masks), len(styles), weighted=weights is not None)
             for index, mask in enumerate(masks):
                 if (
                     mask.ndim != 4
@@ -521,17 +529,4 @@ class StyleTransfer(nn.Module):
                     raise ValueError(
                         f"mask {index} must be (1 or {batch}, 1, {height}, {width}), got {tuple(mask.shape)}"
                     )
-            return None
-        if style_weights is None:
-            return [1.0 / len(styles)] * len(styles)
-        if len(style_weights) != len(styles):
-            raise ValueError(f"got {len(style_weights)} style weights for {len(styles)} styles")
-        weights = [float(weight) for weight in style_weights]
-        if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
-            raise ValueError(f"style weights must be finite, >= 0 and not all 0, got {weights}")
-        # w_i / sum(w) computed as (w_i / max w) / sum(w / max w): the sum of the scaled
-        # weights lies in [1, n], so it cannot overflow (1e308 + 1e308 would be inf).
-        peak = max(weights)
-        scaled = [w / peak for w in weights]
-        total = math.fsum(scaled)
-        return [w / total for w in scaled]
+        return convex_weights(weights, len(styles))

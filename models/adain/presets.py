@@ -1,28 +1,7 @@
-"""Style-transfer presets: a coarse-to-fine pyramid of stages and the passes at each.
+"""Style-transfer presets: the stages of the image pyramid and the passes at each.
 
-A preset is a list of stages, coarse to fine (a Laplacian pyramid in the spirit of
-LapStyle, Lin et al. 2021). Stage ``k`` works on an image whose sides are ``f_k`` times
-the photo's; the first starts from the photo at that scale, every later one from the
-previous stage's result upsampled plus the photo's own detail between the two scales:
-
-.. math::
-
-    y_0 = T_0(x_0), \\qquad
-    y_k = T_k\\big(\\mathrm{clip}(x_k + \\mathrm{up}(y_{k-1} - x_{k-1}))\\big),
-    \\qquad x_k = \\mathrm{down}_{f_k}(x)
-
-with ``down`` an antialiased bilinear resize, ``up`` a bilinear one and ``T_k`` the stage's
-passes (each: encode at a level, match the style's statistics there, decode). At a coarse
-stage the deepest level (relu3_1, 24 px receptive field) sees structures ``1 / f_k`` times
-larger than at full size, so the style's strokes and colour regions are laid down at the
-scale a viewer sees them; the later stages refine them with finer levels and bring the
-photo's edges back. Only the style residual ``y - x`` is upsampled, so nothing of the
-photo is blurred.
-
-The style is resized for each stage to a longer side of ``style_scale`` times the
-stage's (:func:`style_at`): at ``style_scale = 1`` its features keep the size they
-have in the painting when the painting is as large as the photo; 2 makes them twice as
-large in the output, 0.5 half as large (neural-style's ``-style_scale``).
+A preset is a list of stages, coarse to fine; stage ``k`` runs its passes on the image
+resized by ``f_k`` (:mod:`models.adain.pyramid` has the pyramid's maths).
 
 Presets (chosen on the development images, ``docs/style-transfer.md``):
 
@@ -45,9 +24,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Literal, get_args
-
-import torch.nn.functional as F  # noqa: N812
-from torch import Tensor
 
 #: The preset names, for argument parsers and request schemas.
 PresetName = Literal["quality", "realtime"]
@@ -86,9 +62,26 @@ class Preset:
     transform: Transform = "wct"
 
     @property
+    def levels(self) -> tuple[str, ...]:
+        """Every pass's level, coarse stage first."""
+        return tuple(level for stage in self.stages for level in stage.levels)
+
+    def parameters(self) -> dict[str, object]:
+        """What an image made with this preset records of it (PNG text chunks): its name
+        and its passes' levels, coarse stage first."""
+        return {"preset": self.name, "levels": list(self.levels)}
+
+    @property
     def passes(self) -> int:
         """Passes over all the stages (what a step control counts)."""
         return sum(len(stage.levels) for stage in self.stages)
+
+    @property
+    def full_size_passes(self) -> float:
+        """The passes' work in full-size-pass equivalents, ``sum_k len(levels_k) f_k^2``:
+        a pass on an image whose sides are ``f`` times the photo's covers ``f^2`` of its
+        pixels (quality: 1/64 + 2/16 + 2/4 + 1 = 1.640625; realtime: 1.390625)."""
+        return sum(len(stage.levels) * stage.factor**2 for stage in self.stages)
 
     def last_pass(self) -> Preset:
         """The preset's last pass alone at full size: what ``alpha = 0`` shows (every pass
@@ -130,43 +123,3 @@ def check_style_scale(style_scale: float) -> float:
             f"style_scale must be in [{MIN_STYLE_SCALE}, {MAX_STYLE_SCALE}], got {style_scale}"
         )
     return value
-
-
-def stage_size(size: tuple[int, int], factor: float) -> tuple[int, int]:
-    """``(H, W)`` scaled by ``factor``, each side rounded and at least 1."""
-    return tuple(max(1, round(side * factor)) for side in size)
-
-
-def resize(image: Tensor, size: tuple[int, int]) -> Tensor:
-    """``image`` ``(B, C, H, W)`` resized to ``size`` by bilinear interpolation, antialiased
-    when it shrinks, clamped to ``[0, 1]``; the same object when the size is already right."""
-    if tuple(image.shape[-2:]) == tuple(size):
-        return image
-    shrinks = size[0] < image.shape[-2] or size[1] < image.shape[-1]
-    out = F.interpolate(image, size=size, mode="bilinear", antialias=shrinks, align_corners=False)
-    return out.clamp_(0.0, 1.0)
-
-
-def style_at(style: Tensor, side: int, style_scale: float, *, min_side: int) -> Tensor:
-    """The style resized (aspect kept, up or down) to a longer side of ``style_scale x side``,
-    its shorter side at least ``min_side``.
-
-    Shape:
-        - style: ``(N, 3, h, w)``; output: ``(N, 3, h', w')``.
-    """
-    height, width = style.shape[-2:]
-    factor = max(style_scale * side / max(height, width), min_side / min(height, width))
-    return resize(style, stage_size((height, width), factor))
-
-
-def next_stage_start(photo: Tensor, previous: Tensor, previous_photo: Tensor) -> Tensor:
-    """The start of a finer stage: the photo at its scale plus the previous stage's style
-    residual upsampled, ``clip(x_k + up(y_{k-1} - x_{k-1}))``.
-
-    Shape:
-        - photo: ``(B, 3, H, W)``; previous, previous_photo: ``(B, 3, h, w)``; output: like
-          ``photo``.
-    """
-    residual = previous - previous_photo
-    up = F.interpolate(residual, size=photo.shape[-2:], mode="bilinear", align_corners=False)
-    return (photo + up).clamp_(0.0, 1.0)

@@ -28,11 +28,11 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 from tqdm import tqdm
 
-from models.adain.images import load_image
 from models.adain.metrics import stats_distance
 from models.adain.stats import FeatureStats
 from models.checkpoints import load_state_dict, save_state_dict, save_training_state
 from models.decoder import Decoder
+from models.images import load_image
 from models.vgg import VGGEncoder, levels_up_to
 from norms.functional import adain
 

@@ -37,7 +37,7 @@ def adain_affine(
     content: Tensor,
     styles: Sequence[FeatureStats],
     *,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float],
     alpha: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
     """:func:`transfer` without masks or an anchor, as a per-(sample, channel) affine.
@@ -54,7 +54,6 @@ def adain_affine(
           statistics' accumulation dtype (float32, float64 for float64 content).
     """
     batch = content.shape[0]
-    weights = weights if weights is not None else [1.0 / len(styles)] * len(styles)
     target = mix(styles, weights, batch)
     mean, std = channel_mean_std(content, EPS)
     mean, std = mean.flatten(1), std.flatten(1)
@@ -90,7 +89,7 @@ def transfer(
     content: Tensor,
     styles: Sequence[FeatureStats],
     *,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float],
     labels: Tensor | None = None,
     alpha: float = 1.0,
     anchor: Tensor | None = None,
@@ -100,7 +99,8 @@ def transfer(
     Args:
         content: content features.
         styles: statistics of each style at this level.
-        weights: convex weights over ``styles`` (used without ``labels``).
+        weights: convex weights over ``styles``
+            (:func:`~models.adain.mixing.convex_weights`; unused with ``labels``).
         labels: from :func:`region_labels`; each region is normalised with its own
             content statistics and given its style's statistics. Pixels labelled -1
             keep the content features.
@@ -113,7 +113,6 @@ def transfer(
     """
     batch = content.shape[0]
     if labels is None:
-        weights = weights if weights is not None else [1.0 / len(styles)] * len(styles)
         restyled = adain_to_stats(content, mix(styles, weights, batch))
     else:
         restyled = content.clone()

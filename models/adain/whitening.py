@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from models.adain.mixing import convex_weights
+
 #: Eigenvalues of a feature covariance at or below this are treated as zero (Li et al.'s
 #: threshold; normalised VGG features have variances of order 1 to 10^3).
 EIGEN_FLOOR = 1e-5
@@ -108,10 +110,11 @@ def wct_affine(
     content: Tensor,
     styles: Sequence[CovarianceStats],
     *,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float],
     alpha: float = 1.0,
 ) -> tuple[Tensor, Tensor]:
-    """WCT towards mixed styles, blended with the content by ``alpha``, as one affine map:
+    """WCT towards styles mixed by convex ``weights`` (:func:`~models.adain.mixing.convex_weights`),
+    blended with the content by ``alpha``, as one affine map:
 
     .. math:: \\mathrm{lerp}(c, \\mathrm{WCT}(c), \\alpha) = M c + t, \\quad
               M = \\alpha R S_c^{-1/2} + (1 - \\alpha) I, \\quad
@@ -124,7 +127,6 @@ def wct_affine(
           in float64.
     """
     batch, channels = content.shape[:2]
-    weights = weights if weights is not None else [1.0 / len(styles)] * len(styles)
     target = mix_covariance(styles, weights, batch)
     mean, covariance = feature_covariance(content)
     transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
@@ -150,14 +152,15 @@ def wct_transfer(
     content: Tensor,
     styles: Sequence[CovarianceStats],
     *,
-    weights: Sequence[float] | None = None,
+    weights: Sequence[float],
     labels: Tensor | None = None,
     alpha: float = 1.0,
     anchor: Tensor | None = None,
 ) -> Tensor:
-    """Restyle a feature map by WCT: towards mixed styles, or one style per masked region
-    (each region whitened with its own statistics; pixels labelled -1 keep the content's
-    features), then ``lerp(anchor, restyled, alpha)`` (``anchor`` defaults to ``content``).
+    """Restyle a feature map by WCT: towards styles mixed by convex ``weights``, or (with
+    ``labels``, ``weights`` unused) one style per masked region (each region whitened with
+    its own statistics; pixels labelled -1 keep the content's features), then
+    ``lerp(anchor, restyled, alpha)`` (``anchor`` defaults to ``content``).
 
     Shape:
         - content, anchor: ``(B, C, h, w)``; labels: ``(B, h, w)`` in ``[-1, K)``;
@@ -177,7 +180,7 @@ def wct_transfer(
                     continue
                 pixels = content[b][:, region][None]  # (1, C, n)
                 row = CovarianceStats(style.mean[b : b + 1], style.root[b : b + 1])
-                matrix, shift = wct_affine(pixels, [row])
+                matrix, shift = wct_affine(pixels, [row], weights=convex_weights(None, 1))
                 restyled[b][:, region] = (
                     matrix[0].to(pixels.dtype) @ pixels[0] + shift[0].to(pixels.dtype)[:, None]
                 )

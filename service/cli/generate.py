@@ -38,11 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from PIL import Image
+    from dataclasses import asdict
 
     from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
+    from models.images import save_image
     from service.cli.settings import settings_from_args
+    from service.workers.loading import checkpoint_hashes
 
     if args.num_images < 1:
         raise SystemExit("error: -n must be >= 1")
@@ -56,6 +58,15 @@ def run(args: argparse.Namespace) -> int:
         pipe = TextToImage.from_checkpoint(args.checkpoint, device=device)
     else:
         pipe = TextToImage.from_pretrained(settings.weight_search_path(), device=device)
+    try:
+        options = pipe.defaults.resolve(
+            steps=args.steps,
+            guidance_scale=args.guidance,
+            sampler=args.sampler,
+            plan_layout=args.plan_layout,
+        )
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
     understanding = pipe.understand(args.prompt)
     if understanding.caption is None:
         print("understood: nothing; drawn as typed", file=sys.stderr)
@@ -63,22 +74,22 @@ def run(args: argparse.Namespace) -> int:
         print(f"understood: {understanding.caption}", file=sys.stderr)
     if understanding.ignored:
         print(f"ignored: {', '.join(understanding.ignored)}", file=sys.stderr)
-    options = pipe.defaults.resolve(
-        steps=args.steps,
-        guidance_scale=args.guidance,
-        sampler=args.sampler,
-        plan_layout=args.plan_layout,
-    )
     images = pipe.sample(
         [understanding] * args.num_images,
         options,
         negative_prompts=[args.negative] * args.num_images,
         seeds=seeds,
     )
+    parameters = {  # the chunks the service writes into its PNGs
+        "prompt": args.prompt,
+        "negative_prompt": args.negative,
+        **asdict(options),
+        "understood": understanding.caption,
+        "model": "dit",
+        "checkpoint_sha256": checkpoint_hashes(pipe.describe()),
+    }
     args.output.mkdir(parents=True, exist_ok=True)
     for seed, image in zip(seeds, images, strict=True):
-        array = (image.permute(1, 2, 0) * 255).round().byte().numpy()
-        path = args.output / f"seed{seed}.png"
-        Image.fromarray(array).save(path)
+        path = save_image(image, args.output / f"seed{seed}.png", parameters | {"seed": seed})
         print(path)
     return 0

@@ -17,13 +17,14 @@ import sys
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F  # noqa: N812
 
 from models.adain import StyleTransfer
-from models.adain.images import load_image, save_image
+from models.adain.mixing import convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
 from models.hub import WeightsNotFoundError
+from models.images import SUFFIXES, load_image, load_mask, save_image
 from service.cli.settings import settings_from_args
+from service.workers.loading import checkpoint_hashes
 
 
 def _weights(text: str) -> list[float]:
@@ -45,7 +46,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("content", type=Path, help="the photo")
     parser.add_argument("styles", type=Path, nargs="+", help="one or more style images")
-    parser.add_argument("-o", "--output", type=Path, required=True, help="output image file")
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="output image (.png, .jpg or .webp)"
+    )
     parser.add_argument("--alpha", type=float, default=1.0, help="style strength in [0, 1]")
     parser.add_argument("--style-weights", type=_weights, help="comma list, one weight per style")
     parser.add_argument("--preserve-color", action="store_true", help="keep the photo's colours")
@@ -54,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         type=Path,
         action="append",
         dest="masks",
-        help="greyscale mask per style (white = that style); give one per style",
+        help="mask per style, read as its channel mean (white = that style); one per style",
     )
     parser.add_argument(
         "--size", type=int, default=512, help="longest side of the output (photo scaled down)"
@@ -84,6 +87,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.output.suffix.lower() not in SUFFIXES:
+        print(f"error: -o {args.output}: write one of {sorted(SUFFIXES)}", file=sys.stderr)
+        return 2
     settings = settings_from_args(args)
     device = args.device or settings.device_list()[0]
     try:
@@ -96,10 +102,8 @@ def run(args: argparse.Namespace) -> int:
         styles = [load_image(path, max_side=args.size) for path in args.styles]
         masks = None
         if args.masks:
-            masks = [
-                F.interpolate(load_image(path, mode="L"), size=content.shape[-2:], mode="bilinear")
-                for path in args.masks
-            ]
+            size = (content.shape[-2], content.shape[-1])
+            masks = [load_mask(path, size) for path in args.masks]
         with torch.inference_mode():
             output = model.stylize(
                 content,
@@ -116,6 +120,27 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    save_image(output, args.output)
+    save_image(output, args.output, _parameters(args, model, content))
     print(args.output)
     return 0
+
+
+def _parameters(
+    args: argparse.Namespace, model: StyleTransfer, content: torch.Tensor
+) -> dict[str, object]:
+    """The PNG text chunks the service writes for the same request."""
+    description = model.describe()
+    weights = args.style_weights
+    return {
+        "alpha": args.alpha,
+        "style_weights": None if weights is None else list(convex_weights(weights, len(weights))),
+        "preserve_color": args.preserve_color,
+        "masks": len(args.masks or ()),
+        "size": args.size,
+        "style_scale": args.style_scale,
+        "content_size": list(content.shape[-2:]),
+        **{key: description[key] for key in ("levels", "mode", "dtype")},
+        **model.resolve_passes(args.levels, args.preset).parameters(),
+        "model": "adain",
+        "checkpoint_sha256": checkpoint_hashes(description),
+    }

@@ -30,9 +30,9 @@ import torch
 from PIL import Image
 
 from models.dit.options import GenerateOptions
+from models.images import encode_image, mask_from_rgb
 from service.batching import DEADLINE
 from service.errors import DeadlineExceeded
-from service.images import encode_image, to_grey_mask
 from service.jobs.records import JobResult, pack, unpack
 from service.model_types import StyleTransferModel, TextToImageModel
 from service.workers.pool import AnyWorkerPool, WorkerPool
@@ -296,7 +296,7 @@ class StylizeWork(Work):
             preserve_color=self.options["preserve_color"],
             masks=None
             if self.masks is None
-            else tuple(to_grey_mask(_to_float(mask)) for mask in self.masks),
+            else tuple(mask_from_rgb(_to_float(mask)) for mask in self.masks),
             preset=self.options["preset"],
             style_scale=self.options.get("style_scale", 1.0),  # jobs queued before it existed
         )

@@ -2,23 +2,24 @@
 
 With ``Prefer: respond-async`` the same request starts a job (202, see
 ``service.routes.jobs``). A client that disconnects cancels its work; a request whose
-cost bound (``size^2 x (1 + styles x max(1, style_scale)^2) x passes``) is over ``max_stylize_pixel_passes`` is
-refused with 422 before anything is decoded.
+cost bound (``size^2 x (1 + styles x max(1, style_scale)^2) x passes``, the passes in
+full-size equivalents as the model reports them for the preset) is over
+``max_stylize_pixel_passes`` is refused with 422 before anything is decoded.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import torch
 from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
+from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
-from service.catalog import Served
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
 from service.jobs.work import StylizeWork, to_uint8
@@ -47,50 +48,44 @@ _WEIGHTS_PATTERN = {"pattern": rf"^ *{_WEIGHT} *(, *{_WEIGHT} *)*$"}
 
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
-    """``"1,2.5"`` -> ``(0.4, 1.0)``: one finite non-negative weight per style, not all 0.
-
-    The weights are scaled by their maximum (the model only uses their ratios), so
-    huge ones such as ``1e308,1e308`` cannot overflow when the model sums them, and
-    requests whose weights differ by a factor batch together.
+    """``"3,1"`` -> ``(0.75, 0.25)``: the model's convex weights
+    (:func:`~models.adain.mixing.convex_weights`) of one number per style; ``None`` when
+    absent. Normalised here, so requests whose weights differ by a factor batch together.
     """
     if text is None or not text.strip():
         return None
-    parts = text.split(",")
-    if len(parts) != count:
-        raise ValidationFailed(f"style_weights: {len(parts)} weights for {count} styles")
     try:
-        weights = tuple(float(part) for part in parts)
+        weights = [float(part) for part in text.split(",")]
     except ValueError:
         raise ValidationFailed(
             f"style_weights: expected comma-separated numbers, got {shorten(text)}"
         ) from None
-    if any(not math.isfinite(w) or w < 0 for w in weights) or max(weights) <= 0:
-        raise ValidationFailed("style_weights: weights must be finite, >= 0 and not all 0")
-    peak = max(weights)
-    return tuple(w / peak for w in weights)
+    try:
+        return convex_weights(weights, count)
+    except ValueError as exc:
+        raise ValidationFailed(f"style_weights: {exc}") from None
 
 
 def check_cost(
-    size: int, styles: int, served: Served, budget: int, style_scale: float = 1.0
+    size: int, styles: int, passes: float, budget: int, style_scale: float = 1.0
 ) -> None:
     """Refuse (422) a request whose cost bound is over ``budget`` pixel-passes.
 
     The bound needs nothing decoded: the content is resized to at most ``size`` on its
     longer side and every style to at most ``style_scale x size`` (a style scale above 1
-    enlarges it), and each of the model's passes runs the encoder over the content (and,
-    once, over each style), so
+    enlarges it); the model's passes (``passes``: full-size equivalents, as the model
+    reports them for the preset) run over the content and the styles, so
     ``cost = size^2 x (1 + styles x max(1, style_scale)^2) x passes``.
     """
-    passes = len(served.levels)
     style_area = max(1.0, style_scale) ** 2
     cost = math.ceil(size * size * (1 + styles * style_area) * passes)
     if cost > budget:
         raise ValidationFailed(
-            f"size^2 x (1 content + {styles} styles x {style_area:g} style area) x {passes} "
-            f"passes = {size}^2 x {1 + styles * style_area:g} x {passes} = {cost} "
+            f"size^2 x (1 content + {styles} styles x {style_area:g} style area) x {passes:g} "
+            f"full-size passes = {size}^2 x {1 + styles * style_area:g} x {passes:g} = {cost} "
             f"pixel-passes is over this server's budget of {budget} per request "
-            "(max_stylize_pixel_passes); ask for a smaller size, fewer styles or a smaller "
-            "style_scale"
+            "(max_stylize_pixel_passes); ask for a smaller size, fewer styles, a smaller "
+            "style_scale or a preset with fewer passes"
         )
 
 
@@ -223,13 +218,14 @@ async def stylize(
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
-    check_cost(size, len(style), served, settings.max_stylize_pixel_passes, style_scale)
+    passes = served.full_size_passes(preset)
+    check_cost(size, len(style), passes, settings.max_stylize_pixel_passes, style_scale)
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
-        if len(mask) != len(style):
-            raise ValidationFailed(f"mask: one mask per style: {len(mask)} for {len(style)}")
-        if weights is not None:
-            raise ValidationFailed("mask: masks and style_weights cannot be combined")
+        try:
+            check_masks(len(mask), len(style), weighted=weights is not None)
+        except ValueError as exc:
+            raise ValidationFailed(f"mask: {exc}") from None
     events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
     hook = await check_webhook(webhook, events, settings)
     if respond_async:  # refuse before anything is decoded
@@ -264,7 +260,7 @@ async def stylize(
         "style_scale": style_scale,
         "content_size": list(content_image.shape[-2:]),
         **served.model_parameters(),
-        **preset_parameters(preset),
+        **get_preset(preset).parameters(),
     }
     work = StylizeWork(content_image, style_images, mask_images, options, format, parameters)
     submission = Submission(
@@ -286,9 +282,3 @@ async def stylize(
     if isinstance(result, Response):
         return result
     return Response(result.images[0], media_type=result.media_type)
-
-
-def preset_parameters(name: str) -> dict[str, Any]:
-    """The preset and its passes, coarse stage first (they replace the model's levels)."""
-    preset = get_preset(name)
-    return {"preset": name, "levels": [level for stage in preset.stages for level in stage.levels]}

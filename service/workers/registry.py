@@ -9,7 +9,11 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 from service.model_types import BatchJob, ServedModel
 from service.workers.pool import RunBatch
-from service.workers.style_transfer import load_style_transfer, run_stylize
+from service.workers.style_transfer import (
+    load_style_transfer,
+    run_stylize,
+    style_transfer_details,
+)
 from service.workers.text_to_image import load_text_to_image, run_generate, text_to_image_details
 
 ModelT = TypeVar("ModelT", bound=ServedModel)
@@ -40,6 +44,6 @@ class ModelEntry(Generic[ModelT, JobT]):
 AnyModelEntry: TypeAlias = ModelEntry[Any, Any]
 
 MODELS: dict[str, AnyModelEntry] = {
-    "adain": ModelEntry("adain", load_style_transfer, run_stylize),
+    "adain": ModelEntry("adain", load_style_transfer, run_stylize, style_transfer_details),
     "dit": ModelEntry("dit", load_text_to_image, run_generate, text_to_image_details),
 }

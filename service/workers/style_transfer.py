@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, get_args
 
 import torch
 
+from models.adain.presets import PresetName
 from models.control import StepControl
 from service.model_types import StyleTransferModel
 
@@ -81,3 +83,12 @@ def run_stylize(
         control=control,
     )
     return list(output.float().cpu().unbind(0))
+
+
+def style_transfer_details(model: StyleTransferModel) -> dict[str, Any]:
+    """``describe()`` plus what a replica without the model needs to bound a request's
+    cost: each preset's work in full-size passes."""
+    return {
+        **model.describe(),
+        "full_size_passes": {name: model.full_size_passes(name) for name in get_args(PresetName)},
+    }

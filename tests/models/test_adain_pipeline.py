@@ -60,8 +60,8 @@ def test_weighted_styles_interpolate_statistics():
 @settings(max_examples=15, deadline=None)
 def test_alpha_interpolates_features(alpha):
     content, style = _images(1, 4, 5, 5, seed=3), _images(1, 4, 3, 3, seed=4) * 3
-    full = transfer(content, [_stats(style)])
-    out = transfer(content, [_stats(style)], alpha=alpha)
+    full = transfer(content, [_stats(style)], weights=[1.0])
+    out = transfer(content, [_stats(style)], weights=[1.0], alpha=alpha)
     torch.testing.assert_close(out, alpha * full + (1 - alpha) * content, rtol=1e-5, atol=1e-5)
 
 
@@ -82,7 +82,7 @@ def test_masked_regions_get_their_own_statistics():
     left = torch.zeros(1, 1, 8, 8)
     left[..., :3] = 1.0  # 3 columns for style 0, the rest for style 1
     labels = region_labels([left, 1 - left], (8, 8), batch=1)
-    out = transfer(content, [_stats(s) for s in styles], labels=labels)
+    out = transfer(content, [_stats(s) for s in styles], weights=[0.5, 0.5], labels=labels)
     for k, region in enumerate([labels[0] == 0, labels[0] == 1]):
         s = styles[k][0].flatten(1)
         mean, std = s.double().mean(1), torch.sqrt(s.double().var(1, unbiased=False) + 1e-5)
@@ -407,3 +407,30 @@ def test_warm_up_stylises_once_per_preset(model, monkeypatch):
     )
     assert model.warm_up() > 0
     assert calls == list(PRESETS)
+
+
+@pytest.mark.parametrize("levels", [("relu3_1",), ("relu3_1", "relu2_1", "relu1_1")])
+def test_with_alpha_below_one_the_photo_is_encoded_once_per_level(model, levels):
+    """The anchors (the photo's features at every level) also serve the first pass, which
+    starts from the photo: one encoder run per level, and the output is the two-encode
+    computation's, bit for bit."""
+    # a style as large as the photo is used as it is (no resizing in the reference)
+    content, style = _images(1, 3, 16, 20, seed=1), _images(1, 3, 20, 16, seed=2)
+    out = model.stylize(content, [style], alpha=0.5, levels=levels)  # caches the style
+    runs = []
+    hook = model.encoder.register_forward_pre_hook(lambda module, args: runs.append(1))
+    try:
+        again = model.stylize(content, [style], alpha=0.5, levels=levels)
+    finally:
+        hook.remove()
+    assert len(runs) == len(levels)
+    assert torch.equal(again, out)
+    with torch.no_grad():
+        image = content
+        for level in levels:
+            stats = [FeatureStats.of(model.encoder.encode(style, level))]
+            anchor = model.encoder.encode(content, level)
+            features = model.encoder.encode(image, level)
+            restyled = transfer(features, stats, weights=[1.0], alpha=0.5, anchor=anchor)
+            image = model.decoders[level](restyled)
+    torch.testing.assert_close(out, image.clamp(0, 1), rtol=0, atol=0)

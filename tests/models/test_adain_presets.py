@@ -1,4 +1,5 @@
-"""Presets on seeded random networks: the pyramid's composition, its pieces, style_scale."""
+"""Presets on seeded random networks: the pyramid's composition, its pieces
+(:mod:`models.adain.pyramid`), style_scale, the cost of each preset."""
 
 from __future__ import annotations
 
@@ -18,10 +19,8 @@ from models.adain.presets import (
     PresetName,
     check_style_scale,
     get_preset,
-    next_stage_start,
-    resize,
-    style_at,
 )
+from models.adain.pyramid import next_stage_start, resize, style_at
 from models.adain.whitening import CovarianceStats, wct_transfer
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -114,7 +113,8 @@ def _reference(model, content, style, preset, alpha=1.0, style_scale=1.0):
             stats = CovarianceStats.of(encoder.encode(small_style, level))
             anchor = encoder.encode(padded_photo, level) if alpha < 1 else None
             features = encoder.encode(image, level)
-            image = decoders[level](wct_transfer(features, [stats], alpha=alpha, anchor=anchor))
+            restyled = wct_transfer(features, [stats], weights=[1.0], alpha=alpha, anchor=anchor)
+            image = decoders[level](restyled)
         previous, previous_photo = image[..., : size[0], : size[1]].clamp(0, 1), photo
     return previous
 
@@ -237,3 +237,31 @@ def test_a_model_with_its_own_levels_runs_them_unless_a_preset_is_asked(tiny_net
     torch.testing.assert_close(
         single.stylize(content, [style], preset="quality"), plain.stylize(content, [style])
     )
+
+
+@pytest.mark.parametrize("name", ["quality", "realtime"])
+def test_full_size_passes_count_the_pixels_the_passes_run_on(model, name):
+    """The model's cost answer is what its passes encode: sum over passes of the image's
+    pixels over the photo's (64 x 64: every stage's size divides the encoder's strides)."""
+    content, style = _images(1, 3, 64, 64, seed=1), _images(1, 3, 32, 32, seed=2)
+    model.stylize(content, [style], preset=name)  # style statistics cached from here on
+    pixels = []
+    hook = model.encoder.register_forward_pre_hook(
+        lambda module, args: pixels.append(args[0].shape[-2] * args[0].shape[-1])
+    )
+    try:
+        model.stylize(content, [style], preset=name)
+    finally:
+        hook.remove()
+    assert len(pixels) == PRESETS[name].passes
+    assert model.full_size_passes(name) == sum(pixels) / (64 * 64)
+
+
+def test_realtime_costs_less_than_quality_and_levels_count_full_size(tiny_networks):
+    encoder, decoders = tiny_networks
+    model = StyleTransfer(encoder, decoders)
+    assert model.full_size_passes("realtime") < model.full_size_passes("quality")
+    assert model.full_size_passes() == model.full_size_passes("quality")
+    three = StyleTransfer(encoder, decoders, levels=("relu3_1", "relu2_1", "relu1_1"))
+    assert three.full_size_passes() == 3.0
+    assert three.full_size_passes("realtime") == model.full_size_passes("realtime")

@@ -13,8 +13,8 @@ import torch
 
 from models.adain import StyleTransfer
 from models.adain.color import rgb_to_ycbcr
-from models.adain.images import load_image
 from models.adain.metrics import psnr, style_loss, style_loss_ratio
+from models.images import load_image
 
 pytestmark = pytest.mark.weights
 

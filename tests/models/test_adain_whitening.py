@@ -54,7 +54,7 @@ def test_wct_gives_the_style_mean_and_covariance():
     content = _features(2, 4, 9, 8, seed=3)
     style_features = _features(1, 4, 7, 7, seed=4)
     style = CovarianceStats.of(style_features)
-    out = wct_transfer(content, [style])
+    out = wct_transfer(content, [style], weights=[1.0])
     style_mean, style_covariance = feature_covariance(style_features)
     mean, covariance = feature_covariance(out)
     torch.testing.assert_close(mean, style_mean.expand(2, -1), rtol=0, atol=1e-10)
@@ -93,20 +93,24 @@ def test_wct_regions_take_their_own_style_and_unlabelled_pixels_stay():
     styles = [CovarianceStats.of(_features(1, 3, 6, 6, seed=s)) for s in (10, 11)]
     labels = torch.full((1, 8, 10), -1)
     labels[:, :, :4], labels[:, :, 6:] = 0, 1
-    out = wct_transfer(content, styles, labels=labels)
+    out = wct_transfer(content, styles, weights=[0.5, 0.5], labels=labels)
     torch.testing.assert_close(out[..., 4:6], content[..., 4:6], rtol=0, atol=0)
     for k, columns in ((0, slice(0, 4)), (1, slice(6, 10))):
         region = out[..., columns]
-        expected = wct_transfer(content[..., columns], [styles[k]])
+        expected = wct_transfer(content[..., columns], [styles[k]], weights=[1.0])
         torch.testing.assert_close(region, expected, rtol=0, atol=1e-10)
     # one label everywhere is the unmasked transform
-    everywhere = wct_transfer(content, styles[:1], labels=torch.zeros(1, 8, 10, dtype=torch.long))
-    torch.testing.assert_close(everywhere, wct_transfer(content, styles[:1]), rtol=0, atol=1e-10)
+    everywhere = wct_transfer(
+        content, styles[:1], weights=[1.0], labels=torch.zeros(1, 8, 10, dtype=torch.long)
+    )
+    torch.testing.assert_close(
+        everywhere, wct_transfer(content, styles[:1], weights=[1.0]), rtol=0, atol=1e-10
+    )
 
 
 def test_a_flat_content_takes_the_style_mean_and_nothing_else():
     """Constant features have no covariance: WCT adds no pattern, only the style's mean."""
     content = torch.full((1, 4, 5, 6), 0.3, dtype=torch.float64)
     style = CovarianceStats.of(_features(1, 4, 6, 6, seed=12))
-    out = wct_transfer(content, [style])
+    out = wct_transfer(content, [style], weights=[1.0])
     torch.testing.assert_close(out, style.mean[:, :, None, None].expand_as(out), rtol=0, atol=1e-12)

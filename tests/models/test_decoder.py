@@ -6,10 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from models.adain.images import load_image
 from models.adain.metrics import psnr
 from models.checkpoints import load_state_dict
 from models.decoder import Decoder, conv3x3_reflect, level_of_decoder
+from models.images import load_image
 from models.vgg import LEVELS, VGGEncoder, level_channels, level_stride
 
 # Conv indices of the published decoders: WCT feature_invertor_conv*_1.pth and the AdaIN

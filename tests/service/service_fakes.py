@@ -4,7 +4,8 @@ The fakes compute something simple and checkable, so route tests can assert that
 fields reach the model and results come back intact:
 
 * ``FakeStyleTransfer``: ``(1 - alpha) * content + alpha * weighted mean style colour``
-  per batch element (the content itself when ``preserve_color``), in ``PASSES`` passes.
+  per batch element (the content itself when ``preserve_color``), in as many steps as
+  the preset has passes, and charged as the real model charges the preset.
 * ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``,
   in ``steps`` steps; it understands prompts as the real pipeline does.
 
@@ -35,6 +36,8 @@ import torch
 import uvicorn
 from starlette.types import ASGIApp
 
+from models.adain.mixing import convex_weights
+from models.adain.presets import get_preset
 from models.control import StepControl, take_rows, wanted_rows
 from models.shapes.understand import Understanding, understand
 from service.config import Settings
@@ -45,7 +48,7 @@ from service.model_types import (
     TextToImageModel,
 )
 from service.workers.registry import AnyModelEntry, ModelEntry
-from service.workers.style_transfer import run_stylize
+from service.workers.style_transfer import run_stylize, style_transfer_details
 from service.workers.text_to_image import run_generate, text_to_image_details
 
 
@@ -103,8 +106,6 @@ class Stepper:
 
 
 class FakeStyleTransfer(Stepper):
-    PASSES = 2
-
     def __init__(self, device: str = "cpu", hold: Path | None = None) -> None:
         super().__init__(hold)
         self.device = device
@@ -120,9 +121,12 @@ class FakeStyleTransfer(Stepper):
         self.warmed_up = True
         return 0.0
 
+    def full_size_passes(self, preset: str | None = None) -> float:
+        return get_preset(preset or "quality").full_size_passes
+
     def describe(self) -> dict[str, Any]:
         """The fields of ``models.adain.StyleTransfer.describe``."""
-        levels = [f"level{i}" for i in range(self.PASSES)]
+        levels = list(get_preset("quality").levels)
         return {
             "name": "adain",
             "mode": "single-level" if len(levels) == 1 else "multi-level",
@@ -153,15 +157,12 @@ class FakeStyleTransfer(Stepper):
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
-        if masks is not None and style_weights is not None:
-            raise ValueError("style_weights and masks cannot be combined")
-        rows = self.run(content.shape[0], self.PASSES, control)
+        rows = self.run(content.shape[0], get_preset(preset or "quality").passes, control)
         if preserve_color:
             return content[rows].clone()
-        weights = style_weights or [1.0] * len(styles)
-        total = sum(weights)
+        weights = convex_weights(style_weights, len(styles))
         colour = sum(
-            (w / total * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True)),
+            (w * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True)),
             torch.zeros(()),
         )
         out = (1 - alpha) * content + alpha * colour[:, :, None, None].expand_as(content)
@@ -253,7 +254,7 @@ class Fakes:
             return self.dit.setdefault(device, FakeTextToImage(self.hold))
 
         return {
-            "adain": ModelEntry("adain", load_adain, run_stylize),
+            "adain": ModelEntry("adain", load_adain, run_stylize, style_transfer_details),
             "dit": ModelEntry("dit", load_dit, run_generate, text_to_image_details),
         }
 

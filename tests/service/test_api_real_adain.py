@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import io
+import json
 import os
 from pathlib import Path
 
@@ -93,3 +94,22 @@ def test_batched_requests_equal_single_ones(patient_client):
             decode_image(content, limits)[None], [decode_image(style, limits)[None]]
         )
         torch.testing.assert_close(got / 255, alone[0].permute(1, 2, 0), atol=1.5 / 255, rtol=0)
+
+
+def test_realtime_is_charged_less_than_quality_by_the_real_model(real_client):
+    """The cost bound multiplies by the loaded model's own answer for the preset: with a
+    budget between its realtime and quality figures, the same request passes with
+    realtime and is refused with quality."""
+    model = real_client.app.state.pools["adain"].model
+    quality, realtime = model.full_size_passes("quality"), model.full_size_passes("realtime")
+    assert realtime < quality
+    listed = real_client.get("/v1/models").json()
+    assert str(quality) in json.dumps(listed) and str(realtime) in json.dumps(listed)
+    area = 64 * 64 * 2  # size 64, one content and one style
+    real_client.app.state.settings.max_stylize_pixel_passes = round(area * (quality + realtime) / 2)
+    files = [("content", corpus.png(64, 48, seed=1)), ("style", corpus.png(32, 32, seed=2))]
+    fast = real_client.post("/v1/stylize", files=files, data={"size": "64", "preset": "realtime"})
+    assert fast.status_code == 200, fast.text
+    slow = real_client.post("/v1/stylize", files=files, data={"size": "64", "preset": "quality"})
+    assert slow.status_code == 422
+    assert f"x {quality:g} full-size passes" in slow.json()["error"]["message"]

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from models.adain.presets import get_preset
+
 
 def _post(client, content, styles, masks=(), **fields):
     files = [("content", ("c.png", content, "image/png"))]
@@ -100,7 +102,34 @@ def test_masks_with_style_weights_are_rejected(client):
         style_weights="1",
     )
     assert response.status_code == 422
-    assert response.json()["error"]["code"] == "validation_error"
+    error = response.json()["error"]
+    assert error["code"] == "validation_error"
+    assert error["message"] == (
+        "mask: style_weights and masks cannot be combined: masks choose the style"
+    )
+
+
+@pytest.mark.parametrize(
+    ("fields", "masks", "message"),
+    [
+        ({"style_weights": "1"}, 0, "style_weights: got 1 style weights for 2 styles"),
+        (
+            {"style_weights": "1,-1"},
+            0,
+            "style_weights: style weights must be finite, >= 0 and not all 0, got [1.0, -1.0]",
+        ),
+        ({}, 1, "mask: got 1 masks for 2 styles; need one per style"),
+    ],
+)
+def test_weights_and_masks_are_refused_with_the_model_message(
+    fakes, client, fields, masks, message
+):
+    white = corpus.solid_png((255, 255, 255))
+    styles = [corpus.png(seed=1), corpus.png(seed=2)]
+    response = _post(client, corpus.png(), styles, masks=[white] * masks, **fields)
+    assert response.status_code == 422
+    assert response.json()["error"]["message"] == message
+    assert fakes.adain["cpu"].batch_sizes == []
 
 
 def test_concurrent_compatible_requests_share_a_forward(fakes, client_factory):
@@ -141,10 +170,28 @@ def test_style_scale_out_of_range_is_a_validation_error_naming_the_field(fakes, 
 def test_a_larger_style_scale_counts_in_the_cost_budget(client_factory, fakes):
     client = client_factory(max_stylize_pixel_passes=20_000)
     content, style = corpus.png(64, 48), corpus.png(32, 32)
-    # the fake runs 2 passes: 64^2 x (1 content + 1 style x 1.5^2) x 2 = 26624 pixel-passes
+    # quality: 1/64 + 2/16 + 2/4 + 1 = 1.640625 full-size passes, so
+    # 64^2 x (1 content + 1 style x 1.5^2) x 1.640625 = 21840 pixel-passes
+    assert get_preset("quality").full_size_passes == 1.640625
     response = _post(client, content, [style], size=64, style_scale=1.5)
     assert response.status_code == 422
     message = response.json()["error"]["message"]
-    assert "26624" in message and "style_scale" in message and "20000" in message
-    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 2 = 16384
+    assert "21840" in message and "style_scale" in message and "20000" in message
+    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 1.640625 = 13440
     assert _post(client, content, [style], size=64, style_scale=0.5).status_code == 200
+
+
+def test_the_cost_bound_charges_the_passes_of_the_asked_preset(client_factory, fakes):
+    """realtime's passes cover fewer pixels than quality's: a budget between the two
+    admits the same request with realtime and refuses it with quality."""
+    quality = get_preset("quality").full_size_passes
+    realtime = get_preset("realtime").full_size_passes
+    assert realtime < quality
+    budget = round(64 * 64 * 2 * (quality + realtime) / 2)
+    client = client_factory(max_stylize_pixel_passes=budget)
+    content, style = corpus.png(64, 48), corpus.png(32, 32)
+    refused = _post(client, content, [style], size=64, preset="quality")
+    assert refused.status_code == 422
+    assert f"x {quality:g} full-size passes" in refused.json()["error"]["message"]
+    assert _post(client, content, [style], size=64, preset="realtime").status_code == 200
+    assert fakes.adain["cpu"].presets == ["realtime"]

@@ -94,8 +94,8 @@ def test_stylize_from_the_page(browser, server_url, tmp_path):
     _wait_for(browser, lambda d: d.find_element(By.ID, "stylize-status").text == "Done.")
     result = browser.find_element(By.ID, "stylize-result")
     assert result.is_displayed()
-    bar = browser.find_element(By.ID, "stylize-progress")  # the fake runs two passes
-    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("2", "2")
+    bar = browser.find_element(By.ID, "stylize-progress")  # the quality preset's six passes
+    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("6", "6")
     width = browser.execute_script("return arguments[0].naturalWidth;", result)
     assert width == 40
     # Read the pixels the page shows: alpha 0.5 between the photo and the styles' mean.

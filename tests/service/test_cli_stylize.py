@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -115,3 +119,46 @@ def test_missing_weights_say_how_to_fetch(tmp_path, monkeypatch, capsys):
     assert main(["stylize", str(content), str(content), "-o", str(tmp_path / "o.png")]) == 1
     err = capsys.readouterr().err
     assert "atelier weights fetch" in err and str(tmp_path / "empty") in err
+
+
+def test_the_output_records_what_the_service_records(weights_dir, tmp_path):
+    """The CLI's PNG carries the service's parameter chunks for the same request."""
+    from fastapi.testclient import TestClient
+    from service_fakes import make_settings
+
+    from models.adain.presets import get_preset
+    from service.app import create_app
+
+    content = _image(tmp_path / "c.png", (40, 30), 1)
+    styles = [_image(tmp_path / f"s{i}.png", (20, 20), 2 + i) for i in range(2)]
+    out = tmp_path / "o.png"
+    args = ["stylize", str(content), *map(str, styles), "-o", str(out), "--size", "32"]
+    assert main([*args, "--style-weights", "3,1", "--alpha", "0.5", "--preset", "realtime"]) == 0
+    with Image.open(out) as image:
+        cli = dict(image.text)
+    settings = make_settings(weights_dir=weights_dir, load_models="adain")
+    with TestClient(create_app(settings)) as client:
+        files = [("content", content.read_bytes())]
+        files += [("style", style.read_bytes()) for style in styles]
+        data = {"size": "32", "style_weights": "3,1", "alpha": "0.5", "preset": "realtime"}
+        response = client.post("/v1/stylize", files=files, data=data)
+    assert response.status_code == 200, response.text
+    with Image.open(io.BytesIO(response.content)) as image:
+        served = dict(image.text)
+    # the same chunks; the values too, but the precision (the service runs the fast path,
+    # bf16 where the CPU has native kernels)
+    assert set(cli) == set(served)
+    assert {k: v for k, v in cli.items() if k != "dtype"} == {
+        k: v for k, v in served.items() if k != "dtype"
+    }
+    assert json.loads(cli["style_weights"]) == [0.75, 0.25]
+    assert json.loads(cli["levels"]) == list(get_preset("realtime").levels)
+    assert set(json.loads(cli["checkpoint_sha256"])) == {
+        Path(name).name for name in (ENCODER_FILE, *DECODER_FILES.values())
+    }
+
+
+def test_an_unknown_output_suffix_is_refused_before_any_work(weights_dir, tmp_path, capsys):
+    content = _image(tmp_path / "c.png", (16, 16), 1)
+    assert main(["stylize", str(content), str(content), "-o", str(tmp_path / "o.tiff")]) == 2
+    assert "write one of" in capsys.readouterr().err

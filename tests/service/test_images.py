@@ -1,4 +1,4 @@
-"""Decoding, limits, conversions, resizing and encoding in ``service.images``."""
+"""Decoding uploads in ``service.images``: limits, conversions, shrinking, bounded decodes."""
 
 from __future__ import annotations
 
@@ -16,17 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-from models.adain.images import resize_max_side
+from models.images import encode_image
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
-from service.images import (
-    DecodeSlots,
-    ImageLimits,
-    decode_image,
-    encode_image,
-    output_size,
-    resize_to,
-    to_grey_mask,
-)
+from service.images import DecodeSlots, ImageLimits, decode_image, output_size
 
 LIMITS = ImageLimits(max_pixels=4_000_000)
 
@@ -55,6 +47,13 @@ def test_exif_orientation_is_applied():
     out = decode_image(data, LIMITS)
     assert out.shape == (3, 48, 24)  # orientation 6: displayed as portrait
     np.testing.assert_allclose(_as_hwc(out), np.rot90(raw, k=-1), atol=1e-7)  # 90 deg clockwise
+
+
+def test_encoded_png_decodes_exactly():
+    image = torch.randint(0, 256, (3, 17, 23)).float() / 255.0
+    torch.testing.assert_close(
+        decode_image(encode_image(image, "png")[0], LIMITS), image, atol=1e-7, rtol=0
+    )
 
 
 def test_palette_transparency_is_composited_over_white():
@@ -121,72 +120,6 @@ def test_pixel_limit_is_checked_from_the_header(monkeypatch):
     with pytest.raises(PayloadTooLarge, match="more than 1000000 pixels"):
         decode_image(corpus.png_header(2000, 2000), ImageLimits(max_pixels=1_000_000))
     assert loads == []
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    height=st.integers(1, 300),
-    width=st.integers(1, 300),
-    max_side=st.integers(1, 256),
-)
-def test_resize_max_side_bounds_the_longer_side_and_keeps_the_aspect(height, width, max_side):
-    image = torch.rand(3, height, width)
-    out = resize_max_side(image, max_side)
-    h, w = out.shape[-2:]
-    if max(height, width) <= max_side:
-        assert out is image
-        return
-    assert max(h, w) == max_side
-    scale = max_side / max(height, width)  # both sides scaled alike, rounded, at least 1
-    assert abs(h - height * scale) <= 0.5 or h == 1
-    assert abs(w - width * scale) <= 0.5 or w == 1
-    assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
-
-
-def test_resize_max_side_resizes_a_batch_as_each_image_alone():
-    batch = torch.rand(2, 3, 50, 70, generator=torch.Generator().manual_seed(0))
-    out = resize_max_side(batch, 20)
-    assert out.shape == (2, 3, 14, 20)
-    for image, resized in zip(batch, out, strict=True):
-        torch.testing.assert_close(resize_max_side(image, 20), resized)
-
-
-def test_resize_to_matches_torch_interpolate_on_a_constant():
-    out = resize_to(torch.full((3, 40, 60), 0.25), (10, 15))
-    torch.testing.assert_close(out, torch.full((3, 10, 15), 0.25))
-
-
-def test_resize_rejects_a_bad_side():
-    with pytest.raises(ValueError):
-        resize_max_side(torch.rand(3, 4, 4), 0)
-
-
-def test_grey_mask_is_the_channel_mean():
-    image = torch.rand(3, 5, 7)
-    torch.testing.assert_close(to_grey_mask(image), image.mean(0, keepdim=True))
-
-
-def test_png_encoding_round_trips_exactly():
-    image = torch.randint(0, 256, (3, 17, 23)).float() / 255.0
-    data, media_type = encode_image(image, "png")
-    assert media_type == "image/png"
-    torch.testing.assert_close(decode_image(data, LIMITS), image, atol=1e-7, rtol=0)
-
-
-@pytest.mark.parametrize(("fmt", "media_type"), [("jpeg", "image/jpeg"), ("webp", "image/webp")])
-def test_lossy_encodings_decode_close_to_the_input(fmt, media_type):
-    image = torch.linspace(0, 1, 32 * 32).reshape(1, 32, 32).repeat(3, 1, 1)
-    data, got_type = encode_image(image, fmt)
-    assert got_type == media_type
-    assert Image.open(io.BytesIO(data)).format == fmt.upper()
-    assert (decode_image(data, LIMITS) - image).abs().mean() < 0.02
-
-
-def test_encode_rejects_bad_arguments():
-    with pytest.raises(ValueError, match="unknown format"):
-        encode_image(torch.rand(3, 4, 4), "gif")
-    with pytest.raises(ValueError, match=r"\(3, H, W\)"):
-        encode_image(torch.rand(4, 4), "png")
 
 
 @settings(max_examples=60, deadline=None)

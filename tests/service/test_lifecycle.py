@@ -246,13 +246,13 @@ def test_a_stylize_request_over_the_cost_budget_is_refused_naming_the_limit(clie
         files += [("style", (f"s{i}.png", corpus.png(32, 32), "image/png")) for i in range(styles)]
         return client.post("/v1/stylize", files=files, data={"size": "64"})
 
-    # the fake runs 2 passes: 64^2 x (1 content + 2 styles) x 2 = 24576 pixel-passes
+    # quality's 1.640625 full-size passes: 64^2 x (1 content + 2 styles) x 1.640625 = 20160
     response = post(styles=2)
     assert response.status_code == 422
     message = response.json()["error"]["message"]
-    assert "24576" in message and "max_stylize_pixel_passes" in message and "20000" in message
+    assert "20160" in message and "max_stylize_pixel_passes" in message and "20000" in message
     assert fakes.adain["cpu"].batch_sizes == []
-    assert post(styles=1).status_code == 200  # 64^2 x 2 x 2 = 16384
+    assert post(styles=1).status_code == 200  # 64^2 x 2 x 1.640625 = 13440
 
 
 def _png_text(data: bytes) -> dict[str, str]:
@@ -347,7 +347,9 @@ def test_async_stylize_job_and_unknown_jobs(client):
     events = _events(client, job_id)
     assert events[-1][1]["state"] == "succeeded"
     final = client.get(f"/v1/jobs/{job_id}").json()
-    assert final["progress"]["unit"] == "pass" and final["progress"]["step"] == 2
+    assert (
+        final["progress"]["unit"] == "pass" and final["progress"]["step"] == 6
+    )  # quality's passes
     data = base64.b64decode(final["result"]["images"][0])
     assert _png_text(data)["alpha"] == "0.5"
     assert final["result"]["parameters"]["alpha"] == 0.5

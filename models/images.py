@@ -1,0 +1,175 @@
+"""Images as tensors, bytes and files: the one codec of the service, the command line,
+the training code and the benchmarks.
+
+* pixels: any Pillow image -> ``(3, H, W)`` float32 RGB in ``[0, 1]``
+  (:func:`pil_to_tensor`: palettes, alpha over white, CMYK, greyscale, 16 bit), and
+  ``(3, H, W)`` in ``[0, 1]`` -> an 8-bit RGB Pillow image (:func:`tensor_to_pil`);
+* masks: an RGB image's channel mean, ``(..., 3, H, W) -> (..., 1, H, W)``
+  (:func:`mask_from_rgb`), however the image was read;
+* encoding: PNG, JPEG or WebP bytes, with how the image was made in PNG text chunks
+  (:func:`encode_image`), and files (:func:`save_image`);
+* local files, trusted (:func:`load_image`, :func:`load_mask`); the service decodes
+  uploads with its own limits (``service.images``) through :func:`pil_to_tensor`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F  # noqa: N812
+from PIL import Image, ImageOps
+from PIL.PngImagePlugin import PngInfo
+from torch import Tensor
+
+#: Output formats: name -> (Pillow format, media type, save options).
+OUTPUT_FORMATS: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "png": ("PNG", "image/png", {"compress_level": 6}),
+    "jpeg": ("JPEG", "image/jpeg", {"quality": 92}),
+    "webp": ("WEBP", "image/webp", {"quality": 90}),
+}
+
+#: File suffixes :func:`save_image` writes, by output format.
+SUFFIXES = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
+
+SIXTEEN_BIT_MODES = {"I;16", "I;16L", "I;16B", "I;16N"}
+
+
+def pil_to_tensor(image: Image.Image) -> Tensor:
+    """``(3, H, W)`` float32 RGB in ``[0, 1]`` from any Pillow mode.
+
+    16-bit greyscale keeps its precision (``/ 65535``); 32-bit integer and float
+    greyscale are read as 16-bit when above 255, else 8-bit; greyscale is replicated
+    to three channels; transparency (alpha, or a palette's transparent index) is
+    composited over white.
+    """
+    if image.mode in SIXTEEN_BIT_MODES:
+        grey = np.asarray(image, dtype=np.float32) / 65535.0
+        array = np.repeat(grey[:, :, None], 3, axis=2)
+    elif image.mode in ("I", "F"):
+        grey = np.asarray(image, dtype=np.float32)
+        peak = 65535.0 if grey.max(initial=0.0) > 255.0 else 255.0
+        array = np.repeat(np.clip(grey / peak, 0.0, 1.0)[:, :, None], 3, axis=2)
+    else:
+        has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
+            image.mode == "P" and "transparency" in image.info
+        )
+        if has_alpha:
+            rgba = image.convert("RGBA")
+            background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+            image = Image.alpha_composite(background, rgba)
+        array = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+    return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+
+
+def tensor_to_pil(image: Tensor) -> Image.Image:
+    """An 8-bit RGB Pillow image of ``(3, H, W)`` in ``[0, 1]`` (clamped, rounded)."""
+    if image.ndim != 3 or image.shape[0] != 3:
+        raise ValueError(f"expected a (3, H, W) tensor, got {tuple(image.shape)}")
+    array = (image.detach().float().clamp(0, 1) * 255.0).round().to(torch.uint8)
+    return Image.fromarray(array.permute(1, 2, 0).cpu().numpy())
+
+
+def mask_from_rgb(image: Tensor) -> Tensor:
+    """A mask from an RGB image: the channel mean. ``(..., 3, H, W)`` -> ``(..., 1, H, W)``."""
+    return image.mean(dim=-3, keepdim=True)
+
+
+def encode_image(
+    image: Tensor, fmt: str, parameters: Mapping[str, object] | None = None
+) -> tuple[bytes, str]:
+    """Encode ``(3, H, W)`` in [0, 1] as PNG, JPEG or WebP.
+
+    ``parameters`` (how the image was made) go into PNG ``iTXt`` chunks, one per key,
+    values as text (JSON for anything but a string; ``None`` values are left out);
+    other formats carry none.
+
+    Returns:
+        ``(bytes, media_type)``.
+    """
+    if fmt not in OUTPUT_FORMATS:
+        raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(OUTPUT_FORMATS)}")
+    pil_format, media_type, options = OUTPUT_FORMATS[fmt]
+    pil = tensor_to_pil(image)
+    extra: dict[str, Any] = dict(options)
+    if parameters and pil_format == "PNG":
+        extra["pnginfo"] = _png_text(parameters)
+    buffer = io.BytesIO()
+    pil.save(buffer, format=pil_format, **extra)
+    return buffer.getvalue(), media_type
+
+
+def _png_text(parameters: Mapping[str, object]) -> PngInfo:
+    info = PngInfo()
+    for key, value in parameters.items():
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        info.add_itxt(key, text)  # iTXt: UTF-8, so any prompt survives
+    return info
+
+
+def save_image(
+    image: Tensor, path: str | Path, parameters: Mapping[str, object] | None = None
+) -> Path:
+    """Write one ``(1, 3, H, W)`` or ``(3, H, W)`` image in [0, 1] with :func:`encode_image`,
+    the format from the suffix (``.png``, ``.jpg``/``.jpeg``, ``.webp``)."""
+    path = Path(path)
+    fmt = SUFFIXES.get(path.suffix.lower())
+    if fmt is None:
+        raise ValueError(f"{path}: unknown image suffix; expected one of {sorted(SUFFIXES)}")
+    if image.ndim == 4:
+        if image.shape[0] != 1:
+            raise ValueError(f"save_image writes one image, got a batch of {image.shape[0]}")
+        image = image[0]
+    path.write_bytes(encode_image(image, fmt, parameters)[0])
+    return path
+
+
+def load_image(path: str | Path, *, max_side: int | None = None) -> Tensor:
+    """Read an image file (EXIF orientation applied) as ``(1, 3, H, W)`` float32 in [0, 1]
+    (:func:`pil_to_tensor`); ``max_side``: scale down (never up) so the longer side is
+    at most this (:func:`resize_max_side`)."""
+    with Image.open(path) as image:
+        tensor = pil_to_tensor(ImageOps.exif_transpose(image))[None]
+    return resize_max_side(tensor, max_side) if max_side else tensor
+
+
+def load_mask(path: str | Path, size: tuple[int, int]) -> Tensor:
+    """Read a mask file as ``(1, 1, H, W)`` in [0, 1]: the channel mean
+    (:func:`mask_from_rgb`) of the image, resized to ``size = (H, W)`` bilinearly
+    (antialiased when it shrinks)."""
+    mask = mask_from_rgb(load_image(path))
+    if tuple(mask.shape[-2:]) == tuple(size):
+        return mask
+    shrinks = size[0] < mask.shape[-2] or size[1] < mask.shape[-1]
+    out = F.interpolate(mask, size=size, mode="bilinear", antialias=shrinks, align_corners=False)
+    return out.clamp_(0.0, 1.0)
+
+
+def resize_max_side(image: Tensor, max_side: int) -> Tensor:
+    """Shrink so the longer side is at most ``max_side`` (aspect kept; never enlarges).
+
+    With ``s = max_side / max(H, W) < 1`` the new sides are ``max(1, round(H s))`` and
+    ``max(1, round(W s))``, by antialiased bilinear interpolation, clamped to ``[0, 1]``;
+    an image already small enough is returned as it is.
+
+    Shape:
+        ``(..., C, H, W)`` -> ``(..., C, H', W')``, e.g. one ``(C, H, W)`` image or a
+        ``(B, C, H, W)`` batch.
+    """
+    if max_side < 1:
+        raise ValueError(f"max_side must be >= 1, got {max_side}")
+    height, width = image.shape[-2:]
+    scale = max_side / max(height, width)
+    if scale >= 1.0:
+        return image
+    size = (max(1, round(height * scale)), max(1, round(width * scale)))
+    batch = image.reshape(-1, *image.shape[-3:])  # (N, C, H, W)
+    out = F.interpolate(batch, size=size, mode="bilinear", antialias=True, align_corners=False)
+    return out.clamp_(0, 1).reshape(*image.shape[:-2], *size)
