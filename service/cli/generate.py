@@ -38,13 +38,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
     from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
     from models.images import save_image
     from service.cli.settings import settings_from_args
     from service.workers.loading import checkpoint_hashes
+    from service.workers.text_to_image import image_parameters
 
     if args.num_images < 1:
         raise SystemExit("error: -n must be >= 1")
@@ -80,14 +79,8 @@ def run(args: argparse.Namespace) -> int:
         negative_prompts=[args.negative] * args.num_images,
         seeds=seeds,
     )
-    parameters = {  # the chunks the service writes into its PNGs
-        "prompt": args.prompt,
-        "negative_prompt": args.negative,
-        **asdict(options),
-        "understood": understanding.caption,
-        "model": "dit",
-        "checkpoint_sha256": checkpoint_hashes(pipe.describe()),
-    }
+    provenance = {"model": "dit", "checkpoint_sha256": checkpoint_hashes(pipe.describe())}
+    parameters = image_parameters(args.prompt, args.negative, options, understanding, provenance)
     args.output.mkdir(parents=True, exist_ok=True)
     for seed, image in zip(seeds, images, strict=True):
         path = save_image(image, args.output / f"seed{seed}.png", parameters | {"seed": seed})

@@ -37,7 +37,7 @@ from service.jobs.records import JobResult, pack, unpack
 from service.model_types import StyleTransferModel, TextToImageModel
 from service.workers.pool import AnyWorkerPool, WorkerPool
 from service.workers.style_transfer import StylizeJob
-from service.workers.text_to_image import GenerateJob
+from service.workers.text_to_image import GenerateJob, image_parameters
 
 T = TypeVar("T")
 
@@ -208,13 +208,9 @@ class GenerateWork(Work):
                 for i, job in enumerate(jobs)
             )
         )
-        parameters = {
-            "prompt": self.prompt,
-            "negative_prompt": self.negative_prompt,
-            **asdict(self.options),
-            "understood": understanding.caption,
-            **pool.provenance(),
-        }
+        parameters = image_parameters(
+            self.prompt, self.negative_prompt, self.options, understanding, pool.provenance()
+        )
         pngs = await asyncio.to_thread(_encode_pngs, images, self.seeds, parameters)
         fields = {
             "seeds": list(self.seeds),

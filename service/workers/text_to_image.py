@@ -60,3 +60,23 @@ def text_to_image_details(model: TextToImageModel) -> dict[str, Any]:
         "defaults": asdict(model.defaults),
         "image_size": model.image_size,
     }
+
+
+def image_parameters(
+    prompt: str,
+    negative_prompt: str | None,
+    options: GenerateOptions,
+    understanding: Understanding,
+    provenance: dict[str, Any],
+) -> dict[str, Any]:
+    """What a generated PNG records in its text chunks (each image adds its ``seed``): the
+    request as resolved, what the model understood, and which model and weights drew it
+    (``provenance``: ``model`` and ``checkpoint_sha256``). The service and the CLI both
+    write these, so an image says how to make it again whichever made it."""
+    return {
+        "prompt": prompt,
+        "negative_prompt": negative_prompt,
+        **asdict(options),
+        "understood": understanding.caption,
+        **provenance,
+    }
