@@ -160,12 +160,19 @@ class FakeStyleTransfer(Stepper):
         rows = self.run(content.shape[0], get_preset(preset or "quality").passes, control)
         if preserve_color:
             return content[rows].clone()
-        weights = convex_weights(style_weights, len(styles))
-        colour = sum(
-            (w * s.mean(dim=(2, 3)) for w, s in zip(weights, styles, strict=True)),
-            torch.zeros(()),
-        )
-        out = (1 - alpha) * content + alpha * colour[:, :, None, None].expand_as(content)
+        means = [s.mean(dim=(2, 3))[:, :, None, None] for s in styles]  # (B or 1, 3, 1, 1)
+        if masks is None:
+            weights = convex_weights(style_weights, len(styles))
+            colour = sum((w * m for w, m in zip(weights, means, strict=True)), torch.zeros(()))
+            styled = colour.expand_as(content)
+        else:  # as the real model: the style whose mask is largest (>= 0.5), else the photo
+            stacked = torch.stack([m.expand(content.shape[0], 1, *m.shape[-2:]) for m in masks])
+            largest, chosen = stacked.max(dim=0)  # (B, 1, H, W)
+            styled = content.clone()
+            for i, mean in enumerate(means):
+                where = (chosen == i) & (largest >= 0.5)
+                styled = torch.where(where, mean.expand_as(content), styled)
+        out = (1 - alpha) * content + alpha * styled
         return out[rows]
 
 

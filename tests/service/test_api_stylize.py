@@ -84,12 +84,40 @@ def test_output_format(client, fmt, pil_name):
     assert Image.open(io.BytesIO(response.content)).format == pil_name
 
 
-def test_masks_one_per_style_are_accepted(client):
-    white = corpus.solid_png((255, 255, 255))
+def _halves(left: tuple[int, int, int], right: tuple[int, int, int]) -> bytes:
+    """An 80 x 48 PNG (twice the photo's sides: masks are resized to it) in two halves."""
+    image = Image.new("RGB", (80, 48), left)
+    image.paste(right, (40, 0, 80, 48))
+    buffer = io.BytesIO()
+    image.save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def test_masks_choose_the_style_per_pixel(client):
+    """Style 0 (red) where its mask is white, style 1 (blue) where its own is; where no
+    mask reaches 0.5 the photo (green) stays."""
+    white, black, grey = (255, 255, 255), (0, 0, 0), (90, 90, 90)
+    red, blue, green = (255, 0, 0), (0, 0, 255), (0, 160, 0)
     response = _post(
-        client, corpus.png(40, 24), [corpus.png(seed=1), corpus.png(seed=2)], masks=[white] * 2
+        client,
+        corpus.solid_png(green, 40, 24),
+        [corpus.solid_png(red, 16, 16), corpus.solid_png(blue, 16, 16)],
+        masks=[_halves(white, black), _halves(black, grey)],
     )
     assert response.status_code == 200, response.text
+    got = _pixels(response)
+    assert got.shape == (24, 40, 3)
+    np.testing.assert_allclose(got[:, :18], np.broadcast_to(red, (24, 18, 3)), atol=1.0)
+    np.testing.assert_allclose(got[:, 22:], np.broadcast_to(green, (24, 18, 3)), atol=1.0)
+    swapped = _post(
+        client,
+        corpus.solid_png(green, 40, 24),
+        [corpus.solid_png(red, 16, 16), corpus.solid_png(blue, 16, 16)],
+        masks=[_halves(black, white), _halves(white, black)],
+    )
+    got = _pixels(swapped)
+    np.testing.assert_allclose(got[:, :18], np.broadcast_to(blue, (24, 18, 3)), atol=1.0)
+    np.testing.assert_allclose(got[:, 22:], np.broadcast_to(red, (24, 18, 3)), atol=1.0)
 
 
 def test_masks_with_style_weights_are_rejected(client):
