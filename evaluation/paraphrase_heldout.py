@@ -9,7 +9,7 @@ inverse relation, "B to the right of A" for "A to the left of B", states the sam
 
 Written once, before the prompt parser (``models/shapes/understand.py``), and never used
 in its development, tests or tuning: the parser is developed against a different set of
-paraphrases (``tests/models/test_shapes_understand.py``). Nothing outside this benchmark
+paraphrases (``tests/models/shapes/test_shapes_understand.py``). Nothing outside this benchmark
 may import this module; changing it after the parser exists would void the measure.
 """
 

@@ -85,7 +85,7 @@ class TextToImage:
             natively (CUDA compute capability 8.0+, CPUs with AVX512-BF16/AMX) and in
             float32 elsewhere; ``"bf16"`` / ``"fp32"`` force one
             (:func:`models.devices.autocast_dtype`). On the CPU, bf16 images stay within
-            ``BF16_TOLERANCE`` of float32 ones (``tests/models/test_dit_pipeline.py``).
+            ``BF16_TOLERANCE`` of float32 ones (``tests/models/dit/test_dit_pipeline.py``).
 
     Sampling on CUDA queues every step without waiting for the GPU: noise from per-image
     generators on the device, the schedule copied there once, guidance in one batched

@@ -28,7 +28,7 @@ from redis_server import RedisMissing, RedisServer, free_port
 from service_fakes import FakeTextToImage
 
 pytestmark = pytest.mark.timeout(180)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ASYNC = {"Prefer": "respond-async"}
 LEASE_S = 2.0
 

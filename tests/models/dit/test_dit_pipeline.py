@@ -21,7 +21,7 @@ from models.hub import WeightsNotFoundError
 from models.text_encoder import HashedWordEncoder
 from service.cli import main as cli_main
 
-REPO_WEIGHTS = Path(__file__).resolve().parents[2] / "weights"
+REPO_WEIGHTS = Path(__file__).resolve().parents[3] / "weights"
 PROMPTS = ["a red circle", "two blue squares", "a small white triangle in the top left"]
 
 
