@@ -1,4 +1,5 @@
-"""AdaIN quality report on the shared photos and paintings (issue 3 targets).
+"""AdaIN quality report on the shared photos and paintings (the targets of
+docs/style-transfer.md).
 
 Prints, for each mode compared (the default pass first):
 - the style-loss ratio of every photo x painting pair at 256 px (median, max; targets

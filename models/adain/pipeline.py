@@ -45,8 +45,8 @@ from models.devices import bf16_supported, to_device
 from models.hub import Manifest, find_file, resolve
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
-#: The AdaIN pass that was the default before the presets' pyramids (issue 26), run at
-#: full size with ``levels=DEFAULT_LEVELS`` (benchmarks/adain_quality.py compares it).
+#: A full-size multi-level AdaIN pass (``levels=DEFAULT_LEVELS``): the baseline that
+#: benchmarks/adain_quality.py compares the presets with.
 DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu3_1", "relu2_1")
 
 #: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.

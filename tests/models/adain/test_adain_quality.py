@@ -1,4 +1,5 @@
-"""Issue 3 quality targets with the shared weights on the shared photos and paintings.
+"""The style-transfer quality targets (docs/style-transfer.md) with the shared weights on
+the shared photos and paintings.
 
 A few pairs at 256 px keep this fast; benchmarks/adain_quality.py reports the whole
 photo x painting grid with the same measures.
