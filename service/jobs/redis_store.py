@@ -199,13 +199,20 @@ return {'created', tostring(now)}
 
 _CLAIM = r"""
 local worker, model, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
-for i = 5, #ARGV do
+local skipped, first_priority = {}, 6 + tonumber(ARGV[5])
+for i = 6, first_priority - 1 do skipped[ARGV[i]] = true end
+for i = first_priority, #ARGV do
   local prio = ARGV[i]
   local owners = p .. 'owners:' .. model .. ':' .. prio
   while true do
-    local head = redis.call('ZRANGE', owners, 0, 0)
-    if #head == 0 then break end
-    local owner = head[1]
+    local owner = nil
+    for _, candidate in ipairs(redis.call('ZRANGE', owners, 0, -1)) do
+      if not skipped[candidate] then
+        owner = candidate
+        break
+      end
+    end
+    if owner == nil then break end
     local queue = p .. 'q:' .. model .. ':' .. prio .. ':' .. owner
     local id = redis.call('LPOP', queue)
     if redis.call('LLEN', queue) == 0 then
@@ -624,9 +631,17 @@ class RedisJobStore(JobStore):
 
     # --------------------------------------------------------------- worker side
     async def claim(
-        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+        self,
+        worker: str,
+        model: str,
+        priorities: tuple[str, ...],
+        lease_s: float,
+        *,
+        skip_owners: frozenset[str] = frozenset(),
     ) -> Claim | None:
-        reply = await self._script("claim", worker, model, repr(lease_s), *priorities)
+        reply = await self._script(
+            "claim", worker, model, repr(lease_s), len(skip_owners), *skip_owners, *priorities
+        )
         if not reply:
             return None
         payload, raw = reply

@@ -3,7 +3,10 @@
 A :class:`JobRunner` serves the models of one process's worker pools. For each model it
 claims jobs from the store while the pool has room (interactive jobs up to the
 interactive queue's bound; background jobs up to one full batch per device, so the
-store's fair order decides what runs next, not a local backlog), runs each claimed job
+store's fair order decides what runs next, not a local backlog; past that bound, up to
+a second batch, only a job of a key with no background work here, which then runs as
+interactive work: it takes the device from the other keys' batch at its next step, so
+one key's backlog delays another key's job by about a step, not a batch), runs each claimed job
 as a task on the pool, and writes its progress (at most every ``progress_interval_s``)
 and its result (once).
 
@@ -70,6 +73,11 @@ class _Running:
     model: str
     priority: str
     parts: int
+    owner: str
+    #: A background job of a key that had nothing running here, claimed past the
+    #: one-batch bound: it runs as interactive work, taking the device from the other
+    #: keys' background batch at its next step.
+    promoted: bool = False
     task: asyncio.Task[None] | None = None
     progress: Progress | None = None
     write_pending: bool = False
@@ -138,44 +146,68 @@ class JobRunner:
         self._tasks.append(loop.create_task(self._heartbeat()))
 
     # ------------------------------------------------------------------ claiming
-    def _free(self, model: str) -> tuple[str, ...]:
-        """The priorities this worker can take another job of ``model`` for."""
+    def _free(self, model: str) -> tuple[tuple[str, ...], frozenset[str] | None]:
+        """The priorities this worker can take another job of ``model`` for; and, when
+        background work is at its bound, the keys it runs background work of (a job of
+        any other key may still be claimed, up to a second batch, and run promoted), or
+        ``None`` when there is no such room."""
         devices = len(self.pools[model].devices)
         items = {INTERACTIVE: 0, BACKGROUND: 0}
+        background_owners = set()
         for running in self._running.values():
             if running.model == model:
                 items[running.priority] += running.parts
+                if running.priority == BACKGROUND:
+                    background_owners.add(running.owner)
         free = []
         if items[INTERACTIVE] < self.queue_size * devices:
             free.append(INTERACTIVE)
-        if items[BACKGROUND] < self.max_batch_size * devices:
-            free.append(BACKGROUND)
-        return tuple(free)
+        batch = self.max_batch_size * devices
+        if items[BACKGROUND] < batch:
+            return (*free, BACKGROUND), None
+        if items[BACKGROUND] < 2 * batch:
+            return tuple(free), frozenset(background_owners)
+        return tuple(free), None
+
+    async def _claim(self, model: str) -> tuple[Claim | None, bool] | None:
+        """The next job and whether it runs promoted; ``None`` when there is no room."""
+        priorities, busy_owners = self._free(model)
+        if not priorities and busy_owners is None:
+            return None
+        if priorities:
+            claim = await self.store.claim(self.worker, model, priorities, self.lease_s)
+            if claim is not None or busy_owners is None:
+                return claim, False
+        assert busy_owners is not None
+        claim = await self.store.claim(
+            self.worker, model, (BACKGROUND,), self.lease_s, skip_owners=busy_owners
+        )
+        return claim, claim is not None
 
     async def _claim_loop(self, model: str) -> None:
         backoff = 0.1
         with self.store.hub.watch(work_topic(model)) as work_arrived:
             while self._claiming:
-                priorities = self._free(model)
-                if not priorities:
-                    self._room[model].clear()
-                    await self._room[model].wait()
-                    continue
                 try:
-                    claim = await self.store.claim(self.worker, model, priorities, self.lease_s)
+                    next_job = await self._claim(model)
                 except StoreUnavailable:
                     await asyncio.sleep(backoff)
                     backoff = min(2 * backoff, 2.0)
                     continue
                 backoff = 0.1
+                if next_job is None:
+                    self._room[model].clear()
+                    await self._room[model].wait()
+                    continue
+                claim, promoted = next_job
                 if claim is None:
                     await work_arrived.wait(self.lease_s / 3)
                     continue
-                self._begin(model, claim)
+                self._begin(model, claim, promoted)
 
-    def _begin(self, model: str, claim: Claim) -> None:
+    def _begin(self, model: str, claim: Claim, promoted: bool) -> None:
         record = claim.record
-        running = _Running(model, record.priority, record.parts)
+        running = _Running(model, record.priority, record.parts, record.owner, promoted)
         self._running[record.id] = running
         running.task = asyncio.get_running_loop().create_task(
             self._execute(claim, running), name=f"job-{record.id}"
@@ -200,7 +232,7 @@ class JobRunner:
             running.progress = Progress(work.parts, lambda: self._progress_changed(record.id))
             result = await work.run(
                 self.pools[running.model],
-                priority=record.priority,
+                priority=INTERACTIVE if running.promoted else record.priority,
                 timeout_s=timeout,
                 progress=running.progress,
                 owner=record.owner,

@@ -410,24 +410,39 @@ class SqliteJobStore(JobStore):
 
     # --------------------------------------------------------------- worker side
     async def claim(
-        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+        self,
+        worker: str,
+        model: str,
+        priorities: tuple[str, ...],
+        lease_s: float,
+        *,
+        skip_owners: frozenset[str] = frozenset(),
     ) -> Claim | None:
-        claim = await self._run(self._claim, worker, model, priorities, lease_s)
+        claim = await self._run(self._claim, worker, model, priorities, lease_s, skip_owners)
         if claim is not None:
             self.hub.notify(job_topic(claim.record.id))
         return claim
 
     def _claim(
-        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+        self,
+        worker: str,
+        model: str,
+        priorities: tuple[str, ...],
+        lease_s: float,
+        skip_owners: frozenset[str],
     ) -> Claim | None:
         now = self._clock()
         with self._write() as db:
             for priority in priorities:
-                heads = db.execute(
-                    "SELECT owner, MIN(seq) AS first FROM jobs"
-                    " WHERE state = ? AND model = ? AND priority = ? GROUP BY owner",
-                    (QUEUED, model, priority),
-                ).fetchall()
+                heads = [
+                    head
+                    for head in db.execute(
+                        "SELECT owner, MIN(seq) AS first FROM jobs"
+                        " WHERE state = ? AND model = ? AND priority = ? GROUP BY owner",
+                        (QUEUED, model, priority),
+                    )
+                    if head["owner"] not in skip_owners
+                ]
                 if not heads:
                     continue
                 served = dict(

@@ -299,10 +299,17 @@ class JobStore(ABC):
     # ---------------------------------------------------------------- worker side
     @abstractmethod
     async def claim(
-        self, worker: str, model: str, priorities: tuple[str, ...], lease_s: float
+        self,
+        worker: str,
+        model: str,
+        priorities: tuple[str, ...],
+        lease_s: float,
+        *,
+        skip_owners: frozenset[str] = frozenset(),
     ) -> Claim | None:
         """Take the next job of ``model`` for ``worker`` (interactive first, then the
-        owner served least recently) and lease it for ``lease_s``."""
+        owner served least recently, leaving out ``skip_owners``) and lease it for
+        ``lease_s``."""
 
     @abstractmethod
     async def renew(

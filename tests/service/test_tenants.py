@@ -185,6 +185,42 @@ def test_one_keys_backlog_does_not_delay_another_keys_job(client_factory, fakes,
     assert prompts.index("bob") <= 2  # after the job in flight (and at most one claimed)
 
 
+def test_a_waiting_keys_job_takes_the_device_from_another_keys_batch(client_factory, fakes, keys):
+    """busy's background batch holds the device (its steps wait on a gate); bob's job,
+    of a key with nothing running, is claimed past the one-batch bound and runs at once,
+    at the batch's next step, not after it."""
+    file, tokens = keys
+    busy = file.add("busy", max_jobs=10)
+    client = client_factory(api_keys_file=file.path, max_batch_size=1, max_batch_wait_ms=0.0)
+    model = fakes.dit["cpu"]
+    model.gate_only, model.step_gate = "background", threading.Semaphore(0)
+    busy_headers = {**ASYNC, **_bearer(busy)}
+    backlog = [
+        client.post("/v1/generate", json={"prompt": f"busy {i}", "steps": 3}, headers=busy_headers)
+        for i in range(3)
+    ]
+    wait_until(lambda: len(model.calls) == 1)  # busy's first job is in the model
+    bob = _bearer(tokens["bob"])
+    other = client.post(
+        "/v1/generate", json={"prompt": "bob", "steps": 1}, headers={**ASYNC, **bob}
+    )
+    bob_job = f"/v1/jobs/{other.json()['id']}"
+    wait_until(lambda: client.get(bob_job, headers=bob).json()["state"] == "running")
+    gate = client.app.state.pools["dit"].batchers["cpu"]["interactive"]._gate
+    wait_until(lambda: gate.foreground_waiting == 1)  # bob's forward waits for the device
+    model.step_gate.release(2)  # busy's steps 0 and 1; the device is bob's between them
+    wait_until(lambda: client.get(bob_job, headers=bob).json()["state"] == "succeeded")
+    first = client.get(f"/v1/jobs/{backlog[0].json()['id']}", headers=_bearer(busy)).json()
+    assert first["state"] == "running"  # its last step waits for the gate
+    wait_until(lambda: len(model.steps_by) == 3)
+    assert model.steps_by == [("background", 0), ("interactive", 0), ("background", 1)]
+    for _ in range(20):
+        model.step_gate.release()
+    for response in backlog:
+        assert _events(client, response.json()["id"], _bearer(busy))[-1] == "done"
+    model.step_gate, model.gate_only = None, None
+
+
 # ------------------------------------------------------------- idempotency
 def test_an_idempotency_key_replays_the_first_job_and_refuses_another_request(client_factory, keys):
     file, tokens = keys

@@ -171,6 +171,29 @@ def test_claims_take_interactive_work_first_then_owners_in_turn(open_store):
     assert [i for i in order if i in backlog] == backlog  # each owner's jobs in order
 
 
+def test_a_claim_can_leave_owners_out(open_store):
+    """A worker asks for a job of a key it runs nothing of: the skipped owners' jobs stay
+    queued, in order, for a later claim."""
+
+    async def scenario():
+        store = await open_store()
+        flood = [await _create(store, _job("flood")) for _ in range(2)]
+        quiet = await _create(store, _job("quiet"))
+        first = await store.claim(
+            "w", "dit", (BACKGROUND,), LEASE, skip_owners=frozenset({"flood"})
+        )
+        none_left = await store.claim(
+            "w", "dit", (BACKGROUND,), LEASE, skip_owners=frozenset({"flood", "other"})
+        )
+        rest = [await store.claim("w", "dit", (BACKGROUND,), LEASE) for _ in range(2)]
+        return first, none_left, rest, [j.id for j in flood], quiet.id
+
+    first, none_left, rest, flood, quiet = run(open_store, scenario)
+    assert first is not None and first.record.id == quiet
+    assert none_left is None
+    assert [claim.record.id for claim in rest] == flood
+
+
 def test_a_claim_only_takes_its_model(open_store):
     async def scenario():
         store = await open_store()
