@@ -511,8 +511,8 @@ async def result_reads(args: argparse.Namespace):
             idle = await probe_latencies(server.url, args.probes * 4)
             loaded = []
             for _ in range(args.probes):
-                reads = asyncio.gather(
-                    *(client.get(f"/v1/jobs/{job}") for _ in range(args.readers))
+                reads = asyncio.gather(  # raw reads: the readers' parsing is not the server's
+                    *(raw_get(server.url, f"/v1/jobs/{job}") for _ in range(args.readers))
                 )
                 loaded += await probe_latencies(server.url, 4)
                 await reads
