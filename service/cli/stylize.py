@@ -104,18 +104,17 @@ def run(args: argparse.Namespace) -> int:
         if args.masks:
             size = (content.shape[-2], content.shape[-1])
             masks = [load_mask(path, size) for path in args.masks]
-        with torch.inference_mode():
-            output = model.stylize(
-                content,
-                styles,
-                style_weights=args.style_weights,
-                alpha=args.alpha,
-                preserve_color=args.preserve_color,
-                masks=masks,
-                levels=args.levels,
-                preset=args.preset,
-                style_scale=args.style_scale,
-            )
+        output = model.stylize(
+            content,
+            styles,
+            style_weights=args.style_weights,
+            alpha=args.alpha,
+            preserve_color=args.preserve_color,
+            masks=masks,
+            levels=args.levels,
+            preset=args.preset,
+            style_scale=args.style_scale,
+        )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
