@@ -62,35 +62,20 @@ class DecodeSlots:
     The pool's threads run at a lower OS priority (``niceness``; Linux applies nice
     values per thread), so a flood of large uploads takes only the CPU that other
     requests leave. Images of at most ``large_pixels`` (after a JPEG's draft scale)
-    are decoded by the caller's thread right away, never queued behind large ones; but
-    each is one of many (a flood of 1024 px uploads, one per request thread), so they
-    share a budget: small decodes run together while their pixels sum to at most
-    ``small_budget_pixels`` (one always runs), and wait for room past it. A decode still
-    waiting when its request's deadline passes is dropped without running.
+    are decoded by the caller's thread right away: their memory is small, and they
+    never queue behind large ones. A large decode still queued when its request's
+    deadline passes is dropped without running.
 
     Args:
         slots: how many large decodes may run at once.
         large_pixels: images above this many pixels go to the pool.
-        small_budget_pixels: pixels of small decodes at once (default ``4 * large_pixels``).
         niceness: added to the pool threads' nice value (0 leaves them as they are).
     """
 
-    def __init__(
-        self,
-        slots: int,
-        large_pixels: int,
-        *,
-        small_budget_pixels: int | None = None,
-        niceness: int = 10,
-    ) -> None:
+    def __init__(self, slots: int, large_pixels: int, *, niceness: int = 10) -> None:
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.large_pixels = large_pixels
-        self.small_budget_pixels = (
-            4 * large_pixels if small_budget_pixels is None else small_budget_pixels
-        )
-        self._small = threading.Condition()
-        self.small_in_flight = 0
         self._pool = ThreadPoolExecutor(
             max_workers=slots,
             thread_name_prefix="large-decode",
@@ -101,15 +86,14 @@ class DecodeSlots:
         self.waiting = 0
 
     def run(self, pixels: int, work: Callable[[], T], deadline: float | None = None) -> T:
-        """``work()``: on this thread for a small image (once the small budget has room),
-        else on the pool; its result.
+        """``work()``: at once for a small image, else on the pool; its result.
 
         Raises:
-            DeadlineExceeded: a decode did not finish before ``deadline``
+            DeadlineExceeded: a large decode did not finish before ``deadline``
                 (``time.monotonic``); dropped if it had not started.
         """
         if pixels <= self.large_pixels:
-            return self._run_small(pixels, work, deadline)
+            return work()
         with self._lock:
             self.waiting += 1
         future = self._pool.submit(self._started, work)
@@ -121,23 +105,6 @@ class DecodeSlots:
                 with self._lock:
                     self.waiting -= 1
             raise DeadlineExceeded("the request deadline passed while decoding") from None
-
-    def _run_small(self, pixels: int, work: Callable[[], T], deadline: float | None) -> T:
-        def room() -> bool:
-            in_flight = self.small_in_flight
-            return in_flight == 0 or in_flight + pixels <= self.small_budget_pixels
-
-        with self._small:
-            timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not self._small.wait_for(room, timeout):
-                raise DeadlineExceeded("the request deadline passed while decoding")
-            self.small_in_flight += pixels
-        try:
-            return work()
-        finally:
-            with self._small:
-                self.small_in_flight -= pixels
-                self._small.notify_all()
 
     def _started(self, work: Callable[[], T]) -> T:
         with self._lock:

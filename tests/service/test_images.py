@@ -162,38 +162,6 @@ def test_a_queued_large_decode_gives_up_at_the_deadline_and_small_ones_pass():
         holder.join(30)
 
 
-def test_small_decodes_share_a_pixel_budget():
-    """Budget 150 px of small decodes: two of 60 run together, a third waits until one
-    ends (or its deadline passes); one decode over the budget still runs alone."""
-    slots = DecodeSlots(1, large_pixels=100, small_budget_pixels=150)
-    started = [threading.Event() for _ in range(3)]
-    release = [threading.Event() for _ in range(3)]
-
-    def decode(i: int) -> None:
-        slots.run(60, lambda: (started[i].set(), release[i].wait(30)))
-
-    threads = [threading.Thread(target=decode, args=(i,)) for i in range(3)]
-    for thread in threads[:2]:
-        thread.start()
-    try:
-        assert started[0].wait(30) and started[1].wait(30)
-        assert slots.small_in_flight == 120
-        threads[2].start()
-        assert not started[2].wait(0.2)  # 180 px would pass the budget
-        with pytest.raises(DeadlineExceeded):
-            slots.run(60, lambda: None, deadline=time.monotonic() + 0.05)
-        release[0].set()
-        assert started[2].wait(30)  # room again
-    finally:
-        for event in release:
-            event.set()
-        for thread in threads:
-            thread.join(30)
-    assert slots.small_in_flight == 0
-    tight = DecodeSlots(1, large_pixels=100, small_budget_pixels=50)
-    assert tight.run(100, lambda: tight.small_in_flight) == 100  # over the budget: alone
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
 def test_large_decodes_run_at_a_lower_priority():
     slots = DecodeSlots(1, large_pixels=0, niceness=5)
