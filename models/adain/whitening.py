@@ -13,12 +13,6 @@ The matrix powers are taken on the eigendecomposition in float64, with eigenvalu
 below ``EIGEN_FLOOR`` (dead or constant directions, which a ReLU map has) dropped: those
 directions are projected out before colouring, as Li et al. do.
 
-The ``C x C`` algebra (eigendecompositions and products of covariance-sized matrices,
-``C <= 256``) runs on one CPU thread (:func:`one_thread`): LAPACK's symmetric eigensolver
-splits such a matrix into thousands of tiny parallel steps, so two threads were 4x slower
-than one for a 256 x 256 ``eigh`` on an idle machine (48.7 against 12.6 ms, fastest of 30)
-and 70x slower on a busy one (median 1643 against 24 ms), ``docs/style-transfer.md``.
-
 Like AdaIN, WCT of several styles is the weighted mean of their transforms
 (``mu = sum_k w_k mu_k``, ``S^{1/2} -> sum_k w_k S_k^{1/2}``), and the strength ``alpha``
 interpolates with the content (or an anchor): every form here is one affine map per
@@ -28,9 +22,7 @@ position, ``y = M c + t``, which a decoder folds into its first convolution
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -41,29 +33,6 @@ from models.adain.mixing import convex_weights
 #: Eigenvalues of a feature covariance at or below this are treated as zero (Li et al.'s
 #: threshold; normalised VGG features have variances of order 1 to 10^3).
 EIGEN_FLOOR = 1e-5
-
-#: Held while the intra-op thread count is lowered, so that two threads entering
-#: :func:`one_thread` together cannot restore each other's lowered count.
-_THREAD_COUNT_LOCK = threading.RLock()
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run the enclosed torch operations on one intra-op thread, then restore the count
-    (also on an exception). The count is process-wide: other threads' operations in the
-    window run on one thread too (slower, never different)."""
-    with _THREAD_COUNT_LOCK:
-        previous = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(previous)
-
-
-def _small_algebra(matrix: Tensor):
-    """The context for ``C x C`` algebra on ``matrix``: one thread on the CPU, as it is elsewhere."""
-    return one_thread() if matrix.device.type == "cpu" else nullcontext()
 
 
 @dataclass(frozen=True)
@@ -131,11 +100,10 @@ def symmetric_power(matrix: Tensor, power: float, floor: float = EIGEN_FLOOR) ->
     Shape:
         - matrix: ``(..., C, C)`` float64; output: the same.
     """
-    with _small_algebra(matrix):
-        values, vectors = torch.linalg.eigh(matrix)
-        kept = values > floor
-        powered = torch.where(kept, values.clamp_min(floor) ** power, torch.zeros_like(values))
-        return (vectors * powered.unsqueeze(-2)) @ vectors.transpose(-1, -2)
+    values, vectors = torch.linalg.eigh(matrix)
+    kept = values > floor
+    powered = torch.where(kept, values.clamp_min(floor) ** power, torch.zeros_like(values))
+    return (vectors * powered.unsqueeze(-2)) @ vectors.transpose(-1, -2)
 
 
 def wct_affine(
@@ -159,13 +127,12 @@ def wct_affine(
           in float64.
     """
     batch, channels = content.shape[:2]
+    target = mix_covariance(styles, weights, batch)
     mean, covariance = feature_covariance(content)
-    with _small_algebra(covariance):
-        target = mix_covariance(styles, weights, batch)
-        transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
-        shift = alpha * (target.mean - (transform @ mean.unsqueeze(-1)).squeeze(-1))
-        identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)
-        return alpha * transform + (1.0 - alpha) * identity, shift
+    transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
+    shift = alpha * (target.mean - (transform @ mean.unsqueeze(-1)).squeeze(-1))
+    identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)
+    return alpha * transform + (1.0 - alpha) * identity, shift
 
 
 def apply_affine(features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:

@@ -9,7 +9,6 @@ from models.adain.whitening import (
     CovarianceStats,
     apply_affine,
     feature_covariance,
-    one_thread,
     symmetric_power,
     wct_affine,
     wct_transfer,
@@ -115,42 +114,3 @@ def test_a_flat_content_takes_the_style_mean_and_nothing_else():
     style = CovarianceStats.of(_features(1, 4, 6, 6, seed=12))
     out = wct_transfer(content, [style], weights=[1.0])
     torch.testing.assert_close(out, style.mean[:, :, None, None].expand_as(out), rtol=0, atol=1e-12)
-
-
-def test_one_thread_lowers_the_thread_count_and_restores_it_even_on_an_error():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        with one_thread():
-            assert torch.get_num_threads() == 1
-            with one_thread():  # re-entrant in one thread
-                assert torch.get_num_threads() == 1
-            assert torch.get_num_threads() == 1
-        assert torch.get_num_threads() == 2
-        with pytest.raises(RuntimeError), one_thread():
-            raise RuntimeError("inside")
-        assert torch.get_num_threads() == 2
-    finally:
-        torch.set_num_threads(previous)
-
-
-def test_the_transform_on_one_thread_equals_the_reference_and_restores_the_count():
-    """wct_affine against the float64 reference (S_s^(1/2) S_c^(-1/2), its shift) computed here
-    with two threads, and the caller's thread count as it was afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    try:
-        content = _features(1, 16, 12, 12, seed=13)
-        style = CovarianceStats.of(_features(1, 16, 10, 10, seed=14))
-        assert torch.get_num_threads() == 2
-        matrix, shift = wct_affine(content, [style], weights=[1.0])
-        assert torch.get_num_threads() == 2
-        mean, covariance = feature_covariance(content)
-        values, vectors = torch.linalg.eigh(covariance)
-        inverse_root = vectors @ torch.diag_embed(values.rsqrt()) @ vectors.transpose(-1, -2)
-        expected = style.root @ inverse_root
-        torch.testing.assert_close(matrix, expected, rtol=0, atol=1e-10)
-        expected_shift = style.mean - (expected @ mean.unsqueeze(-1)).squeeze(-1)
-        torch.testing.assert_close(shift, expected_shift, rtol=0, atol=1e-10)
-    finally:
-        torch.set_num_threads(previous)
