@@ -63,7 +63,10 @@ def pil_to_tensor(image: Image.Image) -> Tensor:
             rgba = image.convert("RGBA")
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             image = Image.alpha_composite(background, rgba)
-        array = np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0
+        rgb = torch.from_numpy(np.array(image.convert("RGB")))  # (H, W, 3) uint8
+        # one float copy, divided in place: a 1024 px photo costs 12.6 MB, not four times that
+        out = torch.empty((3, *rgb.shape[:2]), dtype=torch.float32)
+        return out.copy_(rgb.permute(2, 0, 1)).div_(255.0)
     return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
 
 

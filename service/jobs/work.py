@@ -234,7 +234,7 @@ def _encode_pngs(
 # ---------------------------------------------------------------- style transfer
 def to_uint8(image: torch.Tensor) -> torch.Tensor:
     """``(3, H, W)`` float in [0, 1] -> ``(3, H, W)`` uint8 (exact for 8-bit sources)."""
-    return (image.clamp(0, 1) * 255.0).round().to(torch.uint8)
+    return image.clamp(0, 1).mul_(255.0).round_().to(torch.uint8)  # one float temporary
 
 
 def _to_float(image: torch.Tensor) -> torch.Tensor:
