@@ -9,6 +9,7 @@ become tensors, and results bytes, through the one codec of ``models.images``.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import logging
 import os
@@ -110,6 +111,27 @@ class DecodeSlots:
         with self._lock:
             self.waiting -= 1
         return work()
+
+
+def _load_malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None  # not glibc (musl has no malloc_trim)
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def return_freed_memory() -> None:
+    """Give the pages the C allocator holds free back to the OS (glibc's ``malloc_trim``,
+    elsewhere nothing). Decoding and encoding an upload frees tens of megabytes in the
+    malloc arena of whichever thread did it; freed pages between live allocations stay
+    in the process, so a flood of uploads would leave its RSS near the flood's peak."""
+    if _MALLOC_TRIM is not None:
+        _MALLOC_TRIM(0)
 
 
 def _lower_thread_priority(niceness: int) -> None:

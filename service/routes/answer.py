@@ -36,6 +36,7 @@ from service.errors import (
     ValidationFailed,
     error_of_job,
 )
+from service.images import return_freed_memory
 from service.jobs.records import BACKGROUND, INTERACTIVE, JobRecord, JobResult, new_job_id
 from service.jobs.store import JobStore, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
@@ -144,11 +145,18 @@ def _record(
     )
 
 
+def _encode_and_trim(work: StylizeWork) -> bytes:
+    """The work's payload; then the decode's and the encode's freed memory goes back."""
+    payload = work.to_payload()
+    return_freed_memory()
+    return payload
+
+
 async def _create(
     store: JobStore, record: JobRecord, work: Work, who: Caller, submission: Submission
 ) -> tuple[JobRecord, bool]:
     if isinstance(work, StylizeWork):  # images to encode
-        payload = await run_in_threadpool(work.to_payload)
+        payload = await run_in_threadpool(_encode_and_trim, work)
     else:
         payload = work.to_payload()
     return await store.create(
