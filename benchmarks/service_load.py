@@ -73,8 +73,8 @@ class DirectModel:
 
         self.model = StyleTransfer.from_pretrained([weights_dir], device="cpu", fast=True)
         limits = ImageLimits(max_pixels=10**8)
-        self.content = decode_image(content, limits)[None]
-        self.style = decode_image(style, limits)[None]
+        self.content = decode_image(content, limits)[None] / 255.0
+        self.style = decode_image(style, limits)[None] / 255.0
         self.worker = ThreadPoolExecutor(max_workers=1)
         for _ in range(3):
             self.seconds()  # warm-up

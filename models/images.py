@@ -2,14 +2,15 @@
 the training code and the benchmarks.
 
 * pixels: any Pillow image -> ``(3, H, W)`` float32 RGB in ``[0, 1]``
-  (:func:`pil_to_tensor`: palettes, alpha over white, CMYK, greyscale, 16 bit), and
+  (:func:`pil_to_tensor`: palettes, alpha over white, CMYK, greyscale, 16 bit) or
+  uint8 (:func:`pil_to_uint8`, the service's uploads: no float copy), and
   ``(3, H, W)`` in ``[0, 1]`` -> an 8-bit RGB Pillow image (:func:`tensor_to_pil`);
 * masks: an RGB image's channel mean, ``(..., 3, H, W) -> (..., 1, H, W)``
   (:func:`mask_from_rgb`), however the image was read;
 * encoding: PNG, JPEG or WebP bytes, with how the image was made in PNG text chunks
   (:func:`encode_image`), and files (:func:`save_image`);
 * local files, trusted (:func:`load_image`, :func:`load_mask`); the service decodes
-  uploads with its own limits (``service.images``) through :func:`pil_to_tensor`.
+  uploads with its own limits (``service.images``) through :func:`pil_to_uint8`.
 """
 
 from __future__ import annotations
@@ -56,18 +57,40 @@ def pil_to_tensor(image: Image.Image) -> Tensor:
         peak = 65535.0 if grey.max(initial=0.0) > 255.0 else 255.0
         array = np.repeat(np.clip(grey / peak, 0.0, 1.0)[:, :, None], 3, axis=2)
     else:
-        has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
-            image.mode == "P" and "transparency" in image.info
-        )
-        if has_alpha:
-            rgba = image.convert("RGBA")
-            background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-            image = Image.alpha_composite(background, rgba)
-        rgb = torch.from_numpy(np.array(image.convert("RGB")))  # (H, W, 3) uint8
+        rgb = _rgb8_array(image)  # (H, W, 3) uint8
         # one float copy, divided in place: a 1024 px photo costs 12.6 MB, not four times that
         out = torch.empty((3, *rgb.shape[:2]), dtype=torch.float32)
-        return out.copy_(rgb.permute(2, 0, 1)).div_(255.0)
+        return out.copy_(torch.from_numpy(rgb).permute(2, 0, 1)).div_(255.0)
     return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+
+
+def pil_to_uint8(image: Image.Image) -> Tensor:
+    """``(3, H, W)`` uint8 RGB from any Pillow mode: :func:`pil_to_tensor`'s conversions,
+    rounded to 8 bits (the same values as ``to_uint8(pil_to_tensor(image))``).
+
+    An 8-bit image never becomes float: the result is a channel-first view of one
+    ``(H, W, 3)`` array, so a 1024 px photo costs 3 MB, not the 12.6 MB of its floats.
+    """
+    if image.mode in SIXTEEN_BIT_MODES or image.mode in ("I", "F"):
+        return to_uint8(pil_to_tensor(image))
+    return torch.from_numpy(_rgb8_array(image)).permute(2, 0, 1)
+
+
+def _rgb8_array(image: Image.Image) -> np.ndarray:
+    """``(H, W, 3)`` uint8 of an 8-bit-per-channel image, transparency over white."""
+    has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
+        image.mode == "P" and "transparency" in image.info
+    )
+    if has_alpha:
+        rgba = image.convert("RGBA")
+        background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(background, rgba)
+    return np.array(image if image.mode == "RGB" else image.convert("RGB"))
+
+
+def to_uint8(image: Tensor) -> Tensor:
+    """``(3, H, W)`` float in [0, 1] -> ``(3, H, W)`` uint8, rounded (exact for 8-bit sources)."""
+    return image.clamp(0, 1).mul_(255.0).round_().to(torch.uint8)  # one float temporary
 
 
 def tensor_to_pil(image: Tensor) -> Image.Image:

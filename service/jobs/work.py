@@ -25,12 +25,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar, TypeVar
 
-import numpy as np
 import torch
 from PIL import Image
 
 from models.dit.options import GenerateOptions
-from models.images import encode_image, mask_from_rgb
+from models.images import encode_image, mask_from_rgb, pil_to_uint8
 from service.batching import DEADLINE
 from service.errors import DeadlineExceeded
 from service.jobs.records import JobResult, pack, unpack
@@ -232,13 +231,10 @@ def _encode_pngs(
 
 
 # ---------------------------------------------------------------- style transfer
-def to_uint8(image: torch.Tensor) -> torch.Tensor:
-    """``(3, H, W)`` float in [0, 1] -> ``(3, H, W)`` uint8 (exact for 8-bit sources)."""
-    return image.clamp(0, 1).mul_(255.0).round_().to(torch.uint8)  # one float temporary
-
-
 def _to_float(image: torch.Tensor) -> torch.Tensor:
-    return image.to(torch.float32) / 255.0
+    """``(3, H, W)`` uint8 (any strides) -> contiguous float32 in [0, 1], one copy."""
+    out = torch.empty(image.shape, dtype=torch.float32)
+    return out.copy_(image).div_(255.0)
 
 
 def _png(image: torch.Tensor) -> bytes:
@@ -249,8 +245,7 @@ def _png(image: torch.Tensor) -> bytes:
 
 def _unpng(data: bytes) -> torch.Tensor:
     with Image.open(io.BytesIO(data)) as image:
-        array = np.asarray(image.convert("RGB"))
-    return torch.from_numpy(array.copy()).permute(2, 0, 1).contiguous()
+        return pil_to_uint8(image)
 
 
 @dataclass(frozen=True, eq=False)

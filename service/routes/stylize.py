@@ -22,7 +22,7 @@ from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
-from service.jobs.work import StylizeWork, to_uint8
+from service.jobs.work import StylizeWork
 from service.routes.answer import Submission, answer, check_webhook, fingerprint
 from service.routes.deps import (
     CallerDep,
@@ -98,16 +98,15 @@ def _decode_all(
     decoding: Decoding,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
     """Decode and resize every upload to 8-bit RGB (CPU work: runs in the thread pool)."""
-    content_image = to_uint8(decoding.decode(content, name="content", size=size))
+    content_image = decoding.decode(content, name="content", size=size)
     style_images = tuple(
-        to_uint8(decoding.decode(data, name=f"style[{i}]", size=size))
-        for i, data in enumerate(styles)
+        decoding.decode(data, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
     )
     mask_images = None
     if masks is not None:
         height, width = content_image.shape[-2:]
         mask_images = tuple(
-            to_uint8(decoding.decode(data, name=f"mask[{i}]", size=(height, width)))
+            decoding.decode(data, name=f"mask[{i}]", size=(height, width))
             for i, data in enumerate(masks)
         )
     return content_image, style_images, mask_images

@@ -18,8 +18,10 @@ from models.images import (
     load_mask,
     mask_from_rgb,
     pil_to_tensor,
+    pil_to_uint8,
     resize_max_side,
     save_image,
+    to_uint8,
 )
 
 
@@ -48,6 +50,32 @@ def test_lossy_encodings_decode_close_to_the_input(fmt, media_type):
     with Image.open(io.BytesIO(data)) as decoded:
         assert decoded.format == fmt.upper()
         assert (pil_to_tensor(decoded) - image).abs().mean() < 0.02
+
+
+def _image_of_mode(mode: str, seed: int) -> Image.Image:
+    """A random 9 x 7 image in ``mode``; the palette one has a transparent index."""
+    rng = np.random.default_rng(seed)
+    rgba = Image.fromarray(rng.integers(0, 256, (7, 9, 4), dtype=np.uint8), "RGBA")
+    if mode == "I;16":
+        return Image.fromarray(rng.integers(0, 65536, (7, 9), dtype=np.uint16))  # I;16
+    if mode == "I":
+        return Image.fromarray(rng.integers(0, 70000, (7, 9), dtype=np.int32), "I")
+    if mode == "F":
+        return Image.fromarray(rng.uniform(0, 255, (7, 9)).astype(np.float32), "F")
+    if mode == "P":
+        image = rgba.convert("RGB").convert("P", palette=Image.Palette.ADAPTIVE, colors=16)
+        image.info["transparency"] = 3
+        return image
+    return rgba.convert(mode)
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK", "I;16", "I", "F"])
+def test_eight_bit_pixels_are_the_rounded_float_pixels(mode):
+    """``pil_to_uint8`` takes no float detour for 8-bit modes, yet gives the same values."""
+    image = _image_of_mode(mode, seed=len(mode))
+    out = pil_to_uint8(image)
+    assert out.dtype == torch.uint8 and out.shape == (3, 7, 9)
+    assert torch.equal(out, to_uint8(pil_to_tensor(image)))
 
 
 def test_encode_rejects_bad_arguments():

@@ -64,7 +64,9 @@ def test_http_answer_matches_calling_the_model(real_client):
     model = real_client.app.state.pools["adain"].model
     limits = ImageLimits(max_pixels=10**6)
     direct = model.stylize(
-        decode_image(content, limits)[None], [decode_image(style, limits)[None]], alpha=0.8
+        decode_image(content, limits)[None] / 255.0,
+        [decode_image(style, limits)[None] / 255.0],
+        alpha=0.8,
     )[0]
     expected = direct.permute(1, 2, 0).double().numpy()
     assert got.shape == expected.shape == (40, 48, 3)
@@ -91,7 +93,7 @@ def test_batched_requests_equal_single_ones(patient_client):
     for content, response in zip(contents, responses, strict=True):
         got = torch.from_numpy(np.array(Image.open(io.BytesIO(response.content)))).float()
         alone = model.stylize(
-            decode_image(content, limits)[None], [decode_image(style, limits)[None]]
+            decode_image(content, limits)[None] / 255.0, [decode_image(style, limits)[None] / 255.0]
         )
         torch.testing.assert_close(got / 255, alone[0].permute(1, 2, 0), atol=1.5 / 255, rtol=0)
 

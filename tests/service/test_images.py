@@ -24,7 +24,9 @@ LIMITS = ImageLimits(max_pixels=4_000_000)
 
 
 def _as_hwc(tensor: torch.Tensor) -> np.ndarray:
-    return tensor.permute(1, 2, 0).numpy().astype(np.float64)
+    """The decoded ``(3, H, W)`` uint8 as ``(H, W, 3)`` float64 in [0, 1]."""
+    assert tensor.dtype == torch.uint8
+    return tensor.permute(1, 2, 0).numpy().astype(np.float64) / 255.0
 
 
 def _save(image: Image.Image, fmt: str, **options) -> bytes:
@@ -37,8 +39,8 @@ def test_rgb_png_decodes_exactly():
     data = corpus.png(48, 32)
     reference = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64) / 255.0
     out = decode_image(data, LIMITS)
-    assert out.shape == (3, 32, 48) and out.dtype == torch.float32
-    np.testing.assert_allclose(_as_hwc(out), reference, atol=1e-7)
+    assert out.shape == (3, 32, 48) and out.dtype == torch.uint8
+    np.testing.assert_array_equal(_as_hwc(out), reference)
 
 
 def test_exif_orientation_is_applied():
@@ -46,14 +48,13 @@ def test_exif_orientation_is_applied():
     raw = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64) / 255.0  # EXIF ignored
     out = decode_image(data, LIMITS)
     assert out.shape == (3, 48, 24)  # orientation 6: displayed as portrait
-    np.testing.assert_allclose(_as_hwc(out), np.rot90(raw, k=-1), atol=1e-7)  # 90 deg clockwise
+    np.testing.assert_array_equal(_as_hwc(out), np.rot90(raw, k=-1))  # 90 deg clockwise
 
 
 def test_encoded_png_decodes_exactly():
-    image = torch.randint(0, 256, (3, 17, 23)).float() / 255.0
-    torch.testing.assert_close(
-        decode_image(encode_image(image, "png")[0], LIMITS), image, atol=1e-7, rtol=0
-    )
+    pixels = torch.randint(0, 256, (3, 17, 23), dtype=torch.uint8)
+    decoded = decode_image(encode_image(pixels.float() / 255.0, "png")[0], LIMITS)
+    assert torch.equal(decoded, pixels)
 
 
 def test_palette_transparency_is_composited_over_white():
@@ -76,20 +77,20 @@ def test_cmyk_jpeg_becomes_rgb():
     assert out[..., 0].mean() > 0.9 and out[..., 1:].mean() < 0.1
 
 
-def test_sixteen_bit_png_keeps_its_precision():
+def test_sixteen_bit_png_rounds_to_the_nearest_eight_bit_value():
     data = corpus.png_16bit(40, 24)
     raw = np.asarray(Image.open(io.BytesIO(data)), dtype=np.float64)
     assert raw.max() > 255  # really 16-bit
-    out = _as_hwc(decode_image(data, LIMITS))
+    out = decode_image(data, LIMITS).permute(1, 2, 0).numpy()
     for channel in range(3):
-        np.testing.assert_allclose(out[..., channel], raw / 65535.0, atol=1e-6)
+        np.testing.assert_array_equal(out[..., channel], np.round(raw / 65535.0 * 255.0))
 
 
 def test_greyscale_is_replicated_to_three_channels():
     grey = np.arange(20 * 30, dtype=np.uint8).reshape(20, 30)
     out = _as_hwc(decode_image(_save(Image.fromarray(grey), "PNG"), LIMITS))
     for channel in range(3):
-        np.testing.assert_allclose(out[..., channel], grey / 255.0, atol=1e-7)
+        np.testing.assert_array_equal(out[..., channel], grey / 255.0)
 
 
 @pytest.mark.parametrize(
