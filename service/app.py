@@ -40,7 +40,7 @@ from service.errors import (
     ShuttingDown,
     install_error_handlers,
 )
-from service.images import DecodeSlots
+from service.images import DecodeSlots, PreparationBudget
 from service.jobs.feeds import JobFeeds
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.runner import JobRunner, reap_forever, worker_name
@@ -400,6 +400,7 @@ def create_app(
     app.state.decode_slots = DecodeSlots(
         settings.max_concurrent_decodes, settings.large_image_pixels
     )
+    app.state.preparation = PreparationBudget(settings.max_preparing_pixels)
     app.state.pools = {}
     app.state.model_status = {}
     install_error_handlers(app)

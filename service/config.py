@@ -189,6 +189,14 @@ class Settings(BaseSettings):
         "decoded on the pool of max_concurrent_decodes low-priority threads; smaller ones "
         "at once.",
     )
+    max_preparing_pixels: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="Output pixels of stylize uploads being read, decoded and stored at "
+        "once (each image counts size^2); heavier requests wait their turn, so a burst of "
+        "uploads holds the memory of this many pixels (a few bytes each), not of the "
+        "whole burst. Requests of at most 1/32 of it never wait.",
+    )
     api_key: str | None = Field(
         default=None,
         description="A single API key (named 'default'): when set, /v1 routes need "

@@ -9,6 +9,9 @@ become tensors, and results bytes, through the one codec of ``models.images``.
 
 from __future__ import annotations
 
+import asyncio
+import collections
+import contextlib
 import ctypes
 import io
 import logging
@@ -17,7 +20,7 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -111,6 +114,100 @@ class DecodeSlots:
         with self._lock:
             self.waiting -= 1
         return work()
+
+
+class PreparationBudget:
+    """Bounds the pixels of uploads being prepared at once, weighted by their size.
+
+    Preparing a stylisation (reading its uploads, decoding them, encoding a job's
+    payload for the store) holds a few bytes of memory per output pixel until the work
+    is handed off (the payload stored, or the work given to a batcher). Without a
+    bound that memory grows with the uploads arriving together: 64 async 1024 px jobs
+    sent at once are 64 preparations at once. A request's weight is its output pixels,
+    known before anything is read (``size^2`` per image: the photo, the styles, the
+    masks); the weights held at once stay within ``pixels``, and requests that do not
+    fit wait in arrival order, so the memory of a burst is that of ``pixels`` whatever
+    the burst's size. A request heavier than the whole budget runs when nothing else
+    is being prepared. Light requests (at most ``pixels // 32``: a 512 px photo and
+    its style, with the default) never wait: their memory is small, and a flood of
+    large uploads must not hold them up.
+
+    Args:
+        pixels: the output pixels that may be in preparation at once.
+    """
+
+    def __init__(self, pixels: int) -> None:
+        if pixels < 1:
+            raise ValueError(f"pixels must be >= 1, got {pixels}")
+        self.pixels = pixels
+        self.light_pixels = pixels // 32
+        self.held = 0
+        self._waiting: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @contextlib.asynccontextmanager
+    async def hold(
+        self, weight: int, deadline: float | None = None
+    ) -> AsyncIterator[Callable[[], None]]:
+        """Hold ``weight`` pixels of the budget; yields ``release``, which gives them
+        back early (at hand-off; exiting the block gives them back otherwise).
+
+        Raises:
+            DeadlineExceeded: ``deadline`` (``time.monotonic``) passed while waiting.
+        """
+        if weight <= self.light_pixels:
+            yield lambda: None
+            return
+        await self._acquire(weight, deadline)
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if not released:
+                released = True
+                self.held -= weight
+                self._wake()
+
+        try:
+            yield release
+        finally:
+            release()
+
+    async def _acquire(self, weight: int, deadline: float | None) -> None:
+        if not self._waiting and (self.held == 0 or self.held + weight <= self.pixels):
+            self.held += weight
+            return
+        turn: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        entry = (weight, turn)
+        self._waiting.append(entry)
+        timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
+        try:
+            await asyncio.wait_for(asyncio.shield(turn), timeout)
+        except BaseException as exc:  # timed out, or the request was cancelled
+            if turn.done() and not turn.cancelled():
+                self.held -= weight  # granted as it gave up: give it back
+            else:
+                turn.cancel()
+                self._waiting.remove(entry)
+            self._wake()
+            if isinstance(exc, TimeoutError):
+                raise DeadlineExceeded(
+                    "the request deadline passed while earlier uploads were being prepared"
+                ) from None
+            raise
+
+    def _wake(self) -> None:
+        """Grant the waiters at the head of the line that fit, in arrival order."""
+        while self._waiting:
+            weight, turn = self._waiting[0]
+            if self.held and self.held + weight > self.pixels:
+                return
+            self._waiting.popleft()
+            self.held += weight
+            turn.set_result(None)
 
 
 def _load_malloc_trim() -> Callable[[int], int] | None:

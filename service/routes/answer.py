@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,14 +96,18 @@ async def answer(
     work: Work,
     served: Served,
     submission: Submission,
+    handed_off: Callable[[], None] = lambda: None,
 ) -> JobResult | Response:
-    """Run ``work`` as the client asked (see the module docstring)."""
+    """Run ``work`` as the client asked (see the module docstring); ``handed_off()`` is
+    called once the work is out of the request's hands: its job stored, or its run
+    started (the request's :class:`~service.images.PreparationBudget` lease ends)."""
     settings: Settings = request.app.state.settings
     who: Caller = request.state.caller
     store: JobStore = request.app.state.store
     if submission.respond_async:
         record = _record(work, who, BACKGROUND, time.time() + settings.job_timeout_s, submission)
         job, _ = await _create(store, record, work, who, submission)
+        handed_off()
         return JSONResponse(
             job.public(),
             status_code=202,
@@ -111,6 +115,7 @@ async def answer(
         )
     timeout = remaining_seconds(request, settings)
     if submission.idempotency is None and submission.webhook is None and served.pool is not None:
+        handed_off()
         return await unless_disconnected(
             request,
             work.run(
@@ -125,6 +130,7 @@ async def answer(
         )
     record = _record(work, who, INTERACTIVE, time.time() + timeout, submission)
     job, _ = await _create(store, record, work, who, submission)
+    handed_off()
     return await unless_disconnected(request, _wait_for(store, job, timeout))
 
 

@@ -229,55 +229,59 @@ async def stylize(
     hook = await check_webhook(webhook, events, settings)
     if respond_async:  # refuse before anything is decoded
         await store.check_admission(who.name, who.max_jobs)
-    uploads = [await content.read(), *[await upload.read() for upload in style]]
-    mask_bytes = None if mask is None else [await upload.read() for upload in mask]
-    content_image, style_images, mask_images = await run_in_threadpool(
-        _decode_all,
-        uploads[0],
-        uploads[1:],
-        mask_bytes,
-        size=size,
-        decoding=Decoding(
-            ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-            request.app.state.decode_slots,
-            deadline_of(request, settings),
-        ),
-    )
-    options = {
-        "style_weights": None if weights is None else list(weights),
-        "alpha": alpha,
-        "preserve_color": preserve_color,
-        "preset": preset,
-        "style_scale": style_scale,
-    }
-    parameters = {
-        "alpha": alpha,
-        "style_weights": options["style_weights"],
-        "preserve_color": preserve_color,
-        "masks": len(mask) if mask is not None else 0,
-        "size": size,
-        "style_scale": style_scale,
-        "content_size": list(content_image.shape[-2:]),
-        **served.model_parameters(),
-        **get_preset(preset).parameters(),
-    }
-    work = StylizeWork(content_image, style_images, mask_images, options, format, parameters)
-    submission = Submission(
-        respond_async=respond_async,
-        idempotency=None
-        if idempotency_key is None
-        else (
-            idempotency_key,
-            fingerprint(
-                request.url.path,
-                json.dumps([options, size, format, webhook, webhook_events], sort_keys=True),
-                *uploads,
-                *(mask_bytes or []),
+    deadline = deadline_of(request, settings)
+    images = 1 + len(style) + (0 if mask is None else len(mask))
+    preparation = request.app.state.preparation
+    async with preparation.hold(images * size * size, deadline) as handed_off:
+        uploads = [await content.read(), *[await upload.read() for upload in style]]
+        mask_bytes = None if mask is None else [await upload.read() for upload in mask]
+        content_image, style_images, mask_images = await run_in_threadpool(
+            _decode_all,
+            uploads[0],
+            uploads[1:],
+            mask_bytes,
+            size=size,
+            decoding=Decoding(
+                ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
+                request.app.state.decode_slots,
+                deadline,
             ),
-        ),
-        webhook=hook,
-    )
-    result = await answer(request, work, served, submission)
+        )
+        options = {
+            "style_weights": None if weights is None else list(weights),
+            "alpha": alpha,
+            "preserve_color": preserve_color,
+            "preset": preset,
+            "style_scale": style_scale,
+        }
+        parameters = {
+            "alpha": alpha,
+            "style_weights": options["style_weights"],
+            "preserve_color": preserve_color,
+            "masks": len(mask) if mask is not None else 0,
+            "size": size,
+            "style_scale": style_scale,
+            "content_size": list(content_image.shape[-2:]),
+            **served.model_parameters(),
+            **get_preset(preset).parameters(),
+        }
+        work = StylizeWork(content_image, style_images, mask_images, options, format, parameters)
+        submission = Submission(
+            respond_async=respond_async,
+            idempotency=None
+            if idempotency_key is None
+            else (
+                idempotency_key,
+                fingerprint(
+                    request.url.path,
+                    json.dumps([options, size, format, webhook, webhook_events], sort_keys=True),
+                    *uploads,
+                    *(mask_bytes or []),
+                ),
+            ),
+            webhook=hook,
+        )
+        result = await answer(request, work, served, submission, handed_off)
     if isinstance(result, Response):
         return result
     return Response(result.images[0], media_type=result.media_type)

@@ -232,3 +232,26 @@ def test_small_images_do_not_queue_behind_large_decodes(client_factory, monkeypa
         gated.gate.set()
         large.join(30)
     assert out[0].status_code == 200
+
+
+def test_uploads_in_preparation_are_bounded_by_their_pixels(client_factory, monkeypatch):
+    """Each request weighs 2 x 64^2 output pixels, the whole budget: one is read and
+    decoded at a time, the others wait their turn (the decode slots do not bound them)."""
+    client = client_factory(max_preparing_pixels=2 * 64 * 64, large_image_pixels=10**6)
+    gated = GatedShrink(min_width=40)  # the 48 x 32 contents; the 32 x 32 styles pass
+    monkeypatch.setattr(images, "_shrink", gated)
+    preparation = client.app.state.preparation
+
+    def stylize():
+        return _stylize(client, corpus.png(), corpus.png(32, 32, 1), size="64")
+
+    started = [_in_thread(stylize)]
+    assert gated.entered.wait(30)
+    started += [_in_thread(stylize) for _ in range(2)]
+    _wait_for(lambda: preparation.waiting == 2)
+    gated.gate.set()
+    for thread, _ in started:
+        thread.join(30)
+    assert gated.most == 1
+    assert [out[0].status_code for _, out in started] == [200, 200, 200]
+    assert preparation.held == 0 and preparation.waiting == 0

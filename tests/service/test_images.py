@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import sys
@@ -18,7 +19,13 @@ from PIL import Image
 
 from models.images import encode_image
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
-from service.images import DecodeSlots, ImageLimits, decode_image, output_size
+from service.images import (
+    DecodeSlots,
+    ImageLimits,
+    PreparationBudget,
+    decode_image,
+    output_size,
+)
 
 LIMITS = ImageLimits(max_pixels=4_000_000)
 
@@ -171,3 +178,111 @@ def test_large_decodes_run_at_a_lower_priority():
         return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
 
     assert slots.run(1, nice) == min(19, nice() + 5)
+
+
+# ------------------------------------------------------------- preparation budget
+def _budget_scenario(steps):
+    """Run ``steps(budget, events)`` on an event loop; ``events`` records grants."""
+
+    async def main():
+        budget = PreparationBudget(pixels=3200)  # light: at most 100 pixels
+        events: list[str] = []
+        return await steps(budget, events), budget, events
+
+    return asyncio.run(main())
+
+
+async def _holder(budget, events, name, weight, release, deadline=None):
+    async with budget.hold(weight, deadline):
+        events.append(name)
+        await release.wait()
+
+
+def test_the_budget_grants_what_fits_then_waits_in_arrival_order():
+    async def steps(budget, events):
+        release = {name: asyncio.Event() for name in "abcd"}
+        tasks = [
+            asyncio.create_task(_holder(budget, events, "a", 2000, release["a"])),
+            asyncio.create_task(_holder(budget, events, "b", 1200, release["b"])),
+            asyncio.create_task(_holder(budget, events, "c", 1000, release["c"])),
+            asyncio.create_task(_holder(budget, events, "d", 100, release["d"])),
+        ]
+        await asyncio.sleep(0.01)
+        granted_first = list(events)  # a and b fit (3200); c waits; d is light
+        waiting_first = budget.waiting
+        release["b"].set()  # 1200 back: c (1000) fits
+        await asyncio.sleep(0.01)
+        granted_then = list(events)
+        for event in release.values():
+            event.set()
+        await asyncio.gather(*tasks)
+        return granted_first, waiting_first, granted_then
+
+    (first, waiting, then), budget, _ = _budget_scenario(steps)
+    assert first == ["a", "b", "d"] and waiting == 1
+    assert then == ["a", "b", "d", "c"]
+    assert budget.held == 0 and budget.waiting == 0
+
+
+def test_a_request_heavier_than_the_budget_runs_alone():
+    async def steps(budget, events):
+        release = asyncio.Event()
+        first = asyncio.create_task(_holder(budget, events, "small", 1000, release))
+        await asyncio.sleep(0.01)
+        heavy = asyncio.create_task(_holder(budget, events, "heavy", 10_000, asyncio.Event()))
+        await asyncio.sleep(0.01)
+        before = list(events)
+        release.set()
+        await first
+        await asyncio.sleep(0.01)
+        after = list(events)
+        heavy.cancel()
+        return before, after
+
+    (before, after), _, _ = _budget_scenario(steps)
+    assert before == ["small"] and after == ["small", "heavy"]
+
+
+def test_a_wait_past_the_deadline_or_cancelled_gives_its_place_back():
+    async def steps(budget, events):
+        release = asyncio.Event()
+        holder = asyncio.create_task(_holder(budget, events, "a", 3000, release))
+        await asyncio.sleep(0.01)
+        with pytest.raises(DeadlineExceeded):
+            await _holder(budget, events, "late", 1000, release, time.monotonic() + 0.05)
+        cancelled = asyncio.create_task(_holder(budget, events, "gone", 1000, release))
+        await asyncio.sleep(0.01)
+        waiting = budget.waiting
+        cancelled.cancel()
+        await asyncio.gather(cancelled, return_exceptions=True)
+        after = budget.waiting
+        release.set()
+        await holder
+        return waiting, after
+
+    (waiting, after), budget, events = _budget_scenario(steps)
+    assert (waiting, after) == (1, 0)
+    assert events == ["a"] and budget.held == 0
+
+
+def test_an_early_release_lets_the_next_request_in():
+    async def steps(budget, events):
+        order = []
+
+        async def early():
+            async with budget.hold(3000) as release:
+                order.append("prepared")
+                release()  # handed off; still inside the block
+                await asyncio.sleep(0.02)
+                order.append("answered")
+
+        async def next_one():
+            await asyncio.sleep(0.005)
+            async with budget.hold(3000):
+                order.append("next")
+
+        await asyncio.gather(early(), next_one())
+        return order
+
+    order, budget, _ = _budget_scenario(steps)
+    assert order == ["prepared", "next", "answered"] and budget.held == 0
