@@ -38,7 +38,7 @@ from service.errors import (
 )
 from service.images import return_freed_memory
 from service.jobs.records import BACKGROUND, INTERACTIVE, JobRecord, JobResult, new_job_id
-from service.jobs.store import JobStore, done_topic
+from service.jobs.store import JobStore, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
 from service.jobs.work import StylizeWork, Work, off_loop_if_large
 from service.routes.deps import remaining_seconds
@@ -129,9 +129,15 @@ async def answer(
             code="model_not_loaded",
         )
     record = _record(work, who, INTERACTIVE, time.time() + timeout, submission)
-    job, _ = await _create(store, record, work, who, submission)
-    handed_off()
-    return await unless_disconnected(request, _wait_for(store, job, timeout))
+    with store.hub.watch(done_topic(record.id)) as finished:  # before the job exists
+        job, created = await _create(store, record, work, who, submission)
+        handed_off()
+        if created:
+            waiting = _wait_for(store, job.id, job, finished, timeout)
+            return await unless_disconnected(request, waiting)
+    with store.hub.watch(done_topic(job.id)) as finished:  # a replay: the first request's job
+        waiting = _wait_for(store, job.id, None, finished, timeout)
+        return await unless_disconnected(request, waiting)
 
 
 def _record(
@@ -170,31 +176,50 @@ async def _create(
     )
 
 
-async def _wait_for(store: JobStore, job: JobRecord, timeout_s: float) -> JobResult:
+async def _wait_for(
+    store: JobStore,
+    job_id: str,
+    record: JobRecord | None,
+    finished: Watch,
+    timeout_s: float,
+) -> JobResult:
     """Wait for an interactive job's result; past ``timeout_s`` or when the client left,
-    the job is cancelled (its batch drops it at the next step)."""
+    the job is cancelled (its batch drops it at the next step).
+
+    ``finished`` watches the job's done topic. ``record`` is the job as read after that
+    watch was registered (the job this request just created), or ``None``: read it
+    here. Woken by the job's finish, the request reads its result first: one store read
+    when the job succeeded (a result is written with the final state, in one write); the
+    record is read only when there is no result (the job failed or was cancelled) or
+    after ``REREAD_S`` without news (in case a notification was lost).
+    """
     deadline = time.monotonic() + timeout_s
-    finished = False
+    done = False
     try:
-        with store.hub.watch(done_topic(job.id)) as changed:
-            while True:
-                record = await store.get(job.id)
-                if record is None:
-                    raise JobNotFound("the job was forgotten before it finished")
-                if record.finished:
-                    finished = True
+        if record is None:
+            record = await store.get(job_id)
+        while True:
+            if record is None:
+                raise JobNotFound("the job was forgotten before it finished")
+            if record.finished:
+                done = True
+                if record.state != "succeeded":
+                    raise error_of_job(record.error)
+                data = await store.result(job_id)
+                if data is None:
+                    raise JobNotFound("the job's result was forgotten")
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeadlineExceeded(f"no result within {timeout_s:g} s")
+            if await finished.wait(min(left, REREAD_S)):
+                data = await store.result(job_id)
+                if data is not None:
+                    done = True
                     break
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise DeadlineExceeded(f"no result within {timeout_s:g} s")
-                await changed.wait(min(left, REREAD_S))
-        if record.state != "succeeded":
-            raise error_of_job(record.error)
-        data = await store.result(job.id)
-        if data is None:
-            raise JobNotFound("the job's result was forgotten")
+            record = await store.get(job_id)
         return await off_loop_if_large(len(data), JobResult.from_bytes, data)
     finally:
-        if not finished:
+        if not done:
             with contextlib.suppress(ServiceError):
-                await asyncio.shield(store.cancel(job.id))
+                await asyncio.shield(store.cancel(job_id))

@@ -6,6 +6,8 @@ Long work is long by construction: the fakes' step gate holds a batch at a step.
 from __future__ import annotations
 
 import threading
+import uuid
+from collections import Counter
 
 import corpus
 import pytest
@@ -22,6 +24,37 @@ def _events(client, job_id: str) -> list[str]:
             for line in stream.iter_lines()
             if line.startswith("event:")
         ]
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_request_waiting_for_its_job_reads_the_store_once_when_it_is_done(
+    client_factory, backend, request
+):
+    """A synchronous request through the queue (an ``Idempotency-Key``) reads the store
+    once, for the result, after its job finished: no read of the job it just created."""
+    settings = {}
+    if backend == "redis":
+        url = request.getfixturevalue("redis_server").url
+        settings = {"redis_url": url, "redis_prefix": f"wait-{uuid.uuid4().hex[:8]}:"}
+    client = client_factory(**settings)
+    store = client.app.state.store
+    if backend == "redis":
+        assert client.portal.call(store.listening)
+    warm_up = client.post("/v1/generate", json={"prompt": "a"}, headers={"Idempotency-Key": "w"})
+    assert warm_up.status_code == 200
+    calls: Counter[str] = Counter()
+    for name in ("create", "get", "claim", "set_progress", "finish", "result"):
+
+        async def counted(*args, _name=name, _call=getattr(store, name), **kwargs):
+            calls[_name] += 1
+            return await _call(*args, **kwargs)
+
+        setattr(store, name, counted)
+    body = {"prompt": "a red circle", "steps": 3, "seed": 2}
+    queued = client.post("/v1/generate", json=body, headers={"Idempotency-Key": "k"})
+    assert queued.status_code == 200
+    assert queued.json()["images"] == client.post("/v1/generate", json=body).json()["images"]
+    assert (calls["create"], calls["get"], calls["finish"], calls["result"]) == (1, 0, 1, 1)
 
 
 def test_delete_answers_the_stopped_job_and_then_forgets_a_finished_one(client, fakes):
