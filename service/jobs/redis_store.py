@@ -232,7 +232,9 @@ for i = first_priority, #ARGV do
         redis.call('ZADD', p .. 'leases', now + lease, id)
         redis.call('ZREM', p .. 'deadlines', id)
         changed('job:' .. id)
-        return {redis.call('GET', p .. 'in:' .. id), redis.call('HGETALL', key)}
+        local more = redis.call('EXISTS', p .. 'owners:' .. model .. ':interactive',
+                                p .. 'owners:' .. model .. ':background')
+        return {redis.call('GET', p .. 'in:' .. id), redis.call('HGETALL', key), more}
       end
     end
   end
@@ -644,8 +646,8 @@ class RedisJobStore(JobStore):
         )
         if not reply:
             return None
-        payload, raw = reply
-        return Claim(JobRecord.from_fields(_pairs(raw)), bytes(payload))
+        payload, raw, more = reply
+        return Claim(JobRecord.from_fields(_pairs(raw)), bytes(payload), more > 0)
 
     async def renew(
         self, worker: str, job_ids: list[str], lease_s: float

@@ -200,10 +200,10 @@ class JobRunner:
                     await self._room[model].wait()
                     continue
                 claim, promoted = next_job
-                if claim is None:
+                if claim is not None:
+                    self._begin(model, claim, promoted)
+                if claim is None or not claim.more:  # a job queued from now on announces itself
                     await work_arrived.wait(self.lease_s / 3)
-                    continue
-                self._begin(model, claim, promoted)
 
     def _begin(self, model: str, claim: Claim, promoted: bool) -> None:
         record = claim.record

@@ -480,7 +480,11 @@ class SqliteJobStore(JobStore):
                 payload = db.execute(
                     "SELECT data FROM blobs WHERE id = ? AND kind = 'in'", (record.id,)
                 ).fetchone()["data"]
-                return Claim(record, bytes(payload))
+                more = db.execute(
+                    "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = ? AND model = ?)",
+                    (QUEUED, model),
+                ).fetchone()[0]
+                return Claim(record, bytes(payload), bool(more))
         return None
 
     async def renew(

@@ -80,10 +80,14 @@ class Delivery:
 
 @dataclass(frozen=True)
 class Claim:
-    """A job a worker now holds the lease of, with its input."""
+    """A job a worker now holds the lease of, with its input; ``more``: whether jobs of
+    its model (of any priority and owner) were still queued after it was taken, so that
+    another claim may find one (when not, the worker waits for the model's work topic,
+    which every queued job announces, instead of asking again)."""
 
     record: JobRecord
     payload: bytes
+    more: bool
 
 
 class Refused(Overloaded):

@@ -207,6 +207,28 @@ def test_a_claim_only_takes_its_model(open_store):
     assert claim is not None and depths.get("adain", 0) == 0
 
 
+def test_a_claim_says_whether_jobs_of_its_model_are_still_queued(open_store):
+    """``Claim.more``: another job of the model, of any priority or owner (even one this
+    claim left out), is queued; a job of another model does not count."""
+
+    async def scenario():
+        store = await open_store()
+        await _create(store, _job("alice", priority=INTERACTIVE))
+        await _create(store, _job("bob"))
+        await _create(store, _job("carol", model="adain"))
+        takes = ((INTERACTIVE,), frozenset()), ((BACKGROUND,), frozenset())
+        mores = [(await store.claim("w", "dit", p, LEASE, skip_owners=s)).more for p, s in takes]
+        await _create(store, _job("bob"))
+        await _create(store, _job("dave"))
+        skipping = await store.claim(
+            "w", "dit", (BACKGROUND,), LEASE, skip_owners=frozenset({"dave"})
+        )
+        last = await store.claim("w", "dit", (BACKGROUND,), LEASE)
+        return mores, skipping.record.owner, skipping.more, last.more
+
+    assert run(open_store, scenario) == ([True, False], "bob", True, False)
+
+
 def test_a_lost_lease_puts_the_job_back_until_max_attempts(open_store):
     async def scenario():
         store = await open_store(StoreLimits(max_attempts=2))
