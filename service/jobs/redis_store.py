@@ -60,7 +60,6 @@ from service.jobs.store import (
     cancel_topic,
     cancelled_error,
     done_topic,
-    job_topic,
     late_error,
     lost_error,
     work_topic,
@@ -680,8 +679,7 @@ class RedisJobStore(JobStore):
             self.limits.results_max_bytes,
         )
         if finished:
-            self.hub.notify(job_topic(job_id))
-            self.hub.notify(done_topic(job_id))
+            self.hub.finished(job_id, result)
         return bool(finished)
 
     async def release(self, worker: str, job_ids: list[str]) -> None:

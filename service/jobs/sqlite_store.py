@@ -537,8 +537,7 @@ class SqliteJobStore(JobStore):
     ) -> bool:
         done = await self._run(self._finish, job_id, state, result, error)
         if done:
-            self.hub.notify(job_topic(job_id))
-            self.hub.notify(done_topic(job_id))
+            self.hub.finished(job_id, result)
         return done
 
     def _finish(

@@ -28,9 +28,10 @@ reports progress, and finishes them. Both backends give the same guarantees:
 Change notification: a store calls ``hub.notify(topic)`` for every change it makes or
 hears of (topics from :func:`job_topic`, :func:`cancel_topic`, :func:`done_topic`,
 :func:`work_topic`; a change this process made is announced here at once, without
-waiting for the store's own broadcast), so
-waiters (event streams, synchronous requests, workers) wake without polling; waiters
-still re-read after a timeout, so a lost notification costs latency, never correctness.
+waiting for the store's own broadcast, and a job it finished with ``hub.finished``,
+which hands the result it wrote to the waiters here), so waiters (event streams,
+synchronous requests, workers) wake without polling; waiters still re-read after a
+timeout, so a lost notification costs latency, never correctness.
 """
 
 from __future__ import annotations
@@ -159,10 +160,15 @@ def work_topic(model: str) -> str:
 
 
 class Watch:
-    """A registration for one topic's changes; made before reading, so none is missed."""
+    """A registration for one topic's changes; made before reading, so none is missed.
+
+    ``result``: on a job's done topic, the result this process wrote when it finished
+    the job (see :meth:`ChangeHub.finished`), so its waiter here need not read it back.
+    """
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.result: bytes | None = None
 
     def _set(self) -> None:
         self._event.set()
@@ -203,6 +209,15 @@ class ChangeHub:
 
     def notify(self, topic: str) -> None:
         for watch in self._watches.get(topic, ()):
+            watch._set()
+
+    def finished(self, job_id: str, result: bytes | None) -> None:
+        """This process moved ``job_id`` to a final state (its job and done topics);
+        ``result``: the result it wrote, for the done topic's watchers (the same bytes
+        the store holds: a job's outcome is written once)."""
+        self.notify(job_topic(job_id))
+        for watch in self._watches.get(done_topic(job_id), ()):
+            watch.result = result
             watch._set()
 
     def notify_all(self) -> None:

@@ -188,10 +188,11 @@ async def _wait_for(
 
     ``finished`` watches the job's done topic. ``record`` is the job as read after that
     watch was registered (the job this request just created), or ``None``: read it
-    here. Woken by the job's finish, the request reads its result first: one store read
-    when the job succeeded (a result is written with the final state, in one write); the
-    record is read only when there is no result (the job failed or was cancelled) or
-    after ``REREAD_S`` without news (in case a notification was lost).
+    here. Woken by the job's finish, the request takes the result the watch was handed
+    (the job ran in this process), or else reads it: one store read when the job
+    succeeded (a result is written with the final state, in one write); the record is
+    read only when there is no result (the job failed or was cancelled) or after
+    ``REREAD_S`` without news (in case a notification was lost).
     """
     deadline = time.monotonic() + timeout_s
     done = False
@@ -213,7 +214,7 @@ async def _wait_for(
             if left <= 0:
                 raise DeadlineExceeded(f"no result within {timeout_s:g} s")
             if await finished.wait(min(left, REREAD_S)):
-                data = await store.result(job_id)
+                data = finished.result or await store.result(job_id)
                 if data is not None:
                     done = True
                     break

@@ -13,6 +13,8 @@ import corpus
 import pytest
 from service_fakes import FakeTextToImage, wait_until
 
+from service.routes import answer
+
 pytestmark = pytest.mark.timeout(60)
 ASYNC = {"Prefer": "respond-async"}
 
@@ -26,39 +28,67 @@ def _events(client, job_id: str) -> list[str]:
         ]
 
 
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_a_request_waiting_for_its_job_reads_the_store_once_when_it_is_done(
-    client_factory, backend, request
-):
-    """A synchronous request through the queue (an ``Idempotency-Key``) reads the store
-    once, for the result, after its job finished: no read of the job it just created;
-    and the worker claims it once, with no claim that comes back empty after it (nothing
-    else is queued). On Redis the listener also hears this process's own announcement of
-    the job back from the server, a second wake-up that may cost one empty claim."""
-    settings = {}
-    if backend == "redis":
-        url = request.getfixturevalue("redis_server").url
-        settings = {"redis_url": url, "redis_prefix": f"wait-{uuid.uuid4().hex[:8]}:"}
-    client = client_factory(**settings)
-    store = client.app.state.store
-    if backend == "redis":
-        assert client.portal.call(store.listening)
-    warm_up = client.post("/v1/generate", json={"prompt": "a"}, headers={"Idempotency-Key": "w"})
-    assert warm_up.status_code == 200
+def _counted(store, *names: str) -> Counter[str]:
+    """Count the calls of the store's methods ``names`` from now on."""
     calls: Counter[str] = Counter()
-    for name in ("create", "get", "claim", "set_progress", "finish", "result"):
+    for name in names:
 
         async def counted(*args, _name=name, _call=getattr(store, name), **kwargs):
             calls[_name] += 1
             return await _call(*args, **kwargs)
 
         setattr(store, name, counted)
+    return calls
+
+
+def _on_redis(request) -> dict[str, str]:
+    url = request.getfixturevalue("redis_server").url
+    return {"redis_url": url, "redis_prefix": f"wait-{uuid.uuid4().hex[:8]}:"}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_request_waiting_for_a_job_run_here_reads_nothing_back(
+    client_factory, backend, request, monkeypatch
+):
+    """A synchronous request through the queue (an ``Idempotency-Key``) whose job this
+    process runs costs the store one create, one claim and one finish: the request does
+    not read the job it just created, and gets the result from the finish that wrote it;
+    the worker makes no claim that comes back empty (nothing else is queued). On Redis
+    the listener also hears this process's own announcement of the job back from the
+    server, a second wake-up that may cost one empty claim."""
+    monkeypatch.setattr(answer, "REREAD_S", 600.0)  # no re-read for a slow machine
+    client = client_factory(**(_on_redis(request) if backend == "redis" else {}))
+    store = client.app.state.store
+    if backend == "redis":
+        assert client.portal.call(store.listening)
+    warm_up = client.post("/v1/generate", json={"prompt": "a"}, headers={"Idempotency-Key": "w"})
+    assert warm_up.status_code == 200
+    calls = _counted(store, "create", "get", "claim", "finish", "result")
     body = {"prompt": "a red circle", "steps": 3, "seed": 2}
     queued = client.post("/v1/generate", json=body, headers={"Idempotency-Key": "k"})
     assert queued.status_code == 200
     assert queued.json()["images"] == client.post("/v1/generate", json=body).json()["images"]
-    assert (calls["create"], calls["get"], calls["finish"], calls["result"]) == (1, 0, 1, 1)
+    assert (calls["create"], calls["get"], calls["finish"], calls["result"]) == (1, 0, 1, 0)
     assert calls["claim"] == 1 or (backend == "redis" and calls["claim"] == 2)
+
+
+def test_a_request_waiting_for_a_job_run_elsewhere_reads_only_its_result(
+    client_factory, request, monkeypatch
+):
+    """On an API replica without models, a synchronous request's job runs on another
+    replica's worker; woken by its finish, the request reads the result once, and never
+    the job's record."""
+    monkeypatch.setattr(answer, "REREAD_S", 600.0)  # no re-read for a slow machine
+    shared = _on_redis(request)
+    api, worker = client_factory(**shared, load_models=""), client_factory(**shared)
+    for client in (api, worker):
+        assert client.portal.call(client.app.state.store.listening)
+    calls = _counted(api.app.state.store, "get", "result")
+    body = {"prompt": "a red circle", "steps": 3, "seed": 2}
+    queued = api.post("/v1/generate", json=body)
+    assert queued.status_code == 200
+    assert queued.json()["images"] == worker.post("/v1/generate", json=body).json()["images"]
+    assert (calls["get"], calls["result"]) == (0, 1)
 
 
 def test_delete_answers_the_stopped_job_and_then_forgets_a_finished_one(client, fakes):
