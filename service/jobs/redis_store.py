@@ -46,7 +46,7 @@ from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from service.jobs.records import JobRecord
+from service.jobs.records import RUNNING, JobRecord
 from service.jobs.store import (
     ChangeHub,
     Claim,
@@ -153,7 +153,7 @@ _CREATE = r"""
 local id, owner, model, prio = ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local owner_max, max_jobs, in_max = tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8])
 local payload, idem, fp, idem_ttl = ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[12])
-local deadline = ARGV[13]
+local deadline, worker, lease = ARGV[13], ARGV[14], tonumber(ARGV[15])
 if idem ~= '' then
   local earlier = redis.call('GET', idem)
   if earlier then
@@ -175,7 +175,7 @@ local held = tonumber(redis.call('GET', p .. 'inbytes') or '0') or 0
 if held + size > in_max then return {'refused', 'job_inputs_max_bytes', tostring(held)} end
 local key = p .. 'job:' .. id
 local fields = {}
-for i = 14, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 16, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', key, unpack(fields))
 redis.call('HSET', key, 'created_at', tostring(now), 'input_bytes', size)
 redis.call('SET', p .. 'in:' .. id, payload)
@@ -186,13 +186,18 @@ if prio == 'background' then
   redis.call('ZADD', p .. 'owner:' .. owner, now, id)
   redis.call('ZREMRANGEBYRANK', p .. 'owner:' .. owner, 0, -201)
 end
+if idem ~= '' then redis.call('SET', idem, fp .. ' ' .. id, 'EX', idem_ttl) end
+if worker ~= '' then  -- held at once by a worker of the creating process, as a claim would
+  redis.call('HSET', key, 'state', 'running', 'worker', worker, 'attempts', 1,
+             'started_at', tostring(now))
+  redis.call('ZADD', p .. 'leases', now + lease, id)
+  return {'created', tostring(now)}
+end
 if deadline ~= '' then redis.call('ZADD', p .. 'deadlines', tonumber(deadline), id) end
 redis.call('RPUSH', p .. 'q:' .. model .. ':' .. prio .. ':' .. owner, id)
 redis.call('ZADD', p .. 'owners:' .. model .. ':' .. prio, 'NX', 0, owner)
 redis.call('HINCRBY', p .. 'queued', model, 1)
-if idem ~= '' then redis.call('SET', idem, fp .. ' ' .. id, 'EX', idem_ttl) end
 changed('work:' .. model)
-changed('job:' .. id)
 return {'created', tostring(now)}
 """
 
@@ -542,6 +547,7 @@ class RedisJobStore(JobStore):
         *,
         owner_max_jobs: int,
         idempotency: tuple[str, str] | None = None,
+        run_by: tuple[str, float] | None = None,
     ) -> tuple[JobRecord, bool]:
         idem_key, fingerprint = "", ""
         if idempotency is not None:
@@ -569,12 +575,18 @@ class RedisJobStore(JobStore):
             fingerprint,
             int(self.limits.idempotency_ttl_s),
             "" if record.deadline_at is None else repr(record.deadline_at),
+            "" if run_by is None else run_by[0],
+            "0" if run_by is None else repr(run_by[1]),
             *flat,
         )
         outcome = _text(reply[0])
         if outcome == "created":
             record.created_at = float(reply[1])
-            self.hub.notify(work_topic(record.model))  # this process's workers, at once
+            if run_by is not None:
+                record.state, record.worker, record.attempts = RUNNING, run_by[0], 1
+                record.started_at = record.created_at
+            else:
+                self.hub.notify(work_topic(record.model))  # this process's workers, at once
             return record, True
         if outcome == "replay":
             earlier = await self.get(_text(reply[1]))

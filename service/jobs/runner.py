@@ -8,7 +8,9 @@ a second batch, only a job of a key with no background work here, which then run
 interactive work: it takes the device from the other keys' batch at its next step, so
 one key's backlog delays another key's job by about a step, not a batch), runs each claimed job
 as a task on the pool, and writes its progress (at most every ``progress_interval_s``)
-and its result (once).
+and its result (once). A job that a request of this process waits for needs no claim
+when there is room for it: :meth:`JobRunner.create` has the store lease it to this
+worker in the write that creates it, and it starts at once.
 
 While jobs run, a heartbeat renews their leases every third of ``lease_s`` and
 re-advertises the worker's models. A cancel reaches the runner through the store's
@@ -42,6 +44,7 @@ from service.jobs.records import (
     FAILED,
     INTERACTIVE,
     SUCCEEDED,
+    JobRecord,
     JobResult,
 )
 from service.jobs.store import (
@@ -53,7 +56,7 @@ from service.jobs.store import (
     late_error,
     work_topic,
 )
-from service.jobs.work import Progress, off_loop_if_large, work_from_payload
+from service.jobs.work import Progress, Work, off_loop_if_large, work_from_payload
 from service.metrics import Metrics
 from service.workers.pool import AnyWorkerPool
 
@@ -128,8 +131,8 @@ class JobRunner:
 
     @property
     def running(self) -> list[str]:
-        """The ids of the jobs this worker runs now."""
-        return list(self._running)
+        """The ids of the jobs this worker runs now (not one it is creating)."""
+        return [job_id for job_id, running in self._running.items() if running.task]
 
     def details(self) -> dict[str, dict[str, Any]]:
         return {name: pool.details for name, pool in self.pools.items()}
@@ -201,29 +204,82 @@ class JobRunner:
                     continue
                 claim, promoted = next_job
                 if claim is not None:
-                    self._begin(model, claim, promoted)
+                    record = claim.record
+                    running = _Running(model, record.priority, record.parts, record.owner, promoted)
+                    self._begin(running, claim)
                 if claim is None or not claim.more:  # a job queued from now on announces itself
                     await work_arrived.wait(self.lease_s / 3)
 
-    def _begin(self, model: str, claim: Claim, promoted: bool) -> None:
+    async def create(
+        self,
+        record: JobRecord,
+        payload: bytes,
+        work: Work,
+        *,
+        owner_max_jobs: int,
+        idempotency: tuple[str, str] | None,
+    ) -> tuple[JobRecord, bool]:
+        """Create a job that a request here waits for (``JobStore.create``); when this
+        worker serves its model and has room for it, the job runs here at once: the
+        create itself leases it to this worker, so it neither waits in the queue nor for
+        a claim (as the same request without a job runs at once on the pool). Without
+        room it queues, for the store's order to decide."""
+        model = record.model
+        if (
+            not self._claiming
+            or model not in self.pools
+            or record.priority not in self._free(model)[0]
+        ):
+            return await self.store.create(
+                record, payload, owner_max_jobs=owner_max_jobs, idempotency=idempotency
+            )
+        running = _Running(model, record.priority, record.parts, record.owner)
+        self._running[record.id] = running  # its room, held while the store writes
+        try:
+            job, created = await self.store.create(
+                record,
+                payload,
+                owner_max_jobs=owner_max_jobs,
+                idempotency=idempotency,
+                run_by=(self.worker, self.lease_s),
+            )
+        except BaseException:
+            self._forget(record.id, model)
+            raise
+        if not created:  # an idempotent replay: the first request's job, wherever it is
+            self._forget(record.id, model)
+        elif not self._claiming:  # draining began meanwhile: back to the queue
+            self._forget(record.id, model)
+            with contextlib.suppress(StoreUnavailable):
+                await self.store.release(self.worker, [job.id])
+        else:
+            self._begin(running, Claim(job, payload, more=False), work)
+        return job, created
+
+    def _forget(self, job_id: str, model: str) -> None:
+        self._running.pop(job_id, None)
+        self._room[model].set()
+
+    def _begin(self, running: _Running, claim: Claim, work: Work | None = None) -> None:
+        """Run the claimed job (``work``: its input, when the caller has it decoded)."""
         record = claim.record
-        running = _Running(model, record.priority, record.parts, record.owner, promoted)
         self._running[record.id] = running
         running.task = asyncio.get_running_loop().create_task(
-            self._execute(claim, running), name=f"job-{record.id}"
+            self._execute(claim, running, work), name=f"job-{record.id}"
         )
         running.watchers.append(
             asyncio.get_running_loop().create_task(self._watch_cancel(record.id, running))
         )
 
     # ------------------------------------------------------------------- running
-    async def _execute(self, claim: Claim, running: _Running) -> None:
+    async def _execute(self, claim: Claim, running: _Running, work: Work | None) -> None:
         record = claim.record
         outcome = FAILED
         try:
             if record.cancel_requested:
                 raise asyncio.CancelledError(ASKED)
-            work = await off_loop_if_large(len(claim.payload), work_from_payload, claim.payload)
+            if work is None:
+                work = await off_loop_if_large(len(claim.payload), work_from_payload, claim.payload)
             timeout = None
             if record.deadline_at is not None:
                 timeout = record.deadline_at - time.time()  # set by a replica's clock too

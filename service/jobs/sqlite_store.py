@@ -280,11 +280,13 @@ class SqliteJobStore(JobStore):
         *,
         owner_max_jobs: int,
         idempotency: tuple[str, str] | None = None,
+        run_by: tuple[str, float] | None = None,
     ) -> tuple[JobRecord, bool]:
-        job, created = await self._run(self._create, record, payload, owner_max_jobs, idempotency)
-        if created:
+        job, created = await self._run(
+            self._create, record, payload, owner_max_jobs, idempotency, run_by
+        )
+        if created and run_by is None:
             self.hub.notify(work_topic(job.model))
-            self.hub.notify(job_topic(job.id))
         return job, created
 
     def _create(
@@ -293,6 +295,7 @@ class SqliteJobStore(JobStore):
         payload: bytes,
         owner_max_jobs: int,
         idempotency: tuple[str, str] | None,
+        run_by: tuple[str, float] | None,
     ) -> tuple[JobRecord, bool]:
         now = self._clock()
         with self._write() as db:
@@ -313,10 +316,19 @@ class SqliteJobStore(JobStore):
             self._admit(db, record.owner, owner_max_jobs, record.priority, len(payload))
             record.input_bytes = len(payload)
             record.idempotency_key = idempotency[0] if idempotency else None
+            lease_until = None
+            if run_by is not None:  # held at once by a worker of this process, as claimed
+                record.state, record.worker, record.attempts = RUNNING, run_by[0], 1
+                record.started_at = now
+                lease_until = now + run_by[1]
             values = {name: _db_value(getattr(record, name)) for name in _COLUMNS}
             seq = db.execute("SELECT COALESCE(MAX(seq), 0) + 1 FROM jobs").fetchone()[0]
             wants = record.webhook["events"] if record.webhook else []
-            values |= {"seq": seq, "webhook_progress_next": 0.0 if "progress" in wants else None}
+            values |= {
+                "seq": seq,
+                "lease_until": lease_until,
+                "webhook_progress_next": 0.0 if "progress" in wants else None,
+            }
             db.execute(
                 f"INSERT INTO jobs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                 tuple(values.values()),

@@ -272,6 +272,7 @@ class JobStore(ABC):
         *,
         owner_max_jobs: int,
         idempotency: tuple[str, str] | None = None,
+        run_by: tuple[str, float] | None = None,
     ) -> tuple[JobRecord, bool]:
         """Store ``record`` and its input and queue it, atomically with the admission
         checks. Interactive jobs are bounded by their deadline, not by the job counts.
@@ -279,6 +280,10 @@ class JobStore(ABC):
         Args:
             idempotency: ``(key, fingerprint)``: the same key with the same fingerprint
                 returns the job made before instead of a new one.
+            run_by: ``(worker, lease_s)``: the new job does not queue; ``worker`` (of
+                the calling process, which has room for it) holds it at once, leased
+                for ``lease_s``, as if it had claimed it (the returned record is
+                running). An idempotent replay is returned as it is.
 
         Returns:
             ``(job, created)``: ``created`` is False for an idempotent replay.

@@ -38,6 +38,7 @@ from service.errors import (
 )
 from service.images import return_freed_memory
 from service.jobs.records import BACKGROUND, INTERACTIVE, JobRecord, JobResult, new_job_id
+from service.jobs.runner import JobRunner
 from service.jobs.store import JobStore, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
 from service.jobs.work import StylizeWork, Work, off_loop_if_large
@@ -106,7 +107,7 @@ async def answer(
     store: JobStore = request.app.state.store
     if submission.respond_async:
         record = _record(work, who, BACKGROUND, time.time() + settings.job_timeout_s, submission)
-        job, _ = await _create(store, record, work, who, submission)
+        job, _ = await _create(store, None, record, work, who, submission)
         handed_off()
         return JSONResponse(
             job.public(),
@@ -129,8 +130,9 @@ async def answer(
             code="model_not_loaded",
         )
     record = _record(work, who, INTERACTIVE, time.time() + timeout, submission)
+    runner: JobRunner = request.app.state.runner
     with store.hub.watch(done_topic(record.id)) as finished:  # before the job exists
-        job, created = await _create(store, record, work, who, submission)
+        job, created = await _create(store, runner, record, work, who, submission)
         handed_off()
         if created:
             waiting = _wait_for(store, job.id, job, finished, timeout)
@@ -165,12 +167,27 @@ def _encode_and_trim(work: StylizeWork) -> bytes:
 
 
 async def _create(
-    store: JobStore, record: JobRecord, work: Work, who: Caller, submission: Submission
+    store: JobStore,
+    runner: JobRunner | None,
+    record: JobRecord,
+    work: Work,
+    who: Caller,
+    submission: Submission,
 ) -> tuple[JobRecord, bool]:
+    """Store the job; ``runner``: this process's, for a job a request here waits for (it
+    runs the job at once when it has room: ``JobRunner.create``)."""
     if isinstance(work, StylizeWork):  # images to encode
         payload = await run_in_threadpool(_encode_and_trim, work)
     else:
         payload = work.to_payload()
+    if runner is not None:
+        return await runner.create(
+            record,
+            payload,
+            work,
+            owner_max_jobs=who.max_jobs,
+            idempotency=submission.idempotency,
+        )
     return await store.create(
         record, payload, owner_max_jobs=who.max_jobs, idempotency=submission.idempotency
     )

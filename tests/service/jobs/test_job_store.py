@@ -229,6 +229,35 @@ def test_a_claim_says_whether_jobs_of_its_model_are_still_queued(open_store):
     assert run(open_store, scenario) == ([True, False], "bob", True, False)
 
 
+def test_a_job_created_for_a_worker_runs_there_at_once_and_is_leased_like_a_claim(open_store):
+    """``create(run_by=(worker, lease_s))``: the job is running on ``worker`` at once (no
+    claim finds it, nothing is queued); its lease renews like a claimed job's, and once
+    it runs out the job goes back to the queue with its input."""
+
+    async def scenario():
+        store = await open_store()
+        job, created = await store.create(
+            _job(priority=INTERACTIVE), b"input", owner_max_jobs=100, run_by=("here", LEASE)
+        )
+        held = await store.get(job.id)
+        nothing = await store.claim("other", "dit", (INTERACTIVE, BACKGROUND), LEASE)
+        depths = await store.queue_depths()
+        renewed = await store.renew("here", [job.id], LEASE)
+        await asyncio.sleep(LEASE + 0.2)
+        requeued = await store.reap()
+        again = await store.claim("other", "dit", (INTERACTIVE,), LEASE)
+        return created, job, held, nothing, depths, renewed, requeued, again
+
+    created, job, held, nothing, depths, renewed, requeued, again = run(open_store, scenario)
+    assert created and job.state == held.state == RUNNING
+    assert (held.worker, held.attempts, job.worker) == ("here", 1, "here")
+    assert held.started_at is not None
+    assert nothing is None and depths.get("dit", 0) == 0
+    assert renewed == (set(), set())
+    assert requeued == 1 and again.record.id == job.id
+    assert (again.record.attempts, again.payload) == (2, b"input")
+
+
 def test_a_lost_lease_puts_the_job_back_until_max_attempts(open_store):
     async def scenario():
         store = await open_store(StoreLimits(max_attempts=2))
