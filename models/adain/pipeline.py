@@ -458,7 +458,9 @@ class StyleTransfer(nn.Module):
             level_stats = [item[level] for item in state["stats"]]
             if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
                 if transform == "wct":
-                    matrix, shift = wct_affine(features, level_stats, weights=weights, alpha=alpha)
+                    matrix, shift = wct_affine(
+                        features, level_stats, weights=weights, alpha=alpha, overwrite=True
+                    )  # the features are this pass's own: centred in place, no copy
                 else:
                     scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
                     matrix = torch.diag_embed(scale)
