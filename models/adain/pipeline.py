@@ -458,9 +458,7 @@ class StyleTransfer(nn.Module):
             level_stats = [item[level] for item in state["stats"]]
             if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
                 if transform == "wct":
-                    matrix, shift = wct_affine(
-                        features, level_stats, weights=weights, alpha=alpha, overwrite=True
-                    )  # the features are this pass's own: centred in place, no copy
+                    matrix, shift = wct_affine(features, level_stats, weights=weights, alpha=alpha)
                 else:
                     scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
                     matrix = torch.diag_embed(scale)

@@ -85,31 +85,12 @@ def feature_covariance(features: Tensor) -> tuple[Tensor, Tensor]:
     Shape:
         - features: ``(B, C, H, W)`` (or ``(B, C, n)``); output: ``(B, C)``, ``(B, C, C)``.
     """
-    mean, covariance, _ = _covariance(features, centre_in_place=False)
-    return mean, covariance
-
-
-def _covariance(features: Tensor, *, centre_in_place: bool) -> tuple[Tensor, Tensor, bool]:
-    """:func:`feature_covariance`, and whether ``features`` now hold ``f - mu``.
-
-    With ``centre_in_place`` a float32 or float64 map (contiguous or channels_last, whose
-    positions flatten to a view) is centred in place instead of in a copy: the same
-    values, without allocating and writing a second map (64 x 512 x 512 floats is 67 MB).
-    Other maps (bfloat16, which is centred in float32) are left as they are.
-    """
     dtype = torch.promote_types(features.dtype, torch.float32)
-    flat = features.flatten(2)  # (B, C, n)
-    in_place = (
-        centre_in_place
-        and flat.dtype == dtype
-        and flat.untyped_storage().data_ptr() == features.untyped_storage().data_ptr()
-    )
-    if not in_place:
-        flat = flat.to(dtype)
+    flat = features.flatten(2).to(dtype)  # (B, C, n)
     mean = flat.mean(dim=2, keepdim=True)
-    centred = flat.sub_(mean) if in_place else flat - mean
+    centred = flat - mean
     covariance = centred @ centred.transpose(1, 2) / flat.shape[-1]
-    return mean.squeeze(2).double(), covariance.double(), in_place
+    return mean.squeeze(2).double(), covariance.double()
 
 
 def symmetric_power(matrix: Tensor, power: float, floor: float = EIGEN_FLOOR) -> Tensor:
@@ -131,7 +112,6 @@ def wct_affine(
     *,
     weights: Sequence[float],
     alpha: float = 1.0,
-    overwrite: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """WCT towards styles mixed by convex ``weights`` (:func:`~models.adain.mixing.convex_weights`),
     blended with the content by ``alpha``, as one affine map:
@@ -142,25 +122,17 @@ def wct_affine(
 
     with ``R`` and ``mu_s`` the mixed style's root and mean (:func:`mix_covariance`).
 
-    With ``overwrite`` the content may be centred in place (a float32 or float64 map,
-    see :func:`_covariance`; no centred copy is written), and the map returned is for
-    ``content`` as it is after the call: for the centred ``c - mu_c`` the same output is
-    ``M (c - mu_c) + t'`` with ``t' = t + M mu_c = alpha mu_s + (1 - alpha) mu_c``.
-
     Shape:
         - content: ``(B, C, h, w)``; output: ``(matrix, shift)``, ``(B, C, C)`` and ``(B, C)``
           in float64.
     """
     batch, channels = content.shape[:2]
     target = mix_covariance(styles, weights, batch)
-    mean, covariance, centred = _covariance(content, centre_in_place=overwrite)
+    mean, covariance = feature_covariance(content)
     transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
-    identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)
-    matrix = alpha * transform + (1.0 - alpha) * identity
-    if centred:
-        return matrix, alpha * target.mean + (1.0 - alpha) * mean
     shift = alpha * (target.mean - (transform @ mean.unsqueeze(-1)).squeeze(-1))
-    return matrix, shift
+    identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)
+    return alpha * transform + (1.0 - alpha) * identity, shift
 
 
 def apply_affine(features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:

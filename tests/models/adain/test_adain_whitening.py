@@ -88,40 +88,6 @@ def test_wct_affine_is_the_transform_blended_by_alpha_and_mixes_styles_linearly(
     torch.testing.assert_close(got, torch.lerp(anchor, mixed, 0.25), atol=1e-10, rtol=0)
 
 
-@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
-@pytest.mark.parametrize("alpha", [1.0, 0.4])
-def test_wct_affine_overwrite_centres_in_place_and_maps_the_centred_content_the_same(layout, alpha):
-    """With ``overwrite`` a float32 map is centred in place (the values of the centred copy
-    it replaces, so the same covariance and matrix) and the returned shift, applied to it,
-    gives the output of the map of the untouched content (applied in float64)."""
-    content = _features(2, 4, 6, 5, seed=13).float().contiguous(memory_format=layout)
-    styles = [CovarianceStats.of(_features(1, 4, 6, 6, seed=s)) for s in (14, 15)]
-    matrix, shift = wct_affine(content, styles, weights=[0.6, 0.4], alpha=alpha)
-    expected = apply_affine(content.double(), matrix, shift)
-    mean, _ = feature_covariance(content.double())
-
-    overwritten = content.clone(memory_format=layout)
-    centred_matrix, centred_shift = wct_affine(
-        overwritten, styles, weights=[0.6, 0.4], alpha=alpha, overwrite=True
-    )
-    torch.testing.assert_close(
-        overwritten.double(), content.double() - mean[:, :, None, None], rtol=0, atol=1e-6
-    )
-    assert torch.equal(centred_matrix, matrix)
-    got = apply_affine(overwritten.double(), centred_matrix, centred_shift)
-    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-    # a map whose covariance is taken in a float32 copy (bfloat16) is left as it was, and
-    # the map returned is the one of the content as given
-    half = content.bfloat16()
-    untouched = half.clone()
-    got_map = wct_affine(half, styles, weights=[0.6, 0.4], alpha=alpha, overwrite=True)
-    assert torch.equal(half, untouched)
-    for got_part, expected_part in zip(
-        got_map, wct_affine(half, styles, weights=[0.6, 0.4], alpha=alpha), strict=True
-    ):
-        assert torch.equal(got_part, expected_part)
-
-
 def test_wct_regions_take_their_own_style_and_unlabelled_pixels_stay():
     content = _features(1, 3, 8, 10, seed=9)
     styles = [CovarianceStats.of(_features(1, 3, 6, 6, seed=s)) for s in (10, 11)]
