@@ -104,10 +104,11 @@ local function forget(id)
   redis.call('ZREM', p .. 'webhooks', id)
   if owner then redis.call('ZREM', p .. 'owner:' .. owner, id) end
 end
-local function finish(id, state, err, result, has_result, budget)
+local function finish(id, state, err, result, has_result, budget, step, total)
   local key = p .. 'job:' .. id
   local f = redis.call('HMGET', key, 'state', 'priority', 'owner', 'model', 'wh_completed')
   if not f[1] or final(f[1]) then return 0 end
+  if step and step ~= '' then redis.call('HSET', key, 'step', step, 'total', total) end
   if f[1] == 'queued' then
     redis.call('LREM', p .. 'q:' .. f[4] .. ':' .. f[2] .. ':' .. f[3], 1, id)
     unqueue_owner(f[4], f[2], f[3])
@@ -278,7 +279,7 @@ return 1
 """
 
 _FINISH = r"""
-return finish(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]))
+return finish(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
 """
 
 _CANCEL = r"""
@@ -680,7 +681,9 @@ class RedisJobStore(JobStore):
         *,
         result: bytes | None = None,
         error: dict[str, str] | None = None,
+        progress: tuple[int, int] | None = None,
     ) -> bool:
+        step, total = ("", "") if progress is None else progress
         finished = await self._script(
             "finish",
             job_id,
@@ -689,6 +692,8 @@ class RedisJobStore(JobStore):
             b"" if result is None else result,
             "1" if result is not None else "0",
             self.limits.results_max_bytes,
+            step,
+            total,
         )
         if finished:
             self.hub.finished(job_id, result)

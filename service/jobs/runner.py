@@ -7,8 +7,9 @@ store's fair order decides what runs next, not a local backlog; past that bound,
 a second batch, only a job of a key with no background work here, which then runs as
 interactive work: it takes the device from the other keys' batch at its next step, so
 one key's backlog delays another key's job by about a step, not a batch), runs each claimed job
-as a task on the pool, and writes its progress (at most every ``progress_interval_s``)
-and its result (once). A job that a request of this process waits for needs no claim
+as a task on the pool, and writes its progress (at most every ``progress_interval_s``,
+the first an interval after the job starts, so a job shorter than that writes none: its
+finish sets ``step = total``) and its result (once). A job that a request of this process waits for needs no claim
 when there is room for it: :meth:`JobRunner.create` has the store lease it to this
 worker in the write that creates it, and it starts at once.
 
@@ -285,6 +286,9 @@ class JobRunner:
                 timeout = record.deadline_at - time.time()  # set by a replica's clock too
                 if timeout <= 0:
                     raise _DeadlinePassed()
+            # the first write comes an interval after the start, as every later one: a
+            # job shorter than the interval writes no progress (its finish sets the total)
+            running.last_write = time.monotonic()
             running.progress = Progress(work.parts, lambda: self._progress_changed(record.id))
             result = await work.run(
                 self.pools[running.model],
@@ -333,9 +337,12 @@ class JobRunner:
         return SUCCEEDED
 
     async def _finish(self, job_id: str, state: str, **outcome: Any) -> None:
-        """Write the outcome, retrying while the store is away (the lease keeps the job
-        ours meanwhile; if it runs out, another worker reruns the job and the first
-        outcome written wins)."""
+        """Write the outcome and the job's last progress, retrying while the store is
+        away (the lease keeps the job ours meanwhile; if it runs out, another worker
+        reruns the job and the first outcome written wins)."""
+        running = self._running.get(job_id)
+        if running is not None and running.progress is not None:
+            outcome["progress"] = running.progress.current()
         delay = 0.1
         for _ in range(12):
             try:

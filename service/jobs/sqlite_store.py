@@ -546,19 +546,27 @@ class SqliteJobStore(JobStore):
         *,
         result: bytes | None = None,
         error: dict[str, str] | None = None,
+        progress: tuple[int, int] | None = None,
     ) -> bool:
-        done = await self._run(self._finish, job_id, state, result, error)
+        done = await self._run(self._finish, job_id, state, result, error, progress)
         if done:
             self.hub.finished(job_id, result)
         return done
 
     def _finish(
-        self, job_id: str, state: str, result: bytes | None, error: dict[str, str] | None
+        self,
+        job_id: str,
+        state: str,
+        result: bytes | None,
+        error: dict[str, str] | None,
+        progress: tuple[int, int] | None,
     ) -> bool:
         with self._write() as db:
             row = self._row(db, job_id)
             if row is None or row["state"] in FINAL_STATES:
                 return False
+            if progress is not None:
+                db.execute("UPDATE jobs SET step = ?, total = ? WHERE id = ?", (*progress, job_id))
             self._finish_in(db, row, state, result, error)
             return True
 

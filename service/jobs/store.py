@@ -358,8 +358,13 @@ class JobStore(ABC):
         *,
         result: bytes | None = None,
         error: dict[str, str] | None = None,
+        progress: tuple[int, int] | None = None,
     ) -> bool:
-        """Move a job to a final state with its result or error (False: it was final)."""
+        """Move a job to a final state with its result or error (False: it was final).
+
+        ``progress``: the job's last ``(step, total)``, written with the outcome (a job
+        shorter than the progress interval wrote none before); a success then shows
+        ``step = total``."""
 
     @abstractmethod
     async def release(self, worker: str, job_ids: list[str]) -> None:

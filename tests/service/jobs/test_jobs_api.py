@@ -6,6 +6,7 @@ Long work is long by construction: the fakes' step gate holds a batch at a step.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections import Counter
 
@@ -67,6 +68,50 @@ def test_a_request_waiting_for_a_job_run_here_costs_a_create_and_a_finish(
     assert queued.status_code == 200
     assert queued.json()["images"] == client.post("/v1/generate", json=body).json()["images"]
     assert dict(calls) == {"create": 1, "finish": 1}
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_job_writes_its_first_progress_an_interval_after_it_starts(
+    client_factory, fakes, backend, request
+):
+    """No progress write before ``job_progress_interval_s`` has passed since the job
+    started: a job that ends sooner writes none (its finish sets ``step = total``); a
+    job held at a step writes its progress once the interval has passed."""
+
+    def settings() -> dict[str, str]:  # each client its own jobs
+        return _on_redis(request) if backend == "redis" else {}
+
+    client = client_factory(job_progress_interval_s=600.0, **settings())
+    client.post("/v1/generate", json={"prompt": "warm up"})
+    calls = _counted(client.app.state.store, "set_progress")
+    short = client.post("/v1/generate", json={"prompt": "a", "steps": 3}, headers=ASYNC).json()
+    assert _events(client, short["id"])[-1] == "done"
+    final = client.get(f"/v1/jobs/{short['id']}").json()
+    assert final["progress"]["step"] == final["progress"]["total"] == 3
+    assert calls["set_progress"] == 0
+
+    interval = 0.3
+    client = client_factory(job_progress_interval_s=interval, **settings())
+    client.post("/v1/generate", json={"prompt": "warm up"})
+    written: list[float] = []
+    set_progress = client.app.state.store.set_progress
+
+    async def timed(*args, **kwargs):
+        written.append(time.monotonic())
+        return await set_progress(*args, **kwargs)
+
+    client.app.state.store.set_progress = timed
+    model = fakes.dit["cpu"]
+    model.step_gate = threading.Semaphore(2)  # steps 0 and 1 run (step 1 reported), 2 waits
+    before_submit = time.monotonic()
+    held = client.post("/v1/generate", json={"prompt": "b", "steps": 4}, headers=ASYNC).json()
+    wait_until(lambda: client.get(f"/v1/jobs/{held['id']}").json()["progress"]["step"] == 1)
+    assert written[0] - before_submit >= interval
+    assert client.get(f"/v1/jobs/{held['id']}").json()["state"] == "running"
+    for _ in range(10):
+        model.step_gate.release()
+    model.step_gate = None
+    assert _events(client, held["id"])[-1] == "done"
 
 
 def test_a_waiting_request_past_the_workers_room_queues_its_job(client_factory, fakes):
