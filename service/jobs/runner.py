@@ -63,23 +63,8 @@ from service.workers.pool import AnyWorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")
 
-#: Why a running job's task was cancelled (the message of its ``CancelledError``);
-#: ``NOT_STORED``: the create that its run overlapped made no job (an idempotent replay,
-#: or the store failed).
-ASKED, HANDED_BACK, LOST, NOT_STORED = "cancelled", "handed_back", "lost", "not_stored"
-
-
-def _stored(creating: asyncio.Future[tuple[JobRecord, bool]] | None) -> bool:
-    """Whether a job is in the store: claimed (``creating`` is None), or its create
-    answered that it made the job."""
-    if creating is None:
-        return True
-    return (
-        creating.done()
-        and not creating.cancelled()
-        and creating.exception() is None
-        and creating.result()[1]
-    )
+#: Why a running job's task was cancelled (the message of its ``CancelledError``).
+ASKED, HANDED_BACK, LOST = "cancelled", "handed_back", "lost"
 
 
 def worker_name() -> str:
@@ -97,9 +82,6 @@ class _Running:
     #: one-batch bound: it runs as interactive work, taking the device from the other
     #: keys' background batch at its next step.
     promoted: bool = False
-    #: The store's create of a job that started while it was written (``create``):
-    #: the run writes nothing before it has answered, and nothing if it made no job.
-    creating: asyncio.Future[tuple[JobRecord, bool]] | None = None
     task: asyncio.Task[None] | None = None
     progress: Progress | None = None
     write_pending: bool = False
@@ -151,11 +133,7 @@ class JobRunner:
     @property
     def running(self) -> list[str]:
         """The ids of the jobs this worker runs now (not one it is creating)."""
-        return [
-            job_id
-            for job_id, running in self._running.items()
-            if running.task and _stored(running.creating)
-        ]
+        return [job_id for job_id, running in self._running.items() if running.task]
 
     def details(self) -> dict[str, dict[str, Any]]:
         return {name: pool.details for name, pool in self.pools.items()}
@@ -245,11 +223,7 @@ class JobRunner:
         """Create a job that a request here waits for (``JobStore.create``); when this
         worker serves its model and has room for it, the job runs here at once: the
         create itself leases it to this worker, so it neither waits in the queue nor for
-        a claim (as the same request without a job runs at once on the pool), and the
-        run starts while the store writes it, so the write's round trip overlaps the
-        work. The run writes nothing (progress aside) before the create has answered,
-        and is stopped at its next step, writing nothing, if the create made no job (an
-        idempotent replay: the first request's job is the answer) or failed. Without
+        a claim (as the same request without a job runs at once on the pool). Without
         room it queues, for the store's order to decide."""
         model = record.model
         if (
@@ -261,30 +235,26 @@ class JobRunner:
                 record, payload, owner_max_jobs=owner_max_jobs, idempotency=idempotency
             )
         running = _Running(model, record.priority, record.parts, record.owner)
-        running.creating = asyncio.ensure_future(
-            self.store.create(
+        self._running[record.id] = running  # its room, held while the store writes
+        try:
+            job, created = await self.store.create(
                 record,
                 payload,
                 owner_max_jobs=owner_max_jobs,
                 idempotency=idempotency,
                 run_by=(self.worker, self.lease_s),
             )
-        )
-        self._begin(running, Claim(record, payload, more=False), work)
-        try:
-            job, created = await running.creating
         except BaseException:
-            self._stop(record.id, NOT_STORED)
             self._forget(record.id, model)
             raise
         if not created:  # an idempotent replay: the first request's job, wherever it is
-            self._stop(record.id, NOT_STORED)
             self._forget(record.id, model)
         elif not self._claiming:  # draining began meanwhile: back to the queue
-            self._stop(record.id, HANDED_BACK)
             self._forget(record.id, model)
             with contextlib.suppress(StoreUnavailable):
                 await self.store.release(self.worker, [job.id])
+        else:
+            self._begin(running, Claim(job, payload, more=False), work)
         return job, created
 
     def _forget(self, job_id: str, model: str) -> None:
@@ -329,7 +299,7 @@ class JobRunner:
             )
         except asyncio.CancelledError as exc:
             reason = exc.args[0] if exc.args else ASKED
-            if reason in (HANDED_BACK, LOST, NOT_STORED):
+            if reason in (HANDED_BACK, LOST):
                 outcome = reason
                 return
             outcome = CANCELLED
@@ -352,8 +322,7 @@ class JobRunner:
                 watcher.cancel()
             self._running.pop(record.id, None)
             self._room[running.model].set()
-            if _stored(running.creating):
-                self.metrics.jobs.labels(running.model, outcome).inc()
+            self.metrics.jobs.labels(running.model, outcome).inc()
 
     async def _store_result(self, job_id: str, result: JobResult) -> str:
         if result.size > self.max_result_bytes:
@@ -372,14 +341,7 @@ class JobRunner:
         away (the lease keeps the job ours meanwhile; if it runs out, another worker
         reruns the job and the first outcome written wins)."""
         running = self._running.get(job_id)
-        if running is None:
-            return
-        if running.creating is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.shield(running.creating)
-            if not _stored(running.creating):
-                return
-        if running.progress is not None:
+        if running is not None and running.progress is not None:
             outcome["progress"] = running.progress.current()
         delay = 0.1
         for _ in range(12):

@@ -5,7 +5,6 @@ Long work is long by construction: the fakes' step gate holds a batch at a step.
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 import uuid
@@ -15,7 +14,6 @@ import corpus
 import pytest
 from service_fakes import FakeTextToImage, wait_until
 
-from service.errors import StoreUnavailable
 from service.routes import answer
 
 pytestmark = pytest.mark.timeout(60)
@@ -70,59 +68,6 @@ def test_a_request_waiting_for_a_job_run_here_costs_a_create_and_a_finish(
     assert queued.status_code == 200
     assert queued.json()["images"] == client.post("/v1/generate", json=body).json()["images"]
     assert dict(calls) == {"create": 1, "finish": 1}
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_a_waiting_requests_job_runs_while_the_store_writes_it(
-    client_factory, fakes, backend, request
-):
-    """The job of a request waiting here starts before its create has answered (the
-    store's round trip overlaps the work): the create below waits for the model's
-    first step, which would never come if the run waited for the create."""
-    client = client_factory(**(_on_redis(request) if backend == "redis" else {}))
-    client.post("/v1/generate", json={"prompt": "warm up"})
-    store, model = client.app.state.store, fakes.dit["cpu"]
-    create, stepped = store.create, []
-
-    async def create_after_the_first_step(*args, **kwargs):
-        stepped.append(await asyncio.to_thread(model.wait_for_steps, len(model.step_rows) + 1))
-        return await create(*args, **kwargs)
-
-    store.create = create_after_the_first_step
-    body = {"prompt": "a red circle", "steps": 3, "seed": 4}
-    queued = client.post("/v1/generate", json=body, headers={"Idempotency-Key": "overlap"})
-    assert stepped == [True]
-    assert queued.status_code == 200
-    store.create = create
-    assert queued.json()["images"] == client.post("/v1/generate", json=body).json()["images"]
-
-
-@pytest.mark.parametrize("backend", ["sqlite", "redis"])
-def test_a_run_whose_create_made_no_job_writes_nothing(client_factory, backend, request):
-    """A replay of an ``Idempotency-Key`` starts a run while its create is written; the
-    create answers that the first request's job is the answer, and that run writes
-    nothing. A create that fails (the store away) answers 503 and writes nothing."""
-    client = client_factory(**(_on_redis(request) if backend == "redis" else {}))
-    store = client.app.state.store
-    body = {"prompt": "a red circle", "steps": 2, "seed": 6}
-    first = client.post("/v1/generate", json=body, headers={"Idempotency-Key": "once"})
-    jobs = client.app.state.metrics.jobs.labels("dit", "succeeded")
-    succeeded = jobs._value.get()
-    calls = _counted(store, "finish", "set_progress")
-    replay = client.post("/v1/generate", json=body, headers={"Idempotency-Key": "once"})
-    assert replay.status_code == first.status_code == 200
-    assert replay.json()["images"] == first.json()["images"]
-    wait_until(lambda: not client.app.state.runner._running)
-    assert calls["finish"] == 0 and jobs._value.get() == succeeded
-
-    async def away(*args, **kwargs):
-        raise StoreUnavailable("the job store is not reachable")
-
-    store.create = away
-    refused = client.post("/v1/generate", json=body, headers={"Idempotency-Key": "later"})
-    assert refused.status_code == 503
-    wait_until(lambda: not client.app.state.runner._running)
-    assert calls["finish"] == 0 and jobs._value.get() == succeeded
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "redis"])
