@@ -38,6 +38,41 @@ def test_feature_covariance_matches_torch_cov():
         )
 
 
+def test_a_large_map_is_read_on_a_regular_grid():
+    """Past ``max_positions`` the statistics are those of the positions ``(s i, s j)``,
+    ``s = ceil(sqrt(HW / max_positions))``; a channels-last map gives the same."""
+    features = _features(2, 5, 13, 11, seed=8).float()  # 143 positions
+    for max_positions, stride in ((143, 1), (142, 2), (40, 2), (35, 3), (10, 4)):
+        grid = features[..., ::stride, ::stride].double().flatten(2)
+        for layout in (torch.contiguous_format, torch.channels_last):
+            mean, covariance = feature_covariance(
+                features.contiguous(memory_format=layout), max_positions
+            )
+            for b in range(2):
+                torch.testing.assert_close(mean[b], grid[b].mean(dim=1), rtol=1e-6, atol=1e-6)
+                torch.testing.assert_close(
+                    covariance[b], torch.cov(grid[b], correction=0), rtol=1e-5, atol=1e-5
+                )
+
+
+def test_the_grid_estimate_is_exact_on_a_map_constant_over_its_cells():
+    """A map repeated over ``s x s`` cells has the statistics of the grid it is read on."""
+    small = _features(1, 4, 8, 6, seed=9)
+    large = small.repeat_interleave(3, dim=2).repeat_interleave(3, dim=3)  # 24 x 18
+    full_mean, full_covariance = feature_covariance(large, max_positions=24 * 18)
+    mean, covariance = feature_covariance(large, max_positions=24 * 18 // 9)
+    torch.testing.assert_close(mean, full_mean, rtol=0, atol=1e-12)
+    torch.testing.assert_close(covariance, full_covariance, rtol=0, atol=1e-12)
+
+
+def test_positions_given_as_a_list_are_all_used():
+    features = _features(1, 3, 10, 10, seed=10).flatten(2)  # (1, 3, 100)
+    _, covariance = feature_covariance(features, max_positions=4)
+    torch.testing.assert_close(
+        covariance[0], torch.cov(features[0], correction=0), atol=1e-12, rtol=0
+    )
+
+
 def test_symmetric_powers_invert_each_other_and_drop_null_directions():
     gen = torch.Generator().manual_seed(2)
     basis = torch.linalg.qr(torch.randn(4, 4, generator=gen, dtype=torch.float64))[0]
