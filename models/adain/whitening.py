@@ -38,7 +38,7 @@ EIGEN_FLOOR = 1e-5
 #: Positions a feature covariance is estimated on, at most (about): a larger map is read
 #: on a regular grid (:func:`feature_covariance`). 65,536 is a 256 x 256 map: relu1_1 of
 #: a 512 px photo is read at every other row and column. Chosen on the development
-#: images: their style and content scores moved by at most 0.004 (docs/style-transfer.md).
+#: images: their style and content scores moved by at most 0.005 (docs/style-transfer.md).
 COVARIANCE_POSITIONS = 65_536
 
 
