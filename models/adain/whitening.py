@@ -8,7 +8,9 @@ content features ``c`` (mean ``mu_c``, covariance ``S_c``) and style statistics
 
 .. math:: \\mathrm{WCT}(c) = S_s^{1/2}\\, S_c^{-1/2}\\, (c - \\mu_c) + \\mu_s
 
-applied at every position, so the output's covariance is ``S_s`` and its mean ``mu_s``.
+applied at every position, so the output's covariance is ``S_s`` and its mean ``mu_s``
+(exactly on maps of up to ``COVARIANCE_POSITIONS`` positions; a larger map's statistics
+are estimated on a grid of its positions, so there the match is that estimate's).
 The matrix powers are taken on the eigendecomposition in float64, with eigenvalues at or
 below ``EIGEN_FLOOR`` (dead or constant directions, which a ReLU map has) dropped: those
 directions are projected out before colouring, as Li et al. do.
