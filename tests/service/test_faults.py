@@ -201,22 +201,31 @@ def _wait_for(condition) -> None:
     pytest.fail("condition never held")
 
 
-def test_large_decodes_are_bounded_by_the_setting(client_factory, monkeypatch):
-    client = client_factory(max_concurrent_decodes=1, large_image_pixels=1000)
-    gated = GatedShrink(min_width=40)  # the 48 x 32 contents; the 32 x 32 styles pass
-    monkeypatch.setattr(images, "_shrink", gated)
-    slots = client.app.state.decode_slots
-    started = [_in_thread(lambda: _stylize(client, corpus.png(), corpus.png(32, 32, 1)))]
-    assert gated.entered.wait(30)  # the first content holds the one slot
-    started += [
-        _in_thread(lambda: _stylize(client, corpus.png(), corpus.png(32, 32, 1))) for _ in range(2)
-    ]
-    _wait_for(lambda: slots.waiting == 2)
+def _one_at_a_time(gated, stylize, waiting) -> None:
+    """Three ``stylize`` requests: the first holds ``gated``'s decode, the other two wait
+    (``waiting()`` counts them) until it opens; then all three succeed, one decode at a
+    time."""
+    started = [_in_thread(stylize)]
+    assert gated.entered.wait(30)
+    started += [_in_thread(stylize) for _ in range(2)]
+    _wait_for(lambda: waiting() == 2)
     gated.gate.set()
     for thread, _ in started:
         thread.join(30)
     assert gated.most == 1
     assert [out[0].status_code for _, out in started] == [200, 200, 200]
+
+
+def test_large_decodes_are_bounded_by_the_setting(client_factory, monkeypatch):
+    client = client_factory(max_concurrent_decodes=1, large_image_pixels=1000)
+    gated = GatedShrink(min_width=40)  # the 48 x 32 contents; the 32 x 32 styles pass
+    monkeypatch.setattr(images, "_shrink", gated)
+    slots = client.app.state.decode_slots
+    _one_at_a_time(
+        gated,
+        lambda: _stylize(client, corpus.png(), corpus.png(32, 32, 1)),
+        lambda: slots.waiting,
+    )
 
 
 def test_small_images_do_not_queue_behind_large_decodes(client_factory, monkeypatch):
@@ -245,13 +254,5 @@ def test_uploads_in_preparation_are_bounded_by_their_pixels(client_factory, monk
     def stylize():
         return _stylize(client, corpus.png(), corpus.png(32, 32, 1), size="64")
 
-    started = [_in_thread(stylize)]
-    assert gated.entered.wait(30)
-    started += [_in_thread(stylize) for _ in range(2)]
-    _wait_for(lambda: preparation.waiting == 2)
-    gated.gate.set()
-    for thread, _ in started:
-        thread.join(30)
-    assert gated.most == 1
-    assert [out[0].status_code for _, out in started] == [200, 200, 200]
+    _one_at_a_time(gated, stylize, lambda: preparation.waiting)
     assert preparation.held == 0 and preparation.waiting == 0
