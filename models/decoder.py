@@ -114,23 +114,36 @@ class Decoder(nn.Module):
         per_image = features.shape[0] > 1 and matrix.shape[0] > 1
         if per_image and features.device.type != "cpu":
             return self.linear_then_decode(features, matrix, shift)
-        conv, rest = self.layers[1], self.layers[2:]
+        rest = self.layers[2:]
         first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
         inputs = features if first_is_last else self.layers[0](features)  # _to_rgb pads itself
-        dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
-        weight = conv.weight.to(dtype)
         rows = [slice(b, b + 1) for b in range(features.shape[0])] if per_image else [slice(None)]
         outputs = []
         for row in rows:
-            m, t = matrix[row][0].to(dtype), shift[row][0].to(dtype)
-            folded_weight = torch.einsum("ojhw,jc->ochw", weight, m).to(conv.weight.dtype)
-            folded_bias = (conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t).to(conv.weight.dtype)
+            folded_weight, folded_bias = self.folded_first_conv(matrix[row][0], shift[row][0])
             if first_is_last:
                 outputs.append(self._to_rgb(inputs[row], folded_weight, folded_bias))
             else:
                 outputs.append(F.conv2d(inputs[row], folded_weight, folded_bias))
         output = torch.cat(outputs) if per_image else outputs[0]
         return output if first_is_last else self._to_rgb(rest[:-2](output))
+
+    def folded_first_conv(self, matrix: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
+        """The first convolution's weight and bias with ``f -> M f + t`` folded in (the
+        formula of :meth:`forward_linear`), computed in float32 or wider and returned in
+        the weight's dtype.
+
+        Shape:
+            - matrix: ``(C_level, C_level)``; shift: ``(C_level,)``.
+            - output: ``(C_out, C_level, 3, 3)`` and ``(C_out,)``.
+        """
+        conv = self.layers[1]
+        dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
+        weight = conv.weight.to(dtype)
+        m, t = matrix.to(dtype), shift.to(dtype)
+        folded_weight = torch.einsum("ojhw,jc->ochw", weight, m)
+        folded_bias = conv.bias.to(dtype) + weight.sum(dim=(2, 3)) @ t
+        return folded_weight.to(conv.weight.dtype), folded_bias.to(conv.weight.dtype)
 
     def linear_then_decode(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
         """``self(M f + t)`` with the transformed map written (the GPU's form of

@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
+from models.adain.banded import MIN_SIDE, BandedRelu11
 from models.adain.color import luminance, with_chroma_of
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import (
@@ -37,7 +38,7 @@ from models.adain.presets import (
 from models.adain.pyramid import next_stage_start, resize, stage_size, style_at
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
-from models.adain.whitening import CovarianceStats, wct_affine, wct_transfer
+from models.adain.whitening import CovarianceStats, grid_stride, wct_affine, wct_transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
@@ -451,12 +452,16 @@ class StyleTransfer(nn.Module):
                 if image.shape[0] == 0:
                     return None
             batch = image.shape[0]
+            level_stats = [item[level] for item in state["stats"]]
+            folded = state["stage_masks"] is None and level not in anchors
+            if folded and transform == "wct" and self._banded_fits(image, level):
+                image = self._banded_wct(image, level_stats, weights, alpha)
+                continue
             if index == 0 and photo_start:
                 features = anchors[level]
             else:
                 features = self.encoder.encode(image, level)
-            level_stats = [item[level] for item in state["stats"]]
-            if state["stage_masks"] is None and level not in anchors:  # folded into the decoder
+            if folded:  # the affine map folded into the decoder
                 if transform == "wct":
                     matrix, shift = wct_affine(features, level_stats, weights=weights, alpha=alpha)
                 else:
@@ -479,6 +484,30 @@ class StyleTransfer(nn.Module):
             )
             image = self.decoders[level](restyled)
         return image[..., :height, :width].float().clamp(0.0, 1.0)
+
+    def _banded_fits(self, image: Tensor, level: str) -> bool:
+        """Whether a pass runs as :class:`~models.adain.banded.BandedRelu11`: a relu1_1 pass
+        on a CPU (a GPU holds the full map at no such cost, and would pay a launch per band)."""
+        return (
+            level == "relu1_1"
+            and "relu1_1" in self.decoders
+            and image.device.type == "cpu"
+            and min(image.shape[-2:]) >= MIN_SIDE
+        )
+
+    def _banded_wct(
+        self,
+        image: Tensor,
+        level_stats: Sequence[CovarianceStats],
+        weights: Sequence[float],
+        alpha: float,
+    ) -> Tensor:
+        """A folded relu1_1 WCT pass without the full-size map (:mod:`models.adain.banded`)."""
+        banded = BandedRelu11(self.encoder, self.decoders["relu1_1"])
+        padded = banded.padded_input(image)
+        grid = banded.grid_features(padded, grid_stride(*image.shape[-2:]))
+        matrix, shift = wct_affine(grid, level_stats, weights=weights, alpha=alpha)
+        return banded.decode(padded, matrix, shift)
 
     def warm_up(self) -> float:
         """Stylise one small image with each preset, so that the first request does not

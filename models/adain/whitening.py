@@ -82,6 +82,12 @@ def mix_covariance(
     return CovarianceStats(mean, root)
 
 
+def grid_stride(height: int, width: int, max_positions: int = COVARIANCE_POSITIONS) -> int:
+    """The stride ``s = ceil(sqrt(HW / max_positions))`` of the grid a ``(height, width)``
+    map's covariance is estimated on (1: every position)."""
+    return max(1, math.ceil(math.sqrt(height * width / max_positions)))
+
+
 def feature_covariance(
     features: Tensor, max_positions: int = COVARIANCE_POSITIONS
 ) -> tuple[Tensor, Tensor]:
@@ -107,7 +113,7 @@ def feature_covariance(
     batch, channels = features.shape[:2]
     if features.dim() == 4:
         height, width = features.shape[-2:]
-        stride = max(1, math.ceil(math.sqrt(height * width / max_positions)))
+        stride = grid_stride(height, width, max_positions)
         grid = features.permute(0, 2, 3, 1)[:, ::stride, ::stride]  # (B, h, w, C)
         flat = grid.reshape(batch, -1, channels).to(dtype)  # (B, n, C)
     else:

@@ -242,11 +242,13 @@ def test_a_model_with_its_own_levels_runs_them_unless_a_preset_is_asked(tiny_net
 @pytest.mark.parametrize("name", ["quality", "realtime"])
 def test_full_size_passes_count_the_pixels_the_passes_run_on(model, name):
     """The model's cost answer is what its passes encode: sum over passes of the image's
-    pixels over the photo's (64 x 64: every stage's size divides the encoder's strides)."""
+    pixels over the photo's (64 x 64: every stage's size divides the encoder's strides).
+    Every pass, whole-map or banded, runs the encoder's first layer (the 1x1
+    preprocessing) once on the image it encodes."""
     content, style = _images(1, 3, 64, 64, seed=1), _images(1, 3, 32, 32, seed=2)
     model.stylize(content, [style], preset=name)  # style statistics cached from here on
     pixels = []
-    hook = model.encoder.register_forward_pre_hook(
+    hook = model.encoder.layers[0].register_forward_pre_hook(
         lambda module, args: pixels.append(args[0].shape[-2] * args[0].shape[-1])
     )
     try:
