@@ -506,7 +506,7 @@ class StyleTransfer(nn.Module):
         banded = BandedRelu11(self.encoder, self.decoders["relu1_1"])
         padded = banded.padded_input(image)
         grid = banded.grid_features(padded, grid_stride(*image.shape[-2:]))
-        matrix, shift = wct_affine(grid, level_stats, weights=weights, alpha=alpha)
+        matrix, shift = wct_affine(grid, level_stats, weights=weights, alpha=alpha, scratch=True)
         return banded.decode(padded, matrix, shift)
 
     def warm_up(self) -> float:

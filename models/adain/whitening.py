@@ -89,7 +89,7 @@ def grid_stride(height: int, width: int, max_positions: int = COVARIANCE_POSITIO
 
 
 def feature_covariance(
-    features: Tensor, max_positions: int = COVARIANCE_POSITIONS
+    features: Tensor, max_positions: int = COVARIANCE_POSITIONS, *, scratch: bool = False
 ) -> tuple[Tensor, Tensor]:
     """Mean and biased covariance over the positions, by the two-pass form.
 
@@ -103,7 +103,10 @@ def feature_covariance(
 
     The products accumulate in float32 (float64 for float64 features), position-major
     (``(n, C)``: a channels-last map is read in its own order); the results are returned
-    in float64.
+    in float64. The positions are centred in place when they are a copy already (a grid,
+    another layout or dtype) or when the caller says ``features`` are ``scratch`` (not
+    read again): a centred copy of a 65,536 x 64 map is 16 MB written and page-faulted
+    in for nothing.
 
     Shape:
         - features: ``(B, C, H, W)`` (or ``(B, C, n)``, every position used); output:
@@ -119,7 +122,8 @@ def feature_covariance(
     else:
         flat = features.transpose(1, 2).to(dtype)
     mean = flat.mean(dim=1, keepdim=True)
-    centred = flat - mean
+    owned = scratch or flat.untyped_storage().data_ptr() != features.untyped_storage().data_ptr()
+    centred = flat.sub_(mean) if owned else flat - mean
     covariance = centred.transpose(1, 2) @ centred / flat.shape[1]
     return mean.squeeze(1).double(), covariance.double()
 
@@ -143,6 +147,7 @@ def wct_affine(
     *,
     weights: Sequence[float],
     alpha: float = 1.0,
+    scratch: bool = False,
 ) -> tuple[Tensor, Tensor]:
     """WCT towards styles mixed by convex ``weights`` (:func:`~models.adain.mixing.convex_weights`),
     blended with the content by ``alpha``, as one affine map:
@@ -152,14 +157,16 @@ def wct_affine(
               t = \\alpha (\\mu_s - R S_c^{-1/2} \\mu_c)
 
     with ``R`` and ``mu_s`` the mixed style's root and mean (:func:`mix_covariance`).
+    ``scratch``: ``content`` is not read again and may be overwritten
+    (:func:`feature_covariance`).
 
     Shape:
-        - content: ``(B, C, h, w)``; output: ``(matrix, shift)``, ``(B, C, C)`` and ``(B, C)``
+        - content: ``(B, C, h, w)`` or ``(B, C, n)``; output: ``(matrix, shift)``, ``(B, C, C)`` and ``(B, C)``
           in float64.
     """
     batch, channels = content.shape[:2]
     target = mix_covariance(styles, weights, batch)
-    mean, covariance = feature_covariance(content)
+    mean, covariance = feature_covariance(content, scratch=scratch)
     transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
     shift = alpha * (target.mean - (transform @ mean.unsqueeze(-1)).squeeze(-1))
     identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)

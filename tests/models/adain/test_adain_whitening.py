@@ -55,6 +55,27 @@ def test_a_large_map_is_read_on_a_regular_grid():
                 )
 
 
+@pytest.mark.parametrize("max_positions", [1_000, 40])
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "positions", "float64"])
+def test_the_covariance_reads_features_without_changing_them_unless_scratch(layout, max_positions):
+    """Centring in place is the covariance's own copy's business: the caller's features
+    come back unchanged (a view of them is never centred), and ``scratch=True`` (the
+    caller's scratch map, overwritten) gives the same statistics."""
+    features = _features(2, 5, 13, 11, seed=10).float()
+    if layout == "channels_last":
+        features = features.contiguous(memory_format=torch.channels_last)
+    elif layout == "positions":
+        features = features.flatten(2)
+    elif layout == "float64":
+        features = features.double()
+    before = features.clone()
+    mean, covariance = feature_covariance(features, max_positions)
+    assert torch.equal(features, before)
+    scratch_mean, scratch_covariance = feature_covariance(features, max_positions, scratch=True)
+    torch.testing.assert_close(scratch_mean, mean, rtol=0, atol=0)
+    torch.testing.assert_close(scratch_covariance, covariance, rtol=0, atol=0)
+
+
 def test_the_grid_estimate_is_exact_on_a_map_constant_over_its_cells():
     """A map repeated over ``s x s`` cells has the statistics of the grid it is read on."""
     small = _features(1, 4, 8, 6, seed=9)
