@@ -1,4 +1,4 @@
-"""A relu1_1 WCT pass on the CPU without writing the whole 64-channel map.
+"""A relu1_1 WCT pass on the CPU without writing its whole 64-channel map.
 
 The relu1_1 round trip is one convolution each way around a ReLU,
 
@@ -15,17 +15,20 @@ memory formats and read back.
 Here the map is made twice, each time in a form that never holds all of it:
 
 1. the statistics: past ``COVARIANCE_POSITIONS`` the content covariance is estimated
-   on the grid of stride ``s`` (:func:`~models.adain.whitening.grid_stride`), and ``f``
-   at the grid's positions ``(s i, s j)`` is the encoder's convolution evaluated with
-   stride ``s``: ``1 / s^2`` of the map, the grid's values (``s = 1``: the whole map,
-   channels-last, so nothing is reordered);
+   on the grid of stride ``s > 1`` (:func:`~models.adain.whitening.grid_stride`), and
+   ``f`` at the grid's positions ``(s i, s j)`` is the encoder's convolution evaluated
+   with stride ``s``: ``1 / s^2`` of the map, the grid's values;
 2. the image: ``f`` is rebuilt a band of rows at a time (with the one row above and
    below that the decoder's 3x3 kernel reads, reflected at the image's edges as
    ``pad(f)`` reflects them), decoded, and dropped, so a band stays in the cache.
 
-The result is the unbanded pass's to float rounding (``tests/models/adain/test_adain_banded.py``).
-On one 2-core CPU, 21 alternating calls each: 50-56 against 76-79 ms at 256 x 256, 72-101
-against 281-283 at 512 x 512 (an ad hoc script; ``benchmarks/banded_pass.py`` measures it).
+Below the grid limit (``s = 1``) the covariance reads the whole map, so the pipeline
+runs the whole-map pass there (:meth:`models.adain.pipeline.StyleTransfer._banded_fits`).
+The result is the whole-map pass's to float rounding (``tests/models/adain/test_adain_banded.py``).
+``benchmarks/banded_pass.py`` on one 2-core CPU (15 interleaved calls): at 512 x 512 the
+banded pass took 107.6 ms, the whole-map pass 136.6 ms on a channels-last image (what
+``fast=True`` and the service run) and 298.0 ms on a contiguous one; at 1024 x 1024,
+371.2 against 441.0 and 1078.4 ms; at 256 x 256 (``s = 1``), 56.2 against 51.9 and 65.8.
 """
 
 from __future__ import annotations

@@ -487,12 +487,15 @@ class StyleTransfer(nn.Module):
 
     def _banded_fits(self, image: Tensor, level: str) -> bool:
         """Whether a pass runs as :class:`~models.adain.banded.BandedRelu11`: a relu1_1 pass
-        on a CPU (a GPU holds the full map at no such cost, and would pay a launch per band)."""
+        on a CPU whose covariance is read on a grid (past ``COVARIANCE_POSITIONS``). Below
+        that the covariance needs the whole map anyway, and the banded form would make it
+        twice; a GPU holds the whole map at no such cost and would pay a launch per band."""
         return (
             level == "relu1_1"
             and "relu1_1" in self.decoders
             and image.device.type == "cpu"
             and min(image.shape[-2:]) >= MIN_SIDE
+            and grid_stride(*image.shape[-2:]) > 1
         )
 
     def _banded_wct(

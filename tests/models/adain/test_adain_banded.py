@@ -99,8 +99,18 @@ def test_stylize_gives_what_the_whole_map_passes_give(tiny_networks, monkeypatch
     model = StyleTransfer(encoder, decoders)
     content = _image(1, 3, 270, 250, seed=6).float()
     style = _image(1, 3, 90, 120, seed=7).float()
+    shapes = []
+    decode = BandedRelu11.decode
+
+    def spy(self, padded, matrix, shift):
+        shapes.append(tuple(padded.shape[-2:]))
+        return decode(self, padded, matrix, shift)
+
+    monkeypatch.setattr(BandedRelu11, "decode", spy)
     banded = model.stylize(content, [style], preset=preset)
+    assert shapes == [(274, 254)]  # the full-size pass only: 1/2 scale is under the grid limit
     monkeypatch.setattr(StyleTransfer, "_banded_fits", lambda self, image, level: False)
     whole = model.stylize(content, [style], preset=preset)
+    assert len(shapes) == 1
     torch.testing.assert_close(banded, whole, rtol=0, atol=2e-4)
     assert (banded - whole).abs().mean() < 1e-5
