@@ -57,7 +57,7 @@ class Settings(BaseSettings):
         ge=1,
         description="Most pixels x AdaIN passes one stylize request may cost, counted as "
         "size^2 x (1 content + the styles x max(1, style_scale)^2) x the preset's passes "
-        "in full-size equivalents (the model's figure: quality 1.64, realtime 1.39): what "
+        "in full-size equivalents (the model's figure: quality 1.64, realtime 1.33): what "
         "this server finishes within request_timeout_s (benchmarks/stylize_cost.py "
         "measures seconds per pixel-pass). Past it: 422.",
     )

@@ -71,8 +71,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--preset",
         choices=sorted(PRESETS),
         default="quality",
-        help="quality: the style matched at 1/4, 1/2 and full size; realtime: the same "
-        "with fewer passes (see docs/style-transfer.md)",
+        help="quality: the style matched at 1/8, 1/4, 1/2 and full size; realtime: the same "
+        "scales with fewer, shallower passes (see docs/style-transfer.md)",
     )
     parser.add_argument(
         "--style-scale",

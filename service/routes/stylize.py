@@ -180,8 +180,8 @@ async def stylize(
     preset: Annotated[
         PresetName,
         Form(
-            description="quality (default) and realtime: the style matched at 1/4, 1/2 and "
-            "full size, realtime with fewer passes (docs/style-transfer.md has both presets' "
+            description="quality (default) and realtime: the style matched at 1/8, 1/4, 1/2 "
+            "and full size, realtime with fewer, shallower passes (docs/style-transfer.md has both presets' "
             "passes and times)."
         ),
     ] = "quality",
