@@ -510,3 +510,33 @@ def test_jobs_outlive_the_store_object_and_changes_reach_another(open_store):
 
     woke, seen = run(open_store, scenario)
     assert woke and seen.state == RUNNING
+
+
+def test_every_pooled_connection_recovers_when_redis_comes_back(tmp_path):
+    """A Redis restart leaves every pooled connection stale. Once it is back, each call
+    reconnects and is retried, so concurrent calls all succeed at once (the client
+    had been given the synchronous client's retry policy, under which the asyncio
+    client retried nothing, and one in several calls after a restart answered 503)."""
+    from redis_server import RedisMissing, RedisServer
+
+    try:
+        server = RedisServer(tmp_path / "redis").start()
+    except RedisMissing as exc:
+        pytest.skip(str(exc))
+
+    async def scenario():
+        store = RedisJobStore(server.url, StoreLimits(), prefix="restart:")
+        await store.start()
+        try:
+            owners = [f"owner-{index}" for index in range(8)]
+            await asyncio.gather(*(store.check_admission(owner, 100) for owner in owners))
+            server.restart()
+            await asyncio.gather(*(store.check_admission(owner, 100) for owner in owners))
+            return await store.models()
+        finally:
+            await store.close()
+
+    try:
+        assert asyncio.run(scenario()) == {}
+    finally:
+        server.stop()
