@@ -10,7 +10,7 @@ Presets (chosen on the development images, ``docs/style-transfer.md``):
 - ``realtime``: relu3_1 at 1/8, relu2_1 at 1/4, relu1_1 at 1/2 and at full size: the
   best-scoring measured pyramid that keeps every development median and worst pair
   under the peer's at <= 0.8x its time (the margin the evaluation's run-to-run spread
-  needs under the 1x target).
+  needs under the 1x target; `benchmarks/realtime_variants.py`).
 
 Cost per pixel of the photo (encoder + decoder at a level: relu3_1 ~223 kMAC, relu2_1
 ~113 kMAC, relu1_1 ~3.5 kMAC per pixel of the image it runs on): for 512 x 512, quality
