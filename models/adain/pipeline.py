@@ -491,8 +491,7 @@ class StyleTransfer(nn.Module):
         that the covariance needs the whole map anyway, and the banded form would make it
         twice; a GPU holds the whole map at no such cost and would pay a launch per band."""
         return (
-            level == "relu1_1"
-            and "relu1_1" in self.decoders
+            level == "relu1_1"  # a pass's level always has its decoder (resolve_passes)
             and image.device.type == "cpu"
             and min(image.shape[-2:]) >= MIN_SIDE
             and grid_stride(*image.shape[-2:]) > 1
