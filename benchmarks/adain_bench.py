@@ -21,7 +21,8 @@ with the same float32 encoder.
 
 Images: ``--split holdout`` (default), the evaluation split: photos and textures that
 are NOT in ../shared/images and that nothing here was tuned on (see ``holdout_split``);
-``--split dev`` the shared development images.
+``--split dev`` the development images: the shared photos and paintings and a generated
+star field (``star_field.py``).
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py [--rounds 3]
@@ -40,6 +41,7 @@ import time
 from pathlib import Path
 
 import torch
+from star_field import star_field_file
 
 from models.adain import StyleTransfer
 from models.adain.metrics import (
@@ -108,8 +110,10 @@ def holdout_split() -> tuple[list[Path], list[Path]]:
 
 
 def dev_split(images: Path) -> tuple[list[Path], list[Path]]:
-    """The shared development images: every photo and painting."""
-    return sorted((images / "content").iterdir()), sorted((images / "style").iterdir())
+    """The development images: every shared photo and painting, and the generated star
+    field (``star_field.py``) as a sixth style."""
+    styles = sorted((images / "style").iterdir()) + [star_field_file()]
+    return sorted((images / "content").iterdir()), styles
 
 
 def _stlite_runner(threads: int):
