@@ -35,15 +35,9 @@ from models.adain.presets import (
     get_preset,
     levels_preset,
 )
-from models.adain.pyramid import (
-    fill_flat_regions,
-    next_stage_start,
-    resize,
-    stage_size,
-    style_at,
-)
+from models.adain.pyramid import next_stage_start, resize, stage_size, style_at
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
-from models.adain.transfer import adain_affine, region_labels, styled_region, transfer
+from models.adain.transfer import adain_affine, region_labels, transfer
 from models.adain.whitening import CovarianceStats, grid_stride, wct_affine, wct_transfer
 from models.checkpoints import load_state_dict
 from models.control import StepControl, take_rows, wanted_rows
@@ -392,11 +386,6 @@ class StyleTransfer(nn.Module):
                 start = next_stage_start(photo, state["previous"], state["previous_photo"])
             else:
                 start = photo
-            stage_masks = None
-            if state["masks"] is not None:
-                stage_masks = [resize(mask, size) for mask in state["masks"]]
-            if stage.flat_noise:
-                start = fill_flat_regions(start, stage.flat_noise, styled_region(stage_masks))
             stage_styles = [
                 style_at(style, max(size), style_scale, min_side=MIN_STYLE_SIDE)
                 for style in state["styles"]
@@ -408,6 +397,9 @@ class StyleTransfer(nn.Module):
                 )
                 for style, given in zip(stage_styles, given_styles, strict=True)
             ]
+            stage_masks = None
+            if state["masks"] is not None:
+                stage_masks = [resize(mask, size) for mask in state["masks"]]
             state.set(stats=stats, stage_masks=stage_masks, photo=photo)
             image = self._stage(
                 start, stage.levels, preset.transform, state, weights, alpha, control, done, total

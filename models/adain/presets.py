@@ -17,9 +17,7 @@ Cost per pixel of the photo (encoder + decoder at a level: relu3_1 ~223 kMAC, re
 ~15 GMAC and realtime ~4 GMAC, plus one eigendecomposition of the content's covariance
 per pass (256 x 256 at relu3_1); the previous full-size ``quality`` ran ~180 GMAC.
 
-Both seed texture in the photo's flat regions at 1/4 scale (``QUALITY_FLAT_NOISE``,
-``REALTIME_FLAT_NOISE``), and both
-match the whole covariance of the features (WCT, :mod:`models.adain.whitening`);
+Both match the whole covariance of the features (WCT, :mod:`models.adain.whitening`);
 an explicit ``levels=`` pass (the paper's single-level mode and its multi-level form)
 runs AdaIN at full size.
 """
@@ -42,23 +40,13 @@ MAX_STYLE_SCALE = 2.0
 R3, R2, R1 = "relu3_1", "relu2_1", "relu1_1"
 
 
-#: The noise that seeds the style's texture in flat regions at the 1/4 stage
-#: (:func:`models.adain.pyramid.fill_flat_regions`): for each preset the strongest of the
-#: measured strengths that keeps every development median and worst pair under the
-#: peer's (and ``quality`` within issue 3's mean/std test), ``docs/style-transfer.md``.
-QUALITY_FLAT_NOISE = 0.2
-REALTIME_FLAT_NOISE = 0.3
-
-
 @dataclass(frozen=True)
 class Stage:
     """One scale of the pyramid: ``levels`` (deepest first) run on the image resized by
-    ``factor`` (``1`` is full size), after noise of standard deviation ``flat_noise``
-    (``0``: none) is added to the image's flat regions."""
+    ``factor`` (``1`` is full size)."""
 
     factor: float
     levels: tuple[str, ...]
-    flat_noise: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -108,21 +96,11 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "quality": Preset(
         "quality",
-        (
-            Stage(0.125, (R3,)),
-            Stage(0.25, (R3, R2), QUALITY_FLAT_NOISE),
-            Stage(0.5, (R2, R1)),
-            Stage(1.0, (R1,)),
-        ),
+        (Stage(0.125, (R3,)), Stage(0.25, (R3, R2)), Stage(0.5, (R2, R1)), Stage(1.0, (R1,))),
     ),
     "realtime": Preset(
         "realtime",
-        (
-            Stage(0.125, (R3,)),
-            Stage(0.25, (R2,), REALTIME_FLAT_NOISE),
-            Stage(0.5, (R1,)),
-            Stage(1.0, (R1,)),
-        ),
+        (Stage(0.125, (R3,)), Stage(0.25, (R2,)), Stage(0.5, (R1,)), Stage(1.0, (R1,))),
     ),
 }
 assert set(PRESETS) == set(get_args(PresetName))

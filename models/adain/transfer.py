@@ -63,10 +63,6 @@ def adain_affine(
     return scale, shift
 
 
-#: The mask value from which a style owns a pixel (:func:`region_labels`).
-MASK_OWNS = 0.5
-
-
 def region_labels(masks: Sequence[Tensor], size: tuple[int, int], batch: int) -> Tensor:
     """Which style owns each feature pixel: the index of the largest mask, or -1.
 
@@ -86,24 +82,7 @@ def region_labels(masks: Sequence[Tensor], size: tuple[int, int], batch: int) ->
         dim=1,
     )  # (B, K, h, w)
     value, index = resized.max(dim=1)
-    return torch.where(value >= MASK_OWNS, index, torch.full_like(index, -1))
-
-
-def styled_region(masks: Sequence[Tensor] | None) -> Tensor | None:
-    """Where some style applies: 1 where the largest mask is at least ``MASK_OWNS``, else 0
-    (the content is kept there, :func:`region_labels`); ``None`` when there are no masks
-    (every pixel is styled).
-
-    Shape:
-        - masks: each ``(1 or B, 1, H, W)`` in ``[0, 1]``
-        - output: ``(1 or B, 1, H, W)`` float.
-    """
-    if masks is None:
-        return None
-    largest = masks[0]
-    for mask in masks[1:]:
-        largest = torch.maximum(largest, mask)
-    return (largest >= MASK_OWNS).float()
+    return torch.where(value >= 0.5, index, torch.full_like(index, -1))
 
 
 def transfer(

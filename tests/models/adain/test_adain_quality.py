@@ -8,7 +8,6 @@ photo x painting grid with the same measures.
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 import pytest
 import torch
@@ -16,7 +15,6 @@ import torch
 from models.adain import StyleTransfer
 from models.adain.color import rgb_to_ycbcr
 from models.adain.metrics import psnr, style_loss, style_loss_ratio
-from models.adain.presets import PRESETS, Preset
 from models.images import load_image
 
 pytestmark = pytest.mark.weights
@@ -87,37 +85,3 @@ def test_masks_put_each_style_in_its_region(model, shared_images_dir):
         mine = float(style_loss(model.encoder, region, styles[own])[0])
         other = float(style_loss(model.encoder, region, styles[1 - own])[0])
         assert mine < 0.5 * other, (own, mine, other)
-
-
-@pytest.mark.parametrize("preset", ["quality", "realtime"])
-def test_a_flat_photo_takes_the_style_texture_and_only_the_style_texture(
-    model, shared_images_dir, preset
-):
-    """The flat-region noise (models.adain.pyramid.fill_flat_regions) becomes the style's
-    texture: a painting's strokes over a flat photo, the same on every call; and nothing
-    where the style itself is flat (no pattern the style does not have)."""
-    photo = torch.full((1, 3, 256, 256), 0.4)
-    painting = _painting(shared_images_dir, "starry_night")
-    out = model.stylize(photo, [painting], preset=preset)
-    assert float(out.std(dim=(2, 3)).min()) > 0.05
-    torch.testing.assert_close(model.stylize(photo, [painting], preset=preset), out)
-    flat_style = torch.tensor([0.2, 0.7, 0.5]).view(1, 3, 1, 1).expand(1, 3, 64, 64)
-    flat_out = model.stylize(photo, [flat_style], preset=preset)
-    assert float(flat_out.std(dim=(2, 3)).max()) < 1e-5
-
-
-def test_masked_out_regions_take_no_noise(model, shared_images_dir, monkeypatch):
-    """Where no mask owns a pixel the photo is kept, so the flat-region noise stays out:
-    with an empty mask the output is the preset's without any noise."""
-    photo = _photo(shared_images_dir, "rocket")
-    painting = _painting(shared_images_dir, "starry_night")
-    empty = [torch.zeros(1, 1, *photo.shape[-2:])]
-    kept = model.stylize(photo, [painting], masks=empty, preset="quality")
-    noisy = model.stylize(photo, [painting], preset="quality")
-    quiet = PRESETS["quality"]
-    quiet = Preset(quiet.name, tuple(replace(s, flat_noise=0.0) for s in quiet.stages))
-    monkeypatch.setitem(PRESETS, "quality", quiet)
-    torch.testing.assert_close(
-        model.stylize(photo, [painting], masks=empty, preset="quality"), kept
-    )
-    assert float((model.stylize(photo, [painting], preset="quality") - noisy).abs().max()) > 0.1
