@@ -6,18 +6,15 @@ resized by ``f_k`` (:mod:`models.adain.pyramid` has the pyramid's maths).
 Presets (chosen on the development images, ``docs/style-transfer.md``):
 
 - ``quality`` (the default): WCT passes relu3_1 at 1/8 scale, relu3_1 -> relu2_1 at 1/4,
-  relu3_1 at 1/2, relu1_1 at full size: of the measured pyramids no slower than the
-  previous one (relu2_1 -> relu1_1 at 1/2) and inside issue 3's mean/std test, the one
-  with the lowest 1/2-scale worst pair on the development star field
-  (`benchmarks/pyramid_variants.py --preset quality`).
+  relu2_1 -> relu1_1 at 1/2, relu1_1 at full size.
 - ``realtime``: relu3_1 at 1/8, relu2_1 at 1/4, relu1_1 at 1/2 and at full size: the
   best-scoring measured pyramid that keeps every development median and worst pair
   under the peer's at <= 0.8x its time (the margin the evaluation's run-to-run spread
-  needs under the 1x target; `benchmarks/pyramid_variants.py`).
+  needs under the 1x target; `benchmarks/realtime_variants.py`).
 
 Cost per pixel of the photo (encoder + decoder at a level: relu3_1 ~223 kMAC, relu2_1
 ~113 kMAC, relu1_1 ~3.5 kMAC per pixel of the image it runs on): for 512 x 512, quality
-~22 GMAC and realtime ~4 GMAC, plus one eigendecomposition of the content's covariance
+~15 GMAC and realtime ~4 GMAC, plus one eigendecomposition of the content's covariance
 per pass (256 x 256 at relu3_1); the previous full-size ``quality`` ran ~180 GMAC.
 
 Both match the whole covariance of the features (WCT, :mod:`models.adain.whitening`);
@@ -86,7 +83,7 @@ class Preset:
     def full_size_passes(self) -> float:
         """The passes' work in full-size-pass equivalents, ``sum_k len(levels_k) f_k^2``:
         a pass on an image whose sides are ``f`` times the photo's covers ``f^2`` of its
-        pixels (quality: 1/64 + 2/16 + 1/4 + 1 = 1.390625; realtime: 1/64 + 1/16 + 1/4 + 1
+        pixels (quality: 1/64 + 2/16 + 2/4 + 1 = 1.640625; realtime: 1/64 + 1/16 + 1/4 + 1
         = 1.328125)."""
         return sum(len(stage.levels) * stage.factor**2 for stage in self.stages)
 
@@ -99,7 +96,7 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "quality": Preset(
         "quality",
-        (Stage(0.125, (R3,)), Stage(0.25, (R3, R2)), Stage(0.5, (R3,)), Stage(1.0, (R1,))),
+        (Stage(0.125, (R3,)), Stage(0.25, (R3, R2)), Stage(0.5, (R2, R1)), Stage(1.0, (R1,))),
     ),
     "realtime": Preset(
         "realtime",

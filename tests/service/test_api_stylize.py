@@ -196,16 +196,16 @@ def test_style_scale_out_of_range_is_a_validation_error_naming_the_field(fakes, 
 
 
 def test_a_larger_style_scale_counts_in_the_cost_budget(client_factory, fakes):
-    client = client_factory(max_stylize_pixel_passes=18_000)
+    client = client_factory(max_stylize_pixel_passes=20_000)
     content, style = corpus.png(64, 48), corpus.png(32, 32)
-    # quality: 1/64 + 2/16 + 1/4 + 1 = 1.390625 full-size passes, so
-    # 64^2 x (1 content + 1 style x 1.5^2) x 1.390625 = 18512 pixel-passes
-    assert get_preset("quality").full_size_passes == 1.390625
+    # quality: 1/64 + 2/16 + 2/4 + 1 = 1.640625 full-size passes, so
+    # 64^2 x (1 content + 1 style x 1.5^2) x 1.640625 = 21840 pixel-passes
+    assert get_preset("quality").full_size_passes == 1.640625
     response = _post(client, content, [style], size=64, style_scale=1.5)
     assert response.status_code == 422
     message = response.json()["error"]["message"]
-    assert "18512" in message and "style_scale" in message and "18000" in message
-    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 1.390625 = 11392
+    assert "21840" in message and "style_scale" in message and "20000" in message
+    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 1.640625 = 13440
     assert _post(client, content, [style], size=64, style_scale=0.5).status_code == 200
 
 
