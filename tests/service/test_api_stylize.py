@@ -8,6 +8,7 @@ import corpus
 import numpy as np
 import pytest
 from PIL import Image
+from service_fakes import FakeStyleTransfer
 
 from models.adain.presets import get_preset
 
@@ -196,30 +197,31 @@ def test_style_scale_out_of_range_is_a_validation_error_naming_the_field(fakes, 
 
 
 def test_a_larger_style_scale_counts_in_the_cost_budget(client_factory, fakes):
-    client = client_factory(max_stylize_pixel_passes=20_000)
+    client = client_factory(max_stylize_pixel_passes=17_000)
     content, style = corpus.png(64, 48), corpus.png(32, 32)
-    # quality: 1/64 + 2/16 + 2/4 + 1 = 1.640625 full-size passes, so
-    # 64^2 x (1 content + 1 style x 1.5^2) x 1.640625 = 21840 pixel-passes
-    assert get_preset("quality").full_size_passes == 1.640625
+    # quality: 1/64 + 1/16 + 1/4 + 1 = 1.328125 full-size passes, so
+    # 64^2 x (1 content + 1 style x 1.5^2) x 1.328125 = 17680 pixel-passes
+    assert get_preset("quality").full_size_passes == 1.328125
     response = _post(client, content, [style], size=64, style_scale=1.5)
     assert response.status_code == 422
     message = response.json()["error"]["message"]
-    assert "21840" in message and "style_scale" in message and "20000" in message
-    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 1.640625 = 13440
+    assert "17680" in message and "style_scale" in message and "17000" in message
+    # a style scale below 1 shrinks the style: the bound stays 64^2 x 2 x 1.328125 = 10880
     assert _post(client, content, [style], size=64, style_scale=0.5).status_code == 200
 
 
-def test_the_cost_bound_charges_the_passes_of_the_asked_preset(client_factory, fakes):
-    """realtime's passes cover fewer pixels than quality's: a budget between the two
-    admits the same request with realtime and refuses it with quality."""
-    quality = get_preset("quality").full_size_passes
-    realtime = get_preset("realtime").full_size_passes
-    assert realtime < quality
-    budget = round(64 * 64 * 2 * (quality + realtime) / 2)
-    client = client_factory(max_stylize_pixel_passes=budget)
+def test_the_cost_bound_charges_the_passes_of_the_asked_preset(client_factory, fakes, monkeypatch):
+    """The route charges the figure the model gives for the asked preset: a budget between
+    two presets' figures admits the same request with the cheaper and refuses the other.
+    (The shipped presets both count 1.328125 full-size passes, so the fake's are set.)"""
+    figures = {"quality": 1.5, "realtime": 0.5}
+    monkeypatch.setattr(
+        FakeStyleTransfer, "full_size_passes", lambda self, preset=None: figures[preset]
+    )
+    client = client_factory(max_stylize_pixel_passes=64 * 64 * 2)
     content, style = corpus.png(64, 48), corpus.png(32, 32)
     refused = _post(client, content, [style], size=64, preset="quality")
     assert refused.status_code == 422
-    assert f"x {quality:g} full-size passes" in refused.json()["error"]["message"]
+    assert "x 1.5 full-size passes" in refused.json()["error"]["message"]
     assert _post(client, content, [style], size=64, preset="realtime").status_code == 200
     assert fakes.adain["cpu"].presets == ["realtime"]

@@ -240,20 +240,20 @@ def test_a_request_over_the_cost_budget_is_refused_naming_the_limit(client_facto
 
 
 def test_a_stylize_request_over_the_cost_budget_is_refused_naming_the_limit(client_factory, fakes):
-    client = client_factory(max_stylize_pixel_passes=20_000)
+    client = client_factory(max_stylize_pixel_passes=16_000)
 
     def post(styles: int):
         files = [("content", ("c.png", corpus.png(64, 48), "image/png"))]
         files += [("style", (f"s{i}.png", corpus.png(32, 32), "image/png")) for i in range(styles)]
         return client.post("/v1/stylize", files=files, data={"size": "64"})
 
-    # quality's 1.640625 full-size passes: 64^2 x (1 content + 2 styles) x 1.640625 = 20160
+    # quality's 1.328125 full-size passes: 64^2 x (1 content + 2 styles) x 1.328125 = 16320
     response = post(styles=2)
     assert response.status_code == 422
     message = response.json()["error"]["message"]
-    assert "20160" in message and "max_stylize_pixel_passes" in message and "20000" in message
+    assert "16320" in message and "max_stylize_pixel_passes" in message and "16000" in message
     assert fakes.adain["cpu"].batch_sizes == []
-    assert post(styles=1).status_code == 200  # 64^2 x 2 x 1.640625 = 13440
+    assert post(styles=1).status_code == 200  # 64^2 x 2 x 1.328125 = 10880
 
 
 def _png_text(data: bytes) -> dict[str, str]:

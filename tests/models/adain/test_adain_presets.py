@@ -22,6 +22,7 @@ from models.adain.presets import (
 )
 from models.adain.pyramid import next_stage_start, resize, style_at
 from models.adain.whitening import CovarianceStats, wct_transfer
+from models.vgg import LEVELS
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -259,10 +260,16 @@ def test_full_size_passes_count_the_pixels_the_passes_run_on(model, name):
     assert model.full_size_passes(name) == sum(pixels) / (64 * 64)
 
 
-def test_realtime_costs_less_than_quality_and_levels_count_full_size(tiny_networks):
+def test_realtime_never_runs_deeper_than_quality_and_levels_count_full_size(tiny_networks):
+    """realtime's passes cover no more pixels than quality's, and at every stage its
+    deepest level is no deeper (relu3_1 costs ~2x relu2_1 and ~64x relu1_1 per pixel)."""
     encoder, decoders = tiny_networks
     model = StyleTransfer(encoder, decoders)
-    assert model.full_size_passes("realtime") < model.full_size_passes("quality")
+    assert model.full_size_passes("realtime") <= model.full_size_passes("quality")
+    quality, realtime = PRESETS["quality"].stages, PRESETS["realtime"].stages
+    for fast, full in zip(realtime, quality, strict=True):
+        assert fast.factor == full.factor
+        assert max(map(LEVELS.index, fast.levels)) <= max(map(LEVELS.index, full.levels))
     assert model.full_size_passes() == model.full_size_passes("quality")
     three = StyleTransfer(encoder, decoders, levels=("relu3_1", "relu2_1", "relu1_1"))
     assert three.full_size_passes() == 3.0
