@@ -4,9 +4,10 @@ Single-level (the paper): ``decode_l(AdaIN(encode_l(content), encode_l(style)))`
 Multi-level (coarse to fine, as in WCT): stylise and decode at the deepest level, then
 re-encode that image at the next shallower level, apply AdaIN again with the style's
 statistics there, decode, and so on; each pass refines the textures at a finer scale.
-A level may come back: the default pass runs relu3_1 -> relu2_1 twice, since each
+A level may come back: ``DEFAULT_LEVELS`` runs relu3_1 -> relu2_1 twice, since each
 decoder only approximately reproduces the statistics it was given and the second round
-closes much of that gap (see benchmarks/adain_quality.py).
+closes much of that gap (see benchmarks/adain_quality.py). Without ``levels`` a preset's
+pyramid of WCT passes runs instead (:mod:`models.adain.presets`).
 
 ``alpha`` blends, at every pass, the restyled features with the *photo's* features at
 that level, so ``alpha = 0`` gives the last level's plain reconstruction of the photo
