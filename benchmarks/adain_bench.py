@@ -245,6 +245,32 @@ def format_row(size: int, name: str, ms: float, scores: dict[str, list[float]]) 
     )
 
 
+def run_interleaved(runners: dict, pairs: list, rounds: int) -> tuple[dict, dict]:
+    """Every runner on every ``(content, style)`` pair, ``rounds + 1`` times: the first
+    round's outputs kept (untimed), the later rounds' milliseconds recorded. Interleaved
+    by blocks, the order rotating each round: every implementation meets the same machine
+    load, and none is timed while the other engine's idle threads still spin (ONNX
+    Runtime's spin-wait slowed the call after it).
+
+    Returns ``(outputs, times)``: ``{name: [output per pair]}``, ``{name: [ms per call]}``.
+    """
+    names = list(runners)
+    outputs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_index in range(rounds + 1):
+        shift = round_index % len(names)
+        for name in names[shift:] + names[:shift]:
+            for content, style in pairs:
+                start = time.perf_counter()
+                out = runners[name](content, style)
+                elapsed = time.perf_counter() - start
+                if round_index == 0:
+                    outputs[name].append(out)
+                else:
+                    times[name].append(elapsed * 1000)
+    return outputs, times
+
+
 def main() -> None:
     args = parse_args()
     torch.set_grad_enabled(False)
@@ -277,23 +303,7 @@ def main() -> None:
         photos = [load_image(path, max_side=size) for path in photo_files]
         styles = [load_image(path, max_side=size) for path in style_files]
         pairs = [(c, s) for c in photos for s in styles]
-        times: dict[str, list[float]] = {name: [] for name in runners}
-        outputs: dict[str, list[torch.Tensor]] = {name: [] for name in runners}
-        names = list(runners)
-        for round_index in range(args.rounds + 1):
-            # interleaved by blocks, the order rotating each round: every implementation
-            # meets the same machine load, and none is timed while the other engine's
-            # idle threads still spin (ONNX Runtime's spin-wait slowed the call after it)
-            shift = round_index % len(names)
-            for name in names[shift:] + names[:shift]:
-                for content, style in pairs:
-                    start = time.perf_counter()
-                    out = runners[name](content, style)
-                    elapsed = time.perf_counter() - start
-                    if round_index == 0:
-                        outputs[name].append(out)
-                    else:
-                        times[name].append(elapsed * 1000)
+        outputs, times = run_interleaved(runners, pairs, args.rounds)
         results, parts = {}, {}
         for name in runners:
             parts[name] = [

@@ -26,12 +26,19 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F  # noqa: N812
-from adain_bench import HEADER, Scorer, _stlite_runner, dev_split, format_row, totals
+from adain_bench import (
+    HEADER,
+    Scorer,
+    _stlite_runner,
+    dev_split,
+    format_row,
+    run_interleaved,
+    totals,
+)
 
 from models.adain import StyleTransfer
 from models.adain.metrics import GRAM_SCALES
@@ -110,19 +117,7 @@ def main() -> None:
         pairs = [(c, s) for c in photos for s in styles]
         print(f"development split: {len(photos)} photos x {len(styles)} styles, {args.size} px")
     names = list(runners)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    outputs: dict[str, list[torch.Tensor]] = {name: [] for name in names}
-    for round_index in range(args.rounds + 1):
-        shift = round_index % len(names)
-        for name in names[shift:] + names[:shift]:
-            for content, style in pairs:
-                start = time.perf_counter()
-                out = runners[name](content, style)
-                elapsed = time.perf_counter() - start
-                if round_index == 0:
-                    outputs[name].append(out)
-                else:
-                    times[name].append(elapsed * 1000)
+    outputs, times = run_interleaved(runners, pairs, args.rounds)
     medians = {name: statistics.median(times[name]) for name in names if times[name]}
     if args.smooth_photos:
         for name in names:
