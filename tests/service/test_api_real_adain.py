@@ -5,6 +5,7 @@ from __future__ import annotations
 import concurrent.futures
 import io
 import json
+import math
 import os
 from pathlib import Path
 
@@ -98,20 +99,23 @@ def test_batched_requests_equal_single_ones(patient_client):
         torch.testing.assert_close(got / 255, alone[0].permute(1, 2, 0), atol=1.5 / 255, rtol=0)
 
 
-def test_realtime_is_charged_less_than_quality_by_the_real_model(real_client):
-    """The cost bound multiplies by the loaded model's own answer for the preset: with a
-    budget between its realtime and quality figures, the same request passes with
-    realtime and is refused with quality."""
+def test_each_preset_is_charged_the_real_model_figure(real_client):
+    """The cost bound multiplies by the loaded model's own answer for the asked preset
+    (listed in /v1/models): a budget of exactly that cost admits the request, one
+    pixel-pass less refuses it, naming the figure."""
     model = real_client.app.state.pools["adain"].model
-    quality, realtime = model.full_size_passes("quality"), model.full_size_passes("realtime")
-    assert realtime < quality
-    listed = real_client.get("/v1/models").json()
-    assert str(quality) in json.dumps(listed) and str(realtime) in json.dumps(listed)
+    listed = json.dumps(real_client.get("/v1/models").json())
     area = 64 * 64 * 2  # size 64, one content and one style
-    real_client.app.state.settings.max_stylize_pixel_passes = round(area * (quality + realtime) / 2)
     files = [("content", corpus.png(64, 48, seed=1)), ("style", corpus.png(32, 32, seed=2))]
-    fast = real_client.post("/v1/stylize", files=files, data={"size": "64", "preset": "realtime"})
-    assert fast.status_code == 200, fast.text
-    slow = real_client.post("/v1/stylize", files=files, data={"size": "64", "preset": "quality"})
-    assert slow.status_code == 422
-    assert f"x {quality:g} full-size passes" in slow.json()["error"]["message"]
+    settings = real_client.app.state.settings
+    for preset in ("quality", "realtime"):
+        passes = model.full_size_passes(preset)
+        assert str(passes) in listed
+        data = {"size": "64", "preset": preset}
+        settings.max_stylize_pixel_passes = math.ceil(area * passes) - 1
+        refused = real_client.post("/v1/stylize", files=files, data=data)
+        assert refused.status_code == 422
+        assert f"x {passes:g} full-size passes" in refused.json()["error"]["message"]
+        settings.max_stylize_pixel_passes = math.ceil(area * passes)
+        admitted = real_client.post("/v1/stylize", files=files, data=data)
+        assert admitted.status_code == 200, admitted.text
