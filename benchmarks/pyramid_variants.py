@@ -41,7 +41,7 @@ from adain_bench import (
 )
 
 from models.adain import StyleTransfer
-from models.adain.metrics import GRAM_SCALES
+from models.adain.metrics import GRAM_SCALES, style_loss_ratio
 from models.adain.presets import PRESETS, R1, R2, R3, Preset, Stage
 from models.images import load_image
 from service.config import Settings
@@ -124,6 +124,8 @@ def main() -> None:
             print(f"{name:>14} {medians.get(name, float('nan')):8.1f} ms")
     else:
         _print_scores(model, names, outputs, pairs, medians, args.size)
+        if args.preset == "quality":
+            _print_issue3_medians(variants, args.images)
     if "stlite" in medians:
         for variant in variants:
             print(f"time {variant.name}/stlite {medians[variant.name] / medians['stlite']:.2f}x")
@@ -133,6 +135,36 @@ def _smooth(height: int, width: int, generator: torch.Generator) -> torch.Tensor
     """A smooth random RGB image ``(1, 3, height, width)``: noise at 1/8 size, upsampled."""
     coarse = torch.rand(1, 3, height // 8, width // 8, generator=generator)
     return F.interpolate(coarse, size=(height, width), mode="bicubic").clamp(0.0, 1.0)
+
+
+#: The pairs of issue 3's mean/std test (``tests/models/adain/test_adain_quality.py``).
+ISSUE3_PAIRS = (
+    ("astronaut", "the_scream"),
+    ("chelsea", "starry_night"),
+    ("coffee", "wave"),
+    ("rocket", "udnie"),
+)
+
+
+def _print_issue3_medians(variants, images: Path) -> None:
+    """Each variant's median of issue 3's test: the mean/std style-loss ratio on its four
+    pairs at 256 px with the plain float32 model, as the test runs it (limit 0.12)."""
+    model = StyleTransfer.from_pretrained(Settings().weight_search_path())
+
+    def load(folder: str, name: str) -> torch.Tensor:
+        (path,) = (images / folder).glob(f"{name}.*")
+        return load_image(path, max_side=256)
+
+    pairs = [(load("content", photo), load("style", style)) for photo, style in ISSUE3_PAIRS]
+    print("issue 3's mean/std test, median of its four pairs at 256 px (limit 0.12)")
+    for variant in variants:
+        ratios = [
+            float(
+                style_loss_ratio(model.encoder, model.stylize(c, [s], preset=variant.name), c, s)[0]
+            )
+            for c, s in pairs
+        ]
+        print(f"{variant.name:>14} {statistics.median(ratios):.4f}")
 
 
 def _print_scores(model, names, outputs, pairs, medians, size) -> None:
