@@ -6,9 +6,9 @@ resized by ``f_k`` (:mod:`models.adain.pyramid` has the pyramid's maths).
 Presets (chosen on the development images, ``docs/style-transfer.md``):
 
 - ``quality`` (the default): WCT passes relu3_1 at 1/8, 1/4 and 1/2 scale, relu1_1 at
-  full size: of the measured pyramids as fast as the previous one (relu3_1 -> relu2_1 at
-  1/4, relu2_1 -> relu1_1 at 1/2) on 3:2 photos and inside issue 3's mean/std test, the
-  one with the lowest 1/2-scale worst pair on the development star field
+  full size: of the measured pyramids within ~10 % of the previous one's time (relu3_1
+  -> relu2_1 at 1/4, relu2_1 -> relu1_1 at 1/2) on 3:2 photos and inside issue 3's
+  mean/std test, the one with the lowest 1/2-scale worst pair on the development star field
   (`benchmarks/pyramid_variants.py --preset quality`).
 - ``realtime``: relu3_1 at 1/8, relu2_1 at 1/4, relu1_1 at 1/2 and at full size: the
   best-scoring measured pyramid that keeps every development median and worst pair
