@@ -13,13 +13,20 @@ the two scales:
     y_k = T_k\\big(\\mathrm{clip}(x_k + \\mathrm{up}(y_{k-1} - x_{k-1}))\\big),
     \\qquad x_k = \\mathrm{down}_{f_k}(x)
 
-with ``down`` an antialiased bilinear resize (:func:`resize`), ``up`` a bilinear one
+with ``down`` an antialiased bilinear resize (:func:`resize`), ``up`` a bicubic one
 (:func:`next_stage_start`) and ``T_k`` the stage's passes (each: encode at a level, match
 the style's statistics there, decode). At a coarse stage the deepest level (relu3_1, 24 px
 receptive field) sees structures ``1 / f_k`` times larger than at full size, so the
 style's strokes and colour regions are laid down at the scale a viewer sees them; the
 later stages refine them with finer levels and bring the photo's edges back. Only the
 style residual ``y - x`` is upsampled, so nothing of the photo is blurred.
+
+The residual is upsampled bicubically (Keys' kernel, ``a = -0.75``). The interpolating
+kernel's Fourier transform is its gain on the residual: at 1/4 and 3/8 cycles per coarse
+pixel (half and three quarters of the coarse grid's Nyquist frequency) the bilinear
+kernel (``sinc^2 f``) passes 0.81 and 0.62, the bicubic one 0.99 and 0.81. The finest
+strokes a stage lays down are in that band, and the next stage, whose levels see less,
+cannot put back what the upsampling took (``docs/style-transfer.md``, seventh session).
 
 The style is resized for each stage to a longer side of ``style_scale`` times the
 stage's (:func:`style_at`): at ``style_scale = 1`` its features keep the size they
@@ -70,5 +77,5 @@ def next_stage_start(photo: Tensor, previous: Tensor, previous_photo: Tensor) ->
           ``photo``.
     """
     residual = previous - previous_photo
-    up = F.interpolate(residual, size=photo.shape[-2:], mode="bilinear", align_corners=False)
+    up = F.interpolate(residual, size=photo.shape[-2:], mode="bicubic", align_corners=False)
     return (photo + up).clamp_(0.0, 1.0)
