@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from models.adain.banded import MIN_SIDE, BandedRelu11
 from models.adain.color import luminance, with_chroma_of
+from models.adain.large import BASE_SIDE, PrintStylization
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import (
     PRESETS,
@@ -36,7 +37,13 @@ from models.adain.presets import (
     get_preset,
     levels_preset,
 )
-from models.adain.pyramid import next_stage_start, resize, stage_size, style_at
+from models.adain.pyramid import (
+    MIN_STYLE_SIDE,
+    next_stage_start,
+    resize,
+    stage_size,
+    style_at,
+)
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.adain.whitening import CovarianceStats, grid_stride, wct_affine, wct_transfer
@@ -50,9 +57,6 @@ from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 #: A full-size multi-level AdaIN pass (``levels=DEFAULT_LEVELS``): the baseline that
 #: benchmarks/adain_quality.py compares the presets with.
 DEFAULT_LEVELS: tuple[str, ...] = ("relu3_1", "relu2_1", "relu3_1", "relu2_1")
-
-#: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
-MIN_STYLE_SIDE = 16
 
 #: Files of the shared normalised VGG-19 and WCT decoders, relative to a weights folder.
 ENCODER_FILE = "vgg19-normalised/vgg_normalised_conv3_1.pth"
@@ -173,6 +177,9 @@ class StyleTransfer(nn.Module):
         self.fast = fast
         self.cache = StyleStatsCache(cache_size)
         self.preset = get_preset(preset)
+        #: Photos with a longer side above this are painted by print-size octaves
+        #: (:mod:`models.adain.large`) on a base of this side.
+        self.base_side = BASE_SIDE
         if fast:
             self.to(memory_format=torch.channels_last)
 
@@ -359,6 +366,20 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
+        if levels is None and max(content.shape[-2:]) > self.base_side:
+            self._check_arguments(content, styles, style_weights, alpha, masks)
+            if masks is not None:
+                raise ValueError(
+                    f"masks are supported up to {self.base_side} px on the longer side"
+                )
+            options = {
+                "style_weights": style_weights,
+                "alpha": alpha,
+                "preserve_color": preserve_color,
+                "preset": preset,
+                "style_scale": check_style_scale(style_scale),
+            }
+            return self._stylize_large(content, styles, options, control)
         preset = self.resolve_passes(levels, preset)
         if alpha == 0.0:
             preset = preset.last_pass()  # every pass is anchored to the photo
@@ -416,6 +437,77 @@ class StyleTransfer(nn.Module):
         if preserve_color:
             output = with_chroma_of(output, state["content"])
         return output
+
+    def print_stylization(
+        self,
+        content: Tensor,
+        styles: Sequence[Tensor],
+        *,
+        style_weights: Sequence[float] | None = None,
+        alpha: float = 1.0,
+        preserve_color: bool = False,
+        preset: str | None = None,
+        style_scale: float = 1.0,
+    ) -> PrintStylization:
+        """A print-size stylisation of one photo ``(3, H, W)`` larger than :attr:`base_side`
+        (:mod:`models.adain.large`), to run step by step; a GPU batches four tiles a step."""
+        self.resolve_passes(None, preset)
+        return PrintStylization(
+            content,
+            styles,
+            style_weights=style_weights,
+            alpha=alpha,
+            preserve_color=preserve_color,
+            preset=preset,
+            style_scale=check_style_scale(style_scale),
+            base_side=self.base_side,
+            tiles_per_step=1 if self.device.type == "cpu" else 4,
+        )
+
+    def _stylize_large(
+        self,
+        content: Tensor,
+        styles: Sequence[Tensor],
+        options: dict[str, Any],
+        control: StepControl | None,
+    ) -> Tensor:
+        """:meth:`stylize` of photos larger than :attr:`base_side`: one print-size stylisation
+        per image, in turn; ``control`` is asked before each step (and at the end) with
+        the steps of every image counted, and the images it drops stop there."""
+        batch = content.shape[0]
+        kept, outputs = list(range(batch)), {}
+        total = done = 0
+        for index in range(batch):
+            if index not in kept:
+                continue
+            own = [style[index if style.shape[0] > 1 else 0][None] for style in styles]
+            session = self.print_stylization(content[index], own, **options)
+            total = session.steps * batch
+            for step in [step for phase in session.phases() for step in phase]:
+                kept = self._still_wanted(control, done, total, kept, outputs)
+                if index not in kept:
+                    break
+                session.accept(step, session.run_step(self, step))
+                done += 1
+            else:
+                outputs[index] = session.result()
+            done = (index + 1) * session.steps
+        kept = self._still_wanted(control, total, total, kept, outputs)
+        if not kept:
+            return content[:0].to(self.device, torch.float32)
+        return torch.stack([outputs[index] for index in kept]).to(self.device).float() / 255.0
+
+    @staticmethod
+    def _still_wanted(
+        control: StepControl | None, done: int, total: int, kept: list[int], outputs: dict
+    ) -> list[int]:
+        rows = wanted_rows(control, done, total)
+        if rows is None:
+            return kept
+        still = [kept[position] for position in rows.tolist()]
+        for index in set(kept) - set(still):
+            outputs.pop(index, None)
+        return still
 
     def _stage(
         self,

@@ -39,6 +39,9 @@ from __future__ import annotations
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
+#: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
+MIN_STYLE_SIDE = 16
+
 
 def stage_size(size: tuple[int, int], factor: float) -> tuple[int, int]:
     """``(H, W)`` scaled by ``factor``, each side rounded and at least 1."""

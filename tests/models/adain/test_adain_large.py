@@ -1,0 +1,214 @@
+"""Print-size style transfer (models.adain.large): the plan, the resampling of regions,
+tiles against the whole map, and the pipeline's entry for large photos."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F  # noqa: N812
+
+from models.adain.large import (
+    MIN_TILE_SIDE,
+    PrintStylization,
+    base_size,
+    bicubic_taps,
+    bilinear_taps,
+    group_tiles,
+    halve,
+    octave_sizes,
+    resample_region,
+    spans,
+    tiles_of,
+)
+from models.adain.pipeline import StyleTransfer
+from models.adain.pyramid import MIN_STYLE_SIDE, style_at
+from models.adain.whitening import CovarianceStats, wct_affine
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def _photo(height, width, seed=0):
+    """A smooth 8-bit photo with some detail: a blurred noise field."""
+    gen = torch.Generator().manual_seed(seed)
+    coarse = torch.rand(1, 3, max(2, height // 8), max(2, width // 8), generator=gen)
+    smooth = F.interpolate(coarse, size=(height, width), mode="bilinear", align_corners=False)
+    detail = 0.1 * torch.rand(1, 3, height, width, generator=gen)
+    return ((smooth + detail).clamp(0, 1)[0] * 255).round().to(torch.uint8)
+
+
+def _style(seed=1, size=(40, 52)):
+    return torch.rand(1, 3, *size, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def model(tiny_networks):
+    encoder, decoders = tiny_networks
+    return StyleTransfer(encoder, decoders)
+
+
+# ----------------------------------------------------------------------- the plan
+def test_octaves_halve_down_to_the_base():
+    assert octave_sizes((768, 1024)) == []
+    assert octave_sizes((6144, 8192)) == [(1536, 2048), (3072, 4096), (6144, 8192)]
+    assert octave_sizes((3000, 4001)) == [(1500, 2001), (3000, 4001)]
+    assert octave_sizes((700, 1500)) == [(700, 1500)]
+    assert base_size((6144, 8192)) == (768, 1024)
+    assert base_size((700, 1500)) == (478, 1024)
+
+
+@pytest.mark.parametrize("length", [1, 3, 5, 511, 512, 513, 514, 515, 1030])
+@pytest.mark.parametrize("side", [3, 4, 512])
+def test_spans_cover_the_length_once_with_no_sliver(length, side):
+    pieces = spans(length, side)
+    assert pieces[0][0] == 0 and pieces[-1][1] == length
+    assert all(a[1] == b[0] for a, b in zip(pieces, pieces[1:], strict=False))
+    if length >= MIN_TILE_SIDE:
+        assert all(stop - start >= MIN_TILE_SIDE for start, stop in pieces)
+
+
+def test_tiles_cover_the_picture_and_groups_keep_one_shape():
+    tiles = tiles_of((70, 101), 32)
+    covered = torch.zeros(70, 101, dtype=torch.int32)
+    for tile in tiles:
+        covered[tile.top : tile.bottom, tile.left : tile.right] += 1
+    assert bool((covered == 1).all())
+    groups = group_tiles(tiles, 4)
+    assert sorted(tuple(vars(t).values()) for group in groups for t in group) == sorted(
+        tuple(vars(t).values()) for t in tiles
+    )
+    assert all(len({tile.shape for tile in group}) == 1 and len(group) <= 4 for group in groups)
+    assert group_tiles(tiles, 4) == groups  # the plan alone decides
+
+
+# ----------------------------------------------------------- resampling regions
+@pytest.mark.parametrize(("taps", "mode"), [(bicubic_taps, "bicubic"), (bilinear_taps, "bilinear")])
+@pytest.mark.parametrize(("source", "target"), [((37, 53), (90, 111)), ((20, 20), (41, 77))])
+def test_regions_are_torchs_resize_read_at_those_positions(taps, mode, source, target):
+    gen = torch.Generator().manual_seed(3)
+    image = torch.rand(3, *source, generator=gen)
+    whole = F.interpolate(image[None], size=target, mode=mode, align_corners=False)[0]
+    rows = torch.randint(0, target[0], (17,), generator=gen)
+    columns = torch.arange(5, target[1] - 3)
+    region = resample_region(image, target, rows, columns, taps)
+    torch.testing.assert_close(region, whole[:, rows][:, :, columns], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shape", [(3, 64, 48), (3, 65, 47), (1, 3, 3)])
+def test_halving_in_strips_is_the_whole_2x2_mean(shape):
+    photo = (torch.rand(*shape, generator=torch.Generator().manual_seed(4)) * 255).to(torch.uint8)
+    whole = F.avg_pool2d(photo[None].double() / 255, 2, ceil_mode=True)[0]
+    torch.testing.assert_close(halve(photo, rows_per_strip=4).double(), whole, atol=1e-6, rtol=0)
+
+
+# ------------------------------------------------------------ tiles and the map
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"alpha": 0.6},
+        {"preserve_color": True},
+        {"preset": "realtime"},
+        {"style_weights": [3.0, 1.0]},
+        {"style_scale": 2.0},
+    ],
+)
+def test_tiled_octaves_equal_one_tile_for_the_whole_map(model, options):
+    """Small tiles (every kind of edge, groups of tiles) give the one-tile result to the
+    8-bit rounding: the tiles share the octave's statistics and read their halo."""
+    content = _photo(150, 230)
+    styles = [_style(1), _style(2)] if "style_weights" in options else [_style(1)]
+    whole = PrintStylization(content, styles, base_side=64, tile_side=1000, **options).run(model)
+    tiled = PrintStylization(
+        content, styles, base_side=64, tile_side=17, tiles_per_step=3, **options
+    ).run(model)
+    assert whole.shape == tiled.shape == (3, 150, 230) and whole.dtype == torch.uint8
+    assert int((whole.int() - tiled.int()).abs().max()) <= 1
+
+
+def test_an_octave_is_the_pipelines_whole_map_relu1_1_pass(model):
+    """One octave's output equals decode(WCT(encode(start))) on the whole start image, with
+    the style resized as the pyramid resizes it (maps small enough to be read whole)."""
+    content, style = _photo(120, 180), _style(5, (30, 30))
+    session = PrintStylization(content, [style], base_side=100, tile_side=29)
+    steps = [step for phase in session.phases() for step in phase]
+    session.accept(steps[0], session.run_step(model, steps[0]))
+    octave = session._octaves[0]
+    rows, columns = torch.arange(120), torch.arange(180)
+    start = session._start(octave, rows, columns)[None]
+    for step in steps[1:]:
+        session.accept(step, session.run_step(model, step))
+    encoder, decoder = model.encoder, model.decoders["relu1_1"]
+    features = encoder.encode(start, "relu1_1")
+    prepared = style_at(style, 180, 1.0, min_side=MIN_STYLE_SIDE)
+    stats = CovarianceStats.of(encoder.encode(prepared, "relu1_1"))
+    matrix, shift = wct_affine(features, [stats], weights=(1.0,))
+    expected = decoder.forward_linear(features, matrix, shift).clamp(0, 1)[0]
+    got = session.result().float() / 255
+    assert float((got - expected).abs().max()) <= 1.5 / 255
+
+
+def test_no_seam_at_tile_boundaries(model):
+    """Across a tile boundary neighbouring columns (rows) differ as much as inside tiles."""
+    across = torch.linspace(0, 1, 300)[None, :].expand(200, -1)
+    down = torch.linspace(0, 1, 200)[:, None].expand(-1, 300)
+    content = (torch.stack([across, down, (across + down) / 2]) * 255).round().to(torch.uint8)
+    out = PrintStylization(content, [_style(6)], base_side=64, tile_side=50).run(model).float()
+    columns = (out[:, :, 1:] - out[:, :, :-1]).abs().mean(dim=(0, 1))  # between c and c + 1
+    rows = (out[:, 1:] - out[:, :-1]).abs().mean(dim=(0, 2))
+    for diffs, length in ((columns, 300), (rows, 200)):
+        boundary = torch.tensor([b - 1 for b in range(50, length, 50)])
+        inside = torch.ones(length - 1, dtype=torch.bool)
+        inside[boundary] = False
+        assert float(diffs[boundary].mean()) <= 1.1 * float(diffs[inside].mean())
+
+
+def test_reruns_are_identical(model):
+    content = _photo(90, 140)
+    first = PrintStylization(content, [_style(7)], base_side=48, tile_side=23).run(model)
+    second = PrintStylization(content, [_style(7)], base_side=48, tile_side=23).run(model)
+    assert torch.equal(first, second)
+
+
+def test_steps_report_progress_and_the_tiles_their_pixels(model):
+    session = PrintStylization(_photo(100, 160), [_style()], base_side=64, tile_side=40)
+    phases = session.phases()
+    kinds = ["base", "statistics", "tiles", "statistics", "tiles"]  # octaves 50 x 80, 100 x 160
+    assert [phase[0].kind for phase in phases] == kinds
+    assert sum(step.pixels for step in phases[-1]) == 100 * 160
+    seen = []
+    session.run(model, on_step=lambda done, total: seen.append((done, total)))
+    assert seen == [(k, session.steps) for k in range(1, session.steps + 1)]
+
+
+def test_a_photo_that_fits_the_base_is_refused():
+    with pytest.raises(ValueError, match="fits the base"):
+        PrintStylization(_photo(60, 64), [_style()], base_side=64)
+
+
+# ------------------------------------------------------------ the pipeline's entry
+def test_stylize_paints_large_photos_by_octaves(model):
+    model.base_side = 64
+    content = _photo(80, 120)
+    out = model.stylize(content[None].float() / 255, [_style()])
+    session = PrintStylization(content, [_style()], base_side=64)
+    expected = session.run(model).float()[None] / 255
+    assert out.shape == (1, 3, 80, 120)
+    torch.testing.assert_close(out, expected, atol=1.5 / 255, rtol=0)
+    with pytest.raises(ValueError, match="masks"):
+        model.stylize(content[None].float() / 255, [_style()], masks=[torch.ones(1, 1, 80, 120)])
+
+
+def test_stylize_of_large_photos_stops_rows_the_control_drops(model):
+    model.base_side = 64
+    batch = torch.stack([_photo(80, 120, seed) for seed in (1, 2)]).float() / 255
+    asked = []
+
+    def control(done, total):
+        asked.append((done, total))
+        return [1] if done == 2 else None  # drop the first photo at its third step
+
+    out = model.stylize(batch, [_style()], control=control)
+    alone = model.stylize(batch[1:], [_style()])
+    assert out.shape == (1, 3, 80, 120)
+    torch.testing.assert_close(out, alone)
+    assert asked[-1][0] == asked[-1][1]  # asked once more at the end
