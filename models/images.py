@@ -94,10 +94,14 @@ def to_uint8(image: Tensor) -> Tensor:
 
 
 def tensor_to_pil(image: Tensor) -> Image.Image:
-    """An 8-bit RGB Pillow image of ``(3, H, W)`` in ``[0, 1]`` (clamped, rounded)."""
+    """An 8-bit RGB Pillow image of ``(3, H, W)`` in ``[0, 1]`` (clamped, rounded), or of
+    ``(3, H, W)`` uint8 as it is."""
     if image.ndim != 3 or image.shape[0] != 3:
         raise ValueError(f"expected a (3, H, W) tensor, got {tuple(image.shape)}")
-    array = (image.detach().float().clamp(0, 1) * 255.0).round().to(torch.uint8)
+    if image.dtype == torch.uint8:
+        array = image.detach()
+    else:
+        array = (image.detach().float().clamp(0, 1) * 255.0).round().to(torch.uint8)
     return Image.fromarray(array.permute(1, 2, 0).cpu().numpy())
 
 

@@ -55,11 +55,20 @@ class Settings(BaseSettings):
     max_stylize_pixel_passes: int = Field(
         default=6_500_000,
         ge=1,
-        description="Most pixels x AdaIN passes one stylize request may cost, counted as "
-        "size^2 x (1 content + the styles x max(1, style_scale)^2) x the preset's passes "
-        "in full-size equivalents (the model's figure: quality 1.64, realtime 1.33): what "
-        "this server finishes within request_timeout_s (benchmarks/stylize_cost.py "
-        "measures seconds per pixel-pass). Past it: 422.",
+        description="Most pixels x AdaIN passes one synchronous stylize request may cost, "
+        "counted as base^2 x (1 content + the styles x max(1, style_scale)^2) x the "
+        "preset's passes in full-size equivalents (the model's figure: 1.33 for both "
+        "presets), base = min(size, 1024), plus size^2 for each print-size octave above "
+        "1024 px (sizes halved down to 1024): what this server finishes within "
+        "request_timeout_s (benchmarks/stylize_cost.py measures seconds per pixel-pass). "
+        "Past it: 422, which says to send the request as a job.",
+    )
+    max_job_stylize_pixel_passes: int = Field(
+        default=120_000_000,
+        ge=1,
+        description="The same bound for a stylize job (Prefer: respond-async), which has "
+        "job_timeout_s: the default admits 8192 px with four styles at style_scale 2 "
+        "(~112 M). Past it: 422.",
     )
     max_batch_pixels: int = Field(
         default=16 * 1024 * 1024,
@@ -174,7 +183,13 @@ class Settings(BaseSettings):
     max_pixels: int = Field(
         default=40_000_000, ge=1, description="Largest decoded image, in pixels."
     )
-    max_side: int = Field(default=1024, ge=16, description="Largest output side for stylize.")
+    max_side: int = Field(
+        default=8192,
+        ge=16,
+        description="Largest output side for stylize. Above 1024 px a photo is painted by "
+        "print-size octaves, tile by tile (docs/style-transfer.md); the cost budgets "
+        "decide what runs synchronously and what must be a job.",
+    )
     max_concurrent_decodes: int = Field(
         default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
         ge=1,

@@ -40,9 +40,11 @@ STATUS_DESCRIPTIONS = {
     401: "an API key is configured and the request lacks a valid one",
     404: "no such job: unknown, expired, or another key's",
     408: "the request head or body came too slowly",
-    409: "an Idempotency-Key replay whose first request's job was forgotten",
+    409: "an Idempotency-Key replay whose first request's job was forgotten; a job's "
+    "result file asked for before the job succeeded",
     413: "the body is over its cap, or an image is over max_pixels",
     415: "not an image format the service reads, or not multipart",
+    416: "a Range outside the result file",
     422: "a field of the wrong type, out of range, or the wrong count; an Idempotency-Key "
     "reused for another request; a webhook target that is not allowed",
     429: "a queue or a job limit is full, or the key's rate or stream limit is reached: "
@@ -151,6 +153,17 @@ class JobNotFound(ServiceError):
 
 class Conflict(ServiceError):
     status_code, code = 409, "conflict"
+
+
+class JobNotReady(ServiceError):
+    status_code, code = 409, "job_not_succeeded"
+
+
+class RangeNotSatisfiable(ServiceError):
+    status_code, code = 416, "range_not_satisfiable"
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message, headers={"Content-Range": f"bytes */{size}"})
 
 
 class ClientClosedRequest(ServiceError):

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from torch import Tensor
 
+from models.adain.large import Step
 from models.control import StepControl
 from models.dit.options import GenerateDefaults, GenerateOptions
 from models.shapes.understand import Understanding
@@ -20,6 +21,7 @@ __all__ = [
     "BatchJob",
     "GenerateDefaults",
     "GenerateOptions",
+    "PrintSession",
     "ServedModel",
     "StyleTransferModel",
     "TextToImageModel",
@@ -51,8 +53,48 @@ class ServedModel(Protocol):
         ...
 
 
+class PrintSession(Protocol):
+    """A print-size stylisation of one photo, run step by step
+    (``models.adain.large.PrintStylization``): the steps of a phase may run in any order
+    or at once, each phase after the one before is accepted."""
+
+    @property
+    def steps(self) -> int:
+        """Steps in all (what progress counts)."""
+        ...
+
+    def phases(self) -> list[list[Step]]: ...
+
+    def run_step(self, model: Any, step: Step) -> Tensor:
+        """Compute ``step`` on ``model`` (a worker thread); writes nothing."""
+        ...
+
+    def accept(self, step: Step, result: Tensor) -> None:
+        """Take a step's result in (one thread at a time, in phase order)."""
+        ...
+
+    def result(self) -> Tensor:
+        """The painted photo ``(3, H, W)`` uint8, once every step is accepted."""
+        ...
+
+
 class StyleTransferModel(ServedModel, Protocol):
     """What the stylize worker calls (``models.adain.StyleTransfer``)."""
+
+    def print_stylization(
+        self,
+        content: Tensor,
+        styles: Sequence[Tensor],
+        *,
+        style_weights: Sequence[float] | None = None,
+        alpha: float = 1.0,
+        preserve_color: bool = False,
+        preset: str | None = None,
+        style_scale: float = 1.0,
+    ) -> PrintSession:
+        """A print-size stylisation of ``content`` ``(3, H, W)`` (uint8 or float in [0, 1])
+        larger than ``models.adain.large.BASE_SIDE``."""
+        ...
 
     def full_size_passes(self, preset: str | None = None) -> float:
         """The work of stylising one image with ``preset``, in full-size-pass equivalents

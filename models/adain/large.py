@@ -63,6 +63,7 @@ from torch import Tensor
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.mixing import convex_weights
+from models.adain.presets import MAX_STYLE_SCALE
 from models.adain.pyramid import MIN_STYLE_SIDE, resize, stage_size, style_at
 from models.adain.whitening import (
     CovarianceStats,
@@ -91,6 +92,13 @@ OCTAVE_LEVEL = "relu1_1"
 
 
 # ------------------------------------------------------------------------ the plan
+def styles_side(size: int) -> int:
+    """The longest side a style needs for a photo of ``size``: ``size``, and no more than
+    the largest side a style is used at (``MAX_STYLE_SCALE`` times the base: the octaves
+    enlarge it from there), so that a print's styles are not read at print size."""
+    return min(size, math.ceil(MAX_STYLE_SCALE * BASE_SIDE))
+
+
 def octave_sizes(size: tuple[int, int], base_side: int = BASE_SIDE) -> list[tuple[int, int]]:
     """The octaves' ``(H, W)``, coarse to fine: ``size`` halved (rounding up) while the
     half's longer side is still above ``base_side``; empty when ``size`` fits the base."""

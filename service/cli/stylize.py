@@ -8,6 +8,7 @@ Examples::
     atelier stylize photo.jpg scream.jpg --preserve-color --alpha 0.8 --levels relu3_1 -o o.png
     atelier stylize photo.jpg starry.jpg --preset realtime -o fast.png
     atelier stylize photo.jpg starry.jpg --style-scale 2 -o big-strokes.png
+    atelier stylize photo_12mp.jpg starry.jpg --size 4000 -o print.png   # tile progress bar
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import sys
 from pathlib import Path
 
 import torch
+from tqdm import tqdm
 
 from models.adain import StyleTransfer
+from models.adain.large import styles_side
 from models.adain.mixing import convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
+from models.control import StepControl
 from models.hub import WeightsNotFoundError
 from models.images import SUFFIXES, load_image, load_mask, save_image
 from service.cli.settings import settings_from_args
@@ -60,7 +64,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="mask per style, read as its channel mean (white = that style); one per style",
     )
     parser.add_argument(
-        "--size", type=int, default=512, help="longest side of the output (photo scaled down)"
+        "--size",
+        type=int,
+        default=512,
+        help="longest side of the output (photo scaled down); above 1024 the photo is "
+        "painted at its own resolution by print-size octaves, tile by tile",
     )
     parser.add_argument(
         "--levels",
@@ -99,22 +107,25 @@ def run(args: argparse.Namespace) -> int:
         return 1
     try:
         content = load_image(args.content, max_side=args.size)
-        styles = [load_image(path, max_side=args.size) for path in args.styles]
+        styles = [load_image(path, max_side=styles_side(args.size)) for path in args.styles]
         masks = None
         if args.masks:
             size = (content.shape[-2], content.shape[-1])
             masks = [load_mask(path, size) for path in args.masks]
-        output = model.stylize(
-            content,
-            styles,
-            style_weights=args.style_weights,
-            alpha=args.alpha,
-            preserve_color=args.preserve_color,
-            masks=masks,
-            levels=args.levels,
-            preset=args.preset,
-            style_scale=args.style_scale,
-        )
+        large = max(content.shape[-2:]) > model.base_side and args.levels is None
+        with tqdm(unit="tile" if large else "pass", disable=None, file=sys.stderr) as bar:
+            output = model.stylize(
+                content,
+                styles,
+                style_weights=args.style_weights,
+                alpha=args.alpha,
+                preserve_color=args.preserve_color,
+                masks=masks,
+                levels=args.levels,
+                preset=args.preset,
+                style_scale=args.style_scale,
+                control=_progress(bar),
+            )
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -122,6 +133,17 @@ def run(args: argparse.Namespace) -> int:
     save_image(output, args.output, _parameters(args, model, content))
     print(args.output)
     return 0
+
+
+def _progress(bar: tqdm) -> StepControl:
+    """A step control that moves ``bar`` (passes, or a large photo's tiles) and keeps
+    every image."""
+
+    def control(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done - bar.n)
+
+    return control
 
 
 def _parameters(

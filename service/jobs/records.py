@@ -107,6 +107,7 @@ class JobRecord:
             "cancel_requested": self.cancel_requested,
             "error": self.error,
             "webhook": webhook,
+            "result_url": f"/v1/jobs/{self.id}/result" if self.state == "succeeded" else None,
         }
 
     # -- storage form: flat string fields (a Redis hash, SQLite columns) ----------------

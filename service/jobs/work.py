@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, TypeVar
 import torch
 from PIL import Image
 
+from models.adain.large import BASE_SIDE
 from models.dit.options import GenerateOptions
 from models.images import encode_image, mask_from_rgb, pil_to_uint8
 from service.batching import DEADLINE
@@ -35,7 +37,7 @@ from service.errors import DeadlineExceeded
 from service.jobs.records import JobResult, pack, unpack
 from service.model_types import StyleTransferModel, TextToImageModel
 from service.workers.pool import AnyWorkerPool, WorkerPool
-from service.workers.style_transfer import StylizeJob
+from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
 from service.workers.text_to_image import GenerateJob, image_parameters
 
 T = TypeVar("T")
@@ -69,6 +71,10 @@ class Progress:
             return min(self._done, default=0), self._total
 
 
+#: Print-size steps of one job submitted at once: two keep a device busy between them
+#: (the next is queued while one runs) without holding a queue's places.
+STEPS_IN_FLIGHT = 2
+
 #: Bytes above which (de)serializing a job's input or result runs off the event loop.
 OFF_LOOP_BYTES = 256 * 1024
 
@@ -100,8 +106,11 @@ class Work(ABC):
 
     kind: ClassVar[str]
     model: ClassVar[str]
-    #: what one progress step is, for clients
-    unit: ClassVar[str]
+
+    @property
+    @abstractmethod
+    def unit(self) -> str:
+        """What one progress step is, for clients."""
 
     @property
     @abstractmethod
@@ -141,7 +150,10 @@ class GenerateWork(Work):
 
     kind: ClassVar[str] = "generate"
     model: ClassVar[str] = "dit"
-    unit: ClassVar[str] = "sampler step"
+
+    @property
+    def unit(self) -> str:
+        return "sampler step"
 
     prompt: str
     negative_prompt: str | None
@@ -260,7 +272,6 @@ class StylizeWork(Work):
 
     kind: ClassVar[str] = "stylize"
     model: ClassVar[str] = "adain"
-    unit: ClassVar[str] = "pass"
 
     content: torch.Tensor
     styles: tuple[torch.Tensor, ...]
@@ -272,6 +283,17 @@ class StylizeWork(Work):
     @property
     def parts(self) -> int:
         return 1
+
+    @property
+    def print_size(self) -> bool:
+        """Larger than the base: painted by print-size steps (``models.adain.large``)."""
+        return max(self.content.shape[-2:]) > BASE_SIDE
+
+    @property
+    def unit(self) -> str:
+        """AdaIN passes; a print-size job counts tiles (its base and each octave's
+        statistics count one tile each)."""
+        return "tile" if self.print_size else "pass"
 
     @property
     def parameters(self) -> dict[str, Any]:
@@ -320,23 +342,75 @@ class StylizeWork(Work):
 
     async def run(
         self,
-        pool: WorkerPool[StyleTransferModel, StylizeJob],
+        pool: WorkerPool[StyleTransferModel, StylizeItem],
         *,
         priority: str,
         timeout_s: float | None,
         progress: Progress | None,
         owner: str,
     ) -> JobResult:
-        image = await pool.submit(
-            self.job(),
-            priority=priority,
-            timeout_s=timeout_s,
-            on_progress=None if progress is None else progress.reporter(0),
-            owner=owner,
-        )
+        if self.print_size:
+            image = await self._run_print_size(pool, priority, timeout_s, progress, owner)
+        else:
+            image = await pool.submit(
+                self.job(),
+                priority=priority,
+                timeout_s=timeout_s,
+                on_progress=None if progress is None else progress.reporter(0),
+                owner=owner,
+            )
         parameters = {**self.request_parameters, **pool.provenance()}
         data, media_type = await asyncio.to_thread(encode_image, image, self.format, parameters)
         return JobResult([data], media_type, {"parameters": parameters})
+
+    async def _run_print_size(
+        self,
+        pool: WorkerPool[StyleTransferModel, StylizeItem],
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+    ) -> torch.Tensor:
+        """Every step of a print-size stylisation through the pool's batcher, phase by
+        phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
+        counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        weights = self.options["style_weights"]
+        session = await asyncio.to_thread(
+            pool.model.print_stylization,
+            self.content,
+            [_to_float(style)[None] for style in self.styles],
+            style_weights=None if weights is None else tuple(weights),
+            alpha=self.options["alpha"],
+            preserve_color=self.options["preserve_color"],
+            preset=self.options["preset"],
+            style_scale=self.options.get("style_scale", 1.0),
+        )
+        report = None if progress is None else progress.reporter(0)
+        done = 0
+        for phase in session.phases():
+            for start in range(0, len(phase), STEPS_IN_FLIGHT):
+                group = phase[start : start + STEPS_IN_FLIGHT]
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise DeadlineExceeded("the job's deadline passed")
+                results = await all_or_nothing(
+                    *(
+                        pool.submit(
+                            PrintStep(session, step),
+                            priority=priority,
+                            timeout_s=left,
+                            owner=owner,
+                        )
+                        for step in group
+                    )
+                )
+                for step, result in zip(group, results, strict=True):
+                    await asyncio.to_thread(session.accept, step, result)
+                done += len(group)
+                if report is not None:
+                    report(done, session.steps)
+        return session.result()
 
 
 WORK_KINDS: dict[str, type[Work]] = {GenerateWork.kind: GenerateWork, StylizeWork.kind: StylizeWork}

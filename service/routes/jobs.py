@@ -23,10 +23,17 @@ from fastapi.sse import EventSourceResponse, ServerSentEvent
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from service.errors import JobNotFound, error_responses, json_error_responses
+from service.errors import (
+    JobNotFound,
+    JobNotReady,
+    RangeNotSatisfiable,
+    error_responses,
+    json_error_responses,
+)
 from service.jobs.feeds import JobFeeds
 from service.jobs.records import JobRecord, JobResult
 from service.jobs.store import JobStore, job_topic
+from service.jobs.work import off_loop_if_large
 from service.routes.deps import CallerDep, StoreDep
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -131,6 +138,75 @@ async def get_job(request: Request, job: JobDep, store: StoreDep) -> Response:
 
 #: Bodies larger than this go out in pieces of this size.
 CHUNK_BYTES = 256 * 1024
+
+
+@router.get(
+    "/jobs/{job_id}/result",
+    summary="A succeeded job's image as a file (the first; ?index=k for another), with "
+    "range requests",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
+        206: {"description": "the bytes a Range header asked for"},
+        409: {"description": "the job has not succeeded (yet)"},
+        416: {"description": "the range is outside the file"},
+        **error_responses(401, 404, 503),
+    },
+)
+async def get_job_result(
+    request: Request,
+    job: JobDep,
+    store: StoreDep,
+    index: Annotated[int, Query(ge=0, description="Which image of the job.")] = 0,
+) -> Response:
+    """The image bytes themselves, not base64 in JSON: what a large result is fetched by
+    (``curl -o``, a browser's download, an ``<img>``), resumable with ``Range``."""
+    if job.state != "succeeded":
+        raise JobNotReady(f"the job is {job.state}; its result exists once it succeeded")
+    packed = await store.result(job.id)
+    if packed is None:
+        raise JobNotFound("the job's result was forgotten")
+    result = await off_loop_if_large(len(packed), JobResult.from_bytes, packed)
+    if index >= len(result.images):
+        raise JobNotFound(f"the job has {len(result.images)} image(s); no index {index}")
+    data = result.images[index]
+    extension = result.media_type.removeprefix("image/").replace("jpeg", "jpg")
+    headers = {
+        "Accept-Ranges": "bytes",
+        "Content-Disposition": f'attachment; filename="{job.id}-{index}.{extension}"',
+    }
+    wanted = byte_range(request.headers.get("range"), len(data))
+    if wanted is None:
+        return Response(data, media_type=result.media_type, headers=headers)
+    start, stop = wanted
+    headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(data)}"
+    return Response(
+        data[start:stop], status_code=206, media_type=result.media_type, headers=headers
+    )
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """The ``[start, stop)`` a single-range ``Range: bytes=a-b`` header asks of ``size``
+    bytes (``a-``, ``-n`` too; RFC 9110 14.1.2); ``None`` for no header or one that is
+    not a single byte range (the whole file is sent).
+
+    Raises:
+        RangeNotSatisfiable: the range starts past the end.
+    """
+    if header is None or not header.startswith("bytes=") or "," in header:
+        return None
+    first, _, last = header.removeprefix("bytes=").strip().partition("-")
+    try:
+        if not first:  # the last n bytes
+            start, stop = max(0, size - int(last)), size
+        else:
+            start = int(first)
+            stop = size if not last else min(size, int(last) + 1)
+    except ValueError:
+        return None
+    if start >= size or start >= stop:
+        raise RangeNotSatisfiable(f"bytes {header.removeprefix('bytes=')} of {size}", size)
+    return start, stop
 
 
 def json_bytes_response(parts: list[bytes]) -> Response:

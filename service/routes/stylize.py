@@ -2,9 +2,10 @@
 
 With ``Prefer: respond-async`` the same request starts a job (202, see
 ``service.routes.jobs``). A client that disconnects cancels its work; a request whose
-cost bound (``size^2 x (1 + styles x max(1, style_scale)^2) x passes``, the passes in
-full-size equivalents as the model reports them for the preset) is over
-``max_stylize_pixel_passes`` is refused with 422 before anything is decoded.
+cost bound (:func:`stylize_cost`) is over its budget is refused with 422 before anything
+is decoded: ``max_stylize_pixel_passes`` for a request answered at once (over it, but
+within the job budget, the 422 says to send it as a job), ``max_job_stylize_pixel_passes``
+for a job. Sizes above 1024 px are painted by print-size octaves (``models.adain.large``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ from fastapi import APIRouter, File, Form, Request, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
+from models.adain.large import BASE_SIDE, octave_sizes, styles_side
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
+from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
 from service.jobs.work import StylizeWork
@@ -66,27 +69,64 @@ def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | Non
         raise ValidationFailed(f"style_weights: {exc}") from None
 
 
-def check_cost(
-    size: int, styles: int, passes: float, budget: int, style_scale: float = 1.0
-) -> None:
-    """Refuse (422) a request whose cost bound is over ``budget`` pixel-passes.
+def stylize_cost(size: int, styles: int, passes: float, style_scale: float = 1.0) -> int:
+    """A stylize request's cost bound in pixel-passes, from nothing decoded.
 
-    The bound needs nothing decoded: the content is resized to at most ``size`` on its
-    longer side and every style to at most ``style_scale x size`` (a style scale above 1
-    enlarges it); the model's passes (``passes``: full-size equivalents, as the model
-    reports them for the preset) run over the content and the styles, so
-    ``cost = size^2 x (1 + styles x max(1, style_scale)^2) x passes``.
+    The content is resized to at most ``size`` on its longer side and every style to at
+    most ``style_scale x`` the side it is used at (a style scale above 1 enlarges it).
+    The preset's passes (``passes``: full-size equivalents, as the model reports them)
+    run over the content and the styles at ``base = min(size, BASE_SIDE)``; a photo above
+    the base is then painted by one pass per print-size octave
+    (:func:`~models.adain.large.octave_sizes`), counted ``side^2`` each:
+
+    .. math:: \\mathrm{cost} = b^2 (1 + n_s \\max(1, s)^2) p + \\sum_k \\mathrm{side}_k^2
     """
+    base = min(size, BASE_SIDE)
     style_area = max(1.0, style_scale) ** 2
-    cost = math.ceil(size * size * (1 + styles * style_area) * passes)
-    if cost > budget:
+    octaves = sum(height * width for height, width in octave_sizes((size, size)))
+    return math.ceil(base * base * (1 + styles * style_area) * passes) + octaves
+
+
+def check_cost(
+    size: int,
+    styles: int,
+    passes: float,
+    settings: Settings,
+    *,
+    respond_async: bool,
+    style_scale: float = 1.0,
+) -> None:
+    """Refuse (422) a request whose cost bound (:func:`stylize_cost`) is over its budget:
+    ``max_stylize_pixel_passes`` for a request answered at once, else
+    ``max_job_stylize_pixel_passes``. A synchronous request that a job could take is told
+    to send it as one (code ``send_as_job``)."""
+    cost = stylize_cost(size, styles, passes, style_scale)
+    job_budget = settings.max_job_stylize_pixel_passes
+    budget = job_budget if respond_async else settings.max_stylize_pixel_passes
+    if cost <= budget:
+        return
+    base, area = min(size, BASE_SIDE), max(1.0, style_scale) ** 2
+    octaves = cost - math.ceil(base * base * (1 + styles * area) * passes)
+    breakdown = (
+        f"{base}^2 x (1 content + {styles} styles x {area:g} style area (style_scale)) "
+        f"x {passes:g} full-size passes"
+        + (f" + {octaves} for the print-size octaves up to size {size}" if octaves else "")
+        + f" = {cost} pixel-passes"
+    )
+    if not respond_async and cost <= job_budget:
         raise ValidationFailed(
-            f"size^2 x (1 content + {styles} styles x {style_area:g} style area) x {passes:g} "
-            f"full-size passes = {size}^2 x {1 + styles * style_area:g} x {passes:g} = {cost} "
-            f"pixel-passes is over this server's budget of {budget} per request "
-            "(max_stylize_pixel_passes); ask for a smaller size, fewer styles, a smaller "
-            "style_scale or a preset with fewer passes"
+            f"{breakdown} is over this server's budget of {budget} for a request answered "
+            "at once (max_stylize_pixel_passes); send it as a job with the header "
+            f"'Prefer: respond-async' (a job may cost up to {job_budget}), or ask for a "
+            "smaller size",
+            code="send_as_job",
         )
+    setting = "max_job_stylize_pixel_passes" if respond_async else "max_stylize_pixel_passes"
+    raise ValidationFailed(
+        f"{breakdown} is over this server's budget of {budget} per request ({setting}); "
+        "ask for a smaller size, fewer styles, a smaller style_scale or a preset with "
+        "fewer passes"
+    )
 
 
 def _decode_all(
@@ -95,12 +135,14 @@ def _decode_all(
     masks: list[bytes] | None,
     *,
     size: int,
+    style_size: int,
     decoding: Decoding,
 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
-    """Decode and resize every upload to 8-bit RGB (CPU work: runs in the thread pool)."""
+    """Decode and resize every upload to 8-bit RGB (CPU work: runs in the thread pool):
+    the photo (and masks) to ``size``, the styles to ``style_size``."""
     content_image = decoding.decode(content, name="content", size=size)
     style_images = tuple(
-        decoding.decode(data, name=f"style[{i}]", size=size) for i, data in enumerate(styles)
+        decoding.decode(data, name=f"style[{i}]", size=style_size) for i, data in enumerate(styles)
     )
     mask_images = None
     if masks is not None:
@@ -218,9 +260,13 @@ async def stylize(
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
     passes = served.full_size_passes(preset)
-    check_cost(size, len(style), passes, settings.max_stylize_pixel_passes, style_scale)
+    check_cost(
+        size, len(style), passes, settings, respond_async=respond_async, style_scale=style_scale
+    )
     weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
+        if size > BASE_SIDE:
+            raise ValidationFailed(f"mask: masks are supported up to size {BASE_SIDE}")
         try:
             check_masks(len(mask), len(style), weighted=weights is not None)
         except ValueError as exc:
@@ -230,9 +276,10 @@ async def stylize(
     if respond_async:  # refuse before anything is decoded
         await store.check_admission(who.name, who.max_jobs)
     deadline = deadline_of(request, settings)
-    images = 1 + len(style) + (0 if mask is None else len(mask))
+    style_side = styles_side(size)
+    weight = size * size * (1 + (0 if mask is None else len(mask))) + len(style) * style_side**2
     preparation = request.app.state.preparation
-    async with preparation.hold(images * size * size, deadline) as handed_off:
+    async with preparation.hold(weight, deadline) as handed_off:
         uploads = [await content.read(), *[await upload.read() for upload in style]]
         mask_bytes = None if mask is None else [await upload.read() for upload in mask]
         content_image, style_images, mask_images = await run_in_threadpool(
@@ -241,6 +288,7 @@ async def stylize(
             uploads[1:],
             mask_bytes,
             size=size,
+            style_size=style_side,
             decoding=Decoding(
                 ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
                 request.app.state.decode_slots,

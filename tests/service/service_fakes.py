@@ -6,6 +6,8 @@ fields reach the model and results come back intact:
 * ``FakeStyleTransfer``: ``(1 - alpha) * content + alpha * weighted mean style colour``
   per batch element (the content itself when ``preserve_color``), in as many steps as
   the preset has passes, and charged as the real model charges the preset.
+  A photo above ``BASE_SIDE`` is painted by a ``FakePrintSession``: a base step, then
+  one step per band of ``FAKE_BAND_ROWS`` rows, each the photo's negative.
 * ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``,
   in ``steps`` steps; it understands prompts as the real pipeline does.
 
@@ -36,6 +38,7 @@ import torch
 import uvicorn
 from starlette.types import ASGIApp
 
+from models.adain.large import Step, Tile, spans
 from models.adain.mixing import convex_weights
 from models.adain.presets import get_preset
 from models.control import StepControl, take_rows, wanted_rows
@@ -44,6 +47,7 @@ from service.config import Settings
 from service.model_types import (
     GenerateDefaults,
     GenerateOptions,
+    PrintSession,
     StyleTransferModel,
     TextToImageModel,
 )
@@ -174,6 +178,70 @@ class FakeStyleTransfer(Stepper):
                 styled = torch.where(where, mean.expand_as(content), styled)
         out = (1 - alpha) * content + alpha * styled
         return out[rows]
+
+    def print_stylization(
+        self,
+        content: torch.Tensor,
+        styles: Sequence[torch.Tensor],
+        *,
+        style_weights: Sequence[float] | None = None,
+        alpha: float = 1.0,
+        preserve_color: bool = False,
+        preset: str | None = None,
+        style_scale: float = 1.0,
+    ) -> PrintSession:
+        self.presets.append(preset)
+        self.style_scales.append(style_scale)
+        return FakePrintSession(content)
+
+
+#: Rows of one band of a fake print-size stylisation.
+FAKE_BAND_ROWS = 128
+
+
+class FakePrintSession:
+    """The fake's print-size stylisation: a base step, then one step per band of rows,
+    each the photo's negative there. Every step after the first waits while the fake's
+    ``hold`` file exists, and records itself in the fake's ``steps_by``."""
+
+    def __init__(self, content: torch.Tensor) -> None:
+        self.content = content
+        self.output = torch.empty_like(content)
+        height, width = content.shape[-2:]
+        bands = [
+            Step("tiles", 0, (Tile(top, bottom, 0, width),))
+            for top, bottom in spans(height, FAKE_BAND_ROWS)
+        ]
+        self._phases = [[Step("base")], bands]
+
+    @property
+    def steps(self) -> int:
+        return sum(len(phase) for phase in self._phases)
+
+    def phases(self) -> list[list[Step]]:
+        return self._phases
+
+    def run_step(self, model: Any, step: Step) -> torch.Tensor:
+        assert isinstance(model, FakeStyleTransfer)
+        if step.kind != "base":
+            model._wait_while_held()
+        with model.stepped:
+            model.steps_by.append(("print", len(model.steps_by)))
+            model.step_rows.append([0])
+            model.stepped.notify_all()
+        if step.kind == "base":
+            return torch.zeros(1)
+        tile = step.tiles[0]
+        return (255 - self.content[:, tile.top : tile.bottom, tile.left : tile.right])[None]
+
+    def accept(self, step: Step, result: torch.Tensor) -> None:
+        if step.kind == "base":
+            return
+        for tile, image in zip(step.tiles, result, strict=True):
+            self.output[:, tile.top : tile.bottom, tile.left : tile.right] = image
+
+    def result(self) -> torch.Tensor:
+        return self.output
 
 
 class FakeTextToImage(Stepper):

@@ -1,0 +1,151 @@
+"""Print-size stylize requests (fake model): the synchronous and job budgets, the steps
+through the batcher with progress in tiles, cancel between tiles, the result file.
+
+The fake paints a photo above 1024 px as its negative, one band of rows a step
+(``service_fakes.FakePrintSession``); long work is long by construction (a hold file)."""
+
+from __future__ import annotations
+
+import io
+
+import corpus
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from PIL import Image
+from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, wait_until
+
+from service.app import create_app
+
+pytestmark = pytest.mark.timeout(60)
+ASYNC = {"Prefer": "respond-async"}
+WIDTH, HEIGHT = 1100, 300  # above the 1024 px base: painted by print-size steps
+
+
+def _post(client, content: bytes, headers=None, **fields):
+    files = [("content", ("c.png", content, "image/png")), ("style", corpus.png(32, 32))]
+    data = {"size": str(WIDTH)} | {k: str(v) for k, v in fields.items()}
+    return client.post("/v1/stylize", files=files, data=data, headers=headers or {})
+
+
+def _done(client, job_id: str) -> dict:
+    wait_until(
+        lambda: (
+            client.get(f"/v1/jobs/{job_id}").json()["state"] != "running"
+            and client.get(f"/v1/jobs/{job_id}").json()["state"] != "queued"
+        )
+    )
+    return client.get(f"/v1/jobs/{job_id}").json()
+
+
+@pytest.fixture
+def photo() -> tuple[bytes, np.ndarray]:
+    image = corpus.noise_rgb(WIDTH, HEIGHT, seed=4)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return buffer.getvalue(), np.asarray(image)
+
+
+def test_a_print_size_request_over_the_sync_budget_is_told_to_come_as_a_job(client_factory, photo):
+    client = client_factory(max_side=2048)
+    # 1024^2 x 2 x 1.328125 + 2048^2 = 6,979,322 pixel-passes > 6,500,000
+    response = _post(client, photo[0], size=2048)
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "send_as_job"
+    assert (
+        "Prefer: respond-async" in error["message"]
+        and "max_stylize_pixel_passes" in error["message"]
+    )
+
+
+def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_factory, photo):
+    client = client_factory(max_side=2048)
+    accepted = _post(client, photo[0], headers=ASYNC)
+    assert accepted.status_code == 202, accepted.text
+    job = _done(client, accepted.json()["id"])
+    assert job["state"] == "succeeded"
+    bands = -(-HEIGHT // FAKE_BAND_ROWS)
+    assert job["progress"] == {
+        "unit": "tile",
+        "step": 1 + bands,
+        "total": 1 + bands,
+        "fraction": 1.0,
+    }
+    assert job["result_url"] == f"/v1/jobs/{job['id']}/result"
+    served = client.get(job["result_url"])
+    assert served.status_code == 200 and served.headers["content-type"] == "image/png"
+    assert served.headers["accept-ranges"] == "bytes"
+    pixels = np.asarray(Image.open(io.BytesIO(served.content)).convert("RGB"))
+    assert np.array_equal(pixels, 255 - photo[1])  # every band painted, in its place
+    part = client.get(job["result_url"], headers={"Range": "bytes=10-19"})
+    assert part.status_code == 206 and part.content == served.content[10:20]
+    assert part.headers["content-range"] == f"bytes 10-19/{len(served.content)}"
+    tail = client.get(job["result_url"], headers={"Range": "bytes=-5"})
+    assert tail.status_code == 206 and tail.content == served.content[-5:]
+    outside = client.get(job["result_url"], headers={"Range": f"bytes={len(served.content)}-"})
+    assert outside.status_code == 416
+    assert outside.headers["content-range"] == f"bytes */{len(served.content)}"
+    assert client.get(f"{job['result_url']}?index=1").status_code == 404
+
+
+def test_the_result_file_of_an_unfinished_job_is_a_409(tmp_path, photo):
+    hold = tmp_path / "hold"
+    hold.touch()
+    fakes = Fakes(hold=hold)
+    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job = _post(client, photo[0], headers=ASYNC).json()
+        response = client.get(f"/v1/jobs/{job['id']}/result")
+        assert response.status_code == 409
+        assert response.json()["error"]["code"] == "job_not_succeeded"
+        hold.unlink()
+        assert _done(client, job["id"])["state"] == "succeeded"
+
+
+def test_cancel_stops_a_print_size_job_at_its_next_step(tmp_path, photo):
+    hold = tmp_path / "hold"
+    hold.touch()
+    fakes = Fakes(hold=hold)
+    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        job = _post(client, photo[0], headers=ASYNC).json()
+        model = fakes.adain["cpu"]
+        wait_until(lambda: len(model.steps_by) >= 1)  # the base ran; the first band waits
+        stopped = client.delete(f"/v1/jobs/{job['id']}")
+        assert stopped.status_code in (200, 202)
+        hold.unlink()
+        final = _done(client, job["id"])
+        assert final["state"] == "cancelled"
+        steps = len(model.steps_by)
+        assert steps <= 1 + 2  # the base and at most the steps already in flight
+        bands = -(-HEIGHT // FAKE_BAND_ROWS)
+        assert final["progress"]["step"] < 1 + bands
+
+
+def test_masks_above_the_base_are_refused(client_factory, photo):
+    client = client_factory(max_side=2048)
+    files = [
+        ("content", ("c.png", photo[0], "image/png")),
+        ("style", corpus.png(32, 32)),
+        ("mask", corpus.png(32, 32)),
+    ]
+    response = client.post("/v1/stylize", files=files, data={"size": str(WIDTH)}, headers=ASYNC)
+    assert response.status_code == 422
+    assert "mask" in response.json()["error"]["message"]
+
+
+def test_the_job_budget_bounds_jobs(client_factory, photo):
+    client = client_factory(max_side=2048, max_job_stylize_pixel_passes=1_000_000)
+    response = _post(client, photo[0], headers=ASYNC)
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "max_job_stylize_pixel_passes" in message and "print-size octaves" in message
+
+
+def test_a_print_size_request_within_the_sync_budget_is_answered_at_once(client_factory, photo):
+    client = client_factory(max_side=2048)  # 1024^2 x 2 x 1.328125 + 1100^2 < 6,500,000
+    response = _post(client, photo[0])
+    assert response.status_code == 200, response.text
+    pixels = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
+    assert np.array_equal(pixels, 255 - photo[1])
