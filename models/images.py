@@ -35,6 +35,24 @@ OUTPUT_FORMATS: dict[str, tuple[str, str, dict[str, Any]]] = {
     "webp": ("WEBP", "image/webp", {"quality": 90}),
 }
 
+#: The longest side each output format can hold (PNG's is far beyond any image here).
+FORMAT_MAX_SIDE = {"png": 2**31 - 1, "jpeg": 65_535, "webp": 16_383}
+
+
+def check_output_side(fmt: str, side: int) -> None:
+    """``ValueError`` naming the limit when ``fmt`` cannot hold a ``side`` px side."""
+    if side > FORMAT_MAX_SIDE[fmt]:
+        raise ValueError(
+            f"{fmt} holds at most {FORMAT_MAX_SIDE[fmt]} px on a side, the image has {side}; "
+            "ask for another format or a smaller size"
+        )
+
+
+#: PNGs above this many pixels (print sizes) are written with zlib's fastest level: the
+#: default level takes several times as long for a few tenths smaller a file
+#: (``benchmarks/print_size.py`` prints both for its largest result).
+FAST_PNG_PIXELS = 4_000_000
+
 #: File suffixes :func:`save_image` writes, by output format.
 SUFFIXES = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
 
@@ -111,22 +129,34 @@ def mask_from_rgb(image: Tensor) -> Tensor:
 
 
 def encode_image(
-    image: Tensor, fmt: str, parameters: Mapping[str, object] | None = None
+    image: Tensor,
+    fmt: str,
+    parameters: Mapping[str, object] | None = None,
+    *,
+    quality: int | None = None,
 ) -> tuple[bytes, str]:
-    """Encode ``(3, H, W)`` in [0, 1] as PNG, JPEG or WebP.
+    """Encode ``(3, H, W)`` in [0, 1] (or uint8) as PNG, JPEG or WebP.
 
     ``parameters`` (how the image was made) go into PNG ``iTXt`` chunks, one per key,
     values as text (JSON for anything but a string; ``None`` values are left out);
-    other formats carry none.
+    other formats carry none. ``quality`` (1-100) sets JPEG's and WebP's quality (default
+    92 and 90); PNG is lossless and has none.
 
     Returns:
         ``(bytes, media_type)``.
     """
     if fmt not in OUTPUT_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(OUTPUT_FORMATS)}")
+    check_output_side(fmt, max(image.shape[-2:]))
     pil_format, media_type, options = OUTPUT_FORMATS[fmt]
     pil = tensor_to_pil(image)
     extra: dict[str, Any] = dict(options)
+    if quality is not None and pil_format != "PNG":
+        if not 1 <= quality <= 100:
+            raise ValueError(f"quality must be in [1, 100], got {quality}")
+        extra["quality"] = quality
+    if pil_format == "PNG" and pil.width * pil.height > FAST_PNG_PIXELS:
+        extra["compress_level"] = 1
     if parameters and pil_format == "PNG":
         extra["pnginfo"] = _png_text(parameters)
     buffer = io.BytesIO()
@@ -145,10 +175,15 @@ def _png_text(parameters: Mapping[str, object]) -> PngInfo:
 
 
 def save_image(
-    image: Tensor, path: str | Path, parameters: Mapping[str, object] | None = None
+    image: Tensor,
+    path: str | Path,
+    parameters: Mapping[str, object] | None = None,
+    *,
+    quality: int | None = None,
 ) -> Path:
     """Write one ``(1, 3, H, W)`` or ``(3, H, W)`` image in [0, 1] with :func:`encode_image`,
-    the format from the suffix (``.png``, ``.jpg``/``.jpeg``, ``.webp``)."""
+    the format from the suffix (``.png``, ``.jpg``/``.jpeg``, ``.webp``), ``quality`` for
+    JPEG and WebP."""
     path = Path(path)
     fmt = SUFFIXES.get(path.suffix.lower())
     if fmt is None:
@@ -157,7 +192,7 @@ def save_image(
         if image.shape[0] != 1:
             raise ValueError(f"save_image writes one image, got a batch of {image.shape[0]}")
         image = image[0]
-    path.write_bytes(encode_image(image, fmt, parameters)[0])
+    path.write_bytes(encode_image(image, fmt, parameters, quality=quality)[0])
     return path
 
 

@@ -63,6 +63,10 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _ALWAYS_OPEN = ("/healthz", "/readyz", "/metrics")
 
 
+#: The route whose uploads may be ``max_stylize_upload_bytes`` (print-size photos).
+STYLIZE_PATH = "/v1/stylize"
+
+
 class Lifecycle:
     """Drain state shared by the middleware, the probes and the CLI's signal handler.
 
@@ -140,9 +144,12 @@ class RequestContextMiddleware:
         self.settings = settings
         self.keys = keys
 
-    def _body_limit(self, headers: Headers) -> int:
-        """Uploads may be ``max_upload_bytes``; any other body (JSON) ``max_json_bytes``."""
+    def _body_limit(self, headers: Headers, path: str) -> int:
+        """Uploads to ``/v1/stylize`` may be ``max_stylize_upload_bytes``, other uploads
+        ``max_upload_bytes``; any other body (JSON) ``max_json_bytes``."""
         if headers.get("content-type", "").lower().startswith("multipart/form-data"):
+            if path == STYLIZE_PATH:
+                return self.settings.max_stylize_upload_bytes
             return self.settings.max_upload_bytes
         return min(self.settings.max_upload_bytes, self.settings.max_json_bytes)
 
@@ -175,7 +182,9 @@ class RequestContextMiddleware:
                 await rejection(scope, receive, send_with_id)
             else:
                 await self.app(
-                    scope, self._capped(receive, self._body_limit(headers)), send_with_id
+                    scope,
+                    self._capped(receive, self._body_limit(headers, scope["path"])),
+                    send_with_id,
                 )
         finally:
             self.lifecycle.in_flight -= 1
@@ -211,7 +220,7 @@ class RequestContextMiddleware:
             scope["state"]["caller"] = caller_of(key, self.settings)
         elif not self.keys.required:
             scope["state"]["caller"] = caller_of(None, self.settings)
-        limit = self._body_limit(headers)
+        limit = self._body_limit(headers, scope["path"])
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             return PayloadTooLarge(f"the body is over {limit} bytes").response()

@@ -156,7 +156,17 @@ class Settings(BaseSettings):
         description="Largest body of a request that is not a multipart upload (JSON); "
         "past it: 413, before any of it is parsed.",
     )
-    max_upload_bytes: int = Field(default=20 * 1024 * 1024, ge=1024)
+    max_upload_bytes: int = Field(
+        default=20 * 1024 * 1024,
+        ge=1024,
+        description="Largest multipart body of the routes other than /v1/stylize.",
+    )
+    max_stylize_upload_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Largest multipart body of POST /v1/stylize: a 50 MP JPEG photo (about "
+        "15-35 MB) with its styles. Past it: 413.",
+    )
     header_timeout_s: float = Field(
         default=10.0,
         gt=0.0,
@@ -181,7 +191,13 @@ class Settings(BaseSettings):
         "gets 503 and its connection is closed.",
     )
     max_pixels: int = Field(
-        default=40_000_000, ge=1, description="Largest decoded image, in pixels."
+        default=80_000_000,
+        ge=1,
+        description="Largest decoded image, in pixels, read from its header before any "
+        "pixel is decoded (a decompression bomb is refused there): a 50-60 MP camera "
+        "photo fits. A decode holds up to 4 bytes a pixel until it is shrunk, so "
+        "max_concurrent_decodes x max_pixels x 4 bytes bounds that memory (320 MB a "
+        "slot). Pillow's own bomb guard refuses images above ~89 MP whatever this says.",
     )
     max_side: int = Field(
         default=8192,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image, ImageCms, UnidentifiedImageError
 
 from models.images import SIXTEEN_BIT_MODES, pil_to_uint8
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
@@ -48,13 +48,15 @@ class ImageLimits:
         max_pixels: largest ``width * height`` accepted, checked from the header.
         min_side: smallest side accepted, and the smallest side an output is shrunk to
             (the encoder's pooling needs a few pixels).
-        max_side: largest side an output may have; with ``min_side`` it bounds the
-            aspect ratio an image may have (``max_side / min_side``, 64:1 by default).
+        max_side: largest side an output may have.
+        max_aspect: the most elongated image accepted, longer side over shorter (64:1),
+            whatever ``max_side / min_side`` would allow.
     """
 
     max_pixels: int
     min_side: int = 16
     max_side: int = 1024
+    max_aspect: int = 64
 
 
 class DecodeSlots:
@@ -283,20 +285,20 @@ def output_size(
     The scale is ``s = min(1, size / max(w, h))``, raised to ``min_side / min(w, h)``
     when the shorter side would fall under ``min_side``: the output never has a side
     under ``min_side`` and is never enlarged. Raising ``s`` can push the longer side
-    past ``size``; past ``max_side`` the image is refused, so the accepted aspect
-    ratios are those up to ``max_side / min_side``.
+    past ``size``; past ``max_side`` the image is refused, and so is one more elongated
+    than ``max_aspect``:1, so the accepted aspect ratios are those up to
+    ``min(max_aspect, max_side / min_side)``.
 
     Raises:
-        BadImage: the aspect ratio is above ``max_side / min_side``
-            (code ``aspect_ratio_too_large``).
+        BadImage: the aspect ratio is above that (code ``aspect_ratio_too_large``).
     """
     longer, shorter = max(width, height), min(width, height)
     scale = min(1.0, size / longer)
     if shorter * scale < limits.min_side:
         scale = min(1.0, limits.min_side / shorter)
     out = (max(1, round(width * scale)), max(1, round(height * scale)))
-    if max(out) > limits.max_side:
-        ratio = limits.max_side // limits.min_side
+    ratio = min(limits.max_aspect, limits.max_side // limits.min_side)
+    if max(out) > limits.max_side or longer > ratio * shorter:
         raise BadImage(
             f"{name}: {width}x{height} is too elongated; the aspect ratio may be at most "
             f"{ratio}:1 (at least {limits.min_side} px on the short side, at most "
@@ -318,7 +320,8 @@ def decode_image(
     """Decode an upload to 8-bit RGB, EXIF orientation applied.
 
     Palette (with or without transparency), alpha, CMYK, greyscale and 16-bit inputs
-    are converted; transparency is composited over white.
+    are converted; transparency is composited over white; an embedded ICC profile is
+    converted to sRGB (:func:`to_srgb`), on the shrunk image.
 
     Memory: the image is shrunk before it is converted. A JPEG is decoded at the
     smallest of 1/1, 1/2, 1/4, 1/8 scale still at least the target (``draft``); other
@@ -373,6 +376,7 @@ def decode_image(
                     f"{name}: {shown[0]}x{shown[1]} is smaller than {limits.min_side} px on a side",
                     code="image_too_small",
                 )
+            profile = image.info.get("icc_profile")
             target = _target(shown, size, limits, name)
             if target is not None and swapped:
                 target = (target[1], target[0])  # in the stored orientation
@@ -389,9 +393,35 @@ def decode_image(
                 raise BadImage(
                     f"{name}: the image is truncated or corrupt", code="corrupt_image"
                 ) from None
+    if profile:
+        small = to_srgb(small, profile, name)
     if transpose is not None:
         small = small.transpose(transpose)
     return pil_to_uint8(small)
+
+
+#: Modes whose embedded ICC profile is converted to sRGB (the output mode beside).
+_ICC_MODES = {"RGB": "RGB", "RGBA": "RGBA", "CMYK": "RGB", "L": "RGB"}
+_SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+
+
+def to_srgb(image: Image.Image, profile: bytes, name: str = "image") -> Image.Image:
+    """``image`` converted from its embedded ICC ``profile`` to sRGB (perceptual intent),
+    so that a wide-gamut (Display P3, Adobe RGB) or print (CMYK) photo keeps its colours.
+    An image without a profile is taken as sRGB already. A profile that cannot be read
+    or does not fit the image's mode is ignored (logged): the image is decoded as if it
+    had none, as browsers do, rather than refused.
+    """
+    output = _ICC_MODES.get(image.mode)
+    if output is None:
+        return image
+    try:
+        source = ImageCms.ImageCmsProfile(io.BytesIO(profile))
+        converted = ImageCms.profileToProfile(image, source, _SRGB, outputMode=output)
+    except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as exc:
+        logger.info("icc profile ignored", extra={"field": name, "error": str(exc)})
+        return image
+    return image if converted is None else converted
 
 
 @dataclass(frozen=True)

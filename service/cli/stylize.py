@@ -26,7 +26,7 @@ from models.adain.mixing import convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
 from models.control import StepControl
 from models.hub import WeightsNotFoundError
-from models.images import SUFFIXES, load_image, load_mask, save_image
+from models.images import SUFFIXES, check_output_side, load_image, load_mask, save_image
 from service.cli.settings import settings_from_args
 from service.workers.loading import checkpoint_hashes
 
@@ -90,6 +90,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         f"[{MIN_STYLE_SCALE:g}, {MAX_STYLE_SCALE:g}]: 1 keeps their size in the painting at "
         "the photo's size, 2 doubles it, 0.5 halves it",
     )
+    parser.add_argument(
+        "--quality",
+        type=int,
+        choices=range(1, 101),
+        metavar="[1-100]",
+        help="JPEG or WebP quality (default 92 and 90); PNG is lossless",
+    )
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
     parser.set_defaults(func=run)
 
@@ -97,6 +104,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     if args.output.suffix.lower() not in SUFFIXES:
         print(f"error: -o {args.output}: write one of {sorted(SUFFIXES)}", file=sys.stderr)
+        return 2
+    try:
+        check_output_side(SUFFIXES[args.output.suffix.lower()], args.size)
+    except ValueError as exc:
+        print(f"error: -o {args.output}: {exc}", file=sys.stderr)
         return 2
     settings = settings_from_args(args)
     device = args.device or settings.device_list()[0]
@@ -130,7 +142,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    save_image(output, args.output, _parameters(args, model, content))
+    save_image(output, args.output, _parameters(args, model, content), quality=args.quality)
     print(args.output)
     return 0
 

@@ -24,6 +24,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 import torch
@@ -279,6 +280,7 @@ class StylizeWork(Work):
     options: dict[str, Any]  # style_weights, alpha, preserve_color, preset, style_scale
     format: str
     request_parameters: dict[str, Any]
+    quality: int | None = None  # JPEG's and WebP's
 
     @property
     def parts(self) -> int:
@@ -322,6 +324,7 @@ class StylizeWork(Work):
             "masks": None if self.masks is None else len(self.masks),
             "options": self.options,
             "format": self.format,
+            "quality": self.quality,
             "parameters": self.request_parameters,
         }
         return pack(header, [_png(image) for image in images])
@@ -338,6 +341,7 @@ class StylizeWork(Work):
             header["options"],
             header["format"],
             header["parameters"],
+            header.get("quality"),  # jobs stored before it existed
         )
 
     async def run(
@@ -360,7 +364,9 @@ class StylizeWork(Work):
                 owner=owner,
             )
         parameters = {**self.request_parameters, **pool.provenance()}
-        data, media_type = await asyncio.to_thread(encode_image, image, self.format, parameters)
+        data, media_type = await asyncio.to_thread(
+            partial(encode_image, quality=self.quality), image, self.format, parameters
+        )
         return JobResult([data], media_type, {"parameters": parameters})
 
     async def _run_print_size(

@@ -22,6 +22,7 @@ from starlette.concurrency import run_in_threadpool
 from models.adain.large import BASE_SIDE, octave_sizes, styles_side
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
+from models.images import check_output_side
 from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
@@ -218,7 +219,16 @@ async def stylize(
             "that the shorter side is at least 16 px.",
         ),
     ] = DEFAULT_SIZE,
-    format: Annotated[Literal["png", "jpeg", "webp"], Form()] = "png",
+    format: Annotated[
+        Literal["png", "jpeg", "webp"],
+        Form(description="The result's format (WebP holds at most 16383 px on a side)."),
+    ] = "png",
+    quality: Annotated[
+        int | SkipJsonSchema[None],
+        Form(
+            ge=1, le=100, description="JPEG or WebP quality (default 92 and 90); PNG is lossless."
+        ),
+    ] = None,
     preset: Annotated[
         PresetName,
         Form(
@@ -259,6 +269,10 @@ async def stylize(
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
+    try:
+        check_output_side(format, size)
+    except ValueError as exc:
+        raise ValidationFailed(f"format: {exc}") from None
     passes = served.full_size_passes(preset)
     check_cost(
         size, len(style), passes, settings, respond_async=respond_async, style_scale=style_scale
@@ -313,7 +327,9 @@ async def stylize(
             **served.model_parameters(),
             **get_preset(preset).parameters(),
         }
-        work = StylizeWork(content_image, style_images, mask_images, options, format, parameters)
+        work = StylizeWork(
+            content_image, style_images, mask_images, options, format, parameters, quality
+        )
         submission = Submission(
             respond_async=respond_async,
             idempotency=None
@@ -322,7 +338,9 @@ async def stylize(
                 idempotency_key,
                 fingerprint(
                     request.url.path,
-                    json.dumps([options, size, format, webhook, webhook_events], sort_keys=True),
+                    json.dumps(
+                        [options, size, format, quality, webhook, webhook_events], sort_keys=True
+                    ),
                     *uploads,
                     *(mask_bytes or []),
                 ),

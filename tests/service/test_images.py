@@ -15,7 +15,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from PIL import Image
+from icc import SWAPPED_PROFILE
+from PIL import Image, ImageCms, ImageOps
 
 from models.images import encode_image
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
@@ -286,3 +287,75 @@ def test_an_early_release_lets_the_next_request_in():
 
     order, budget, _ = _budget_scenario(steps)
     assert order == ["prepared", "next", "answered"] and budget.held == 0
+
+
+# ------------------------------------------------------- orientation and colour profiles
+@pytest.mark.parametrize("orientation", range(1, 9))
+@pytest.mark.parametrize("size", [None, 32])
+def test_every_exif_orientation_is_shown_upright(orientation, size):
+    """Each EXIF orientation decodes as Pillow's exif_transpose shows it, also when the
+    decode shrinks the image (JPEG draft, resize in the stored orientation)."""
+    image = corpus.noise_rgb(64, 40, seed=orientation)
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = _save(image, "PNG", exif=exif)
+    upright = ImageOps.exif_transpose(Image.open(io.BytesIO(data)))
+    out = decode_image(data, LIMITS, size=size)
+    if size is None:
+        np.testing.assert_array_equal(_as_hwc(out), np.asarray(upright, dtype=np.float64) / 255)
+    else:
+        assert max(out.shape[-2:]) == size
+        assert (out.shape[-2] > out.shape[-1]) == (upright.height > upright.width)
+
+
+def test_a_large_rotated_jpeg_shrinks_upright():
+    image = Image.linear_gradient("L").resize((3000, 1000)).convert("RGB")
+    exif = Image.Exif()
+    exif[0x0112] = 6  # shown rotated a quarter turn clockwise: portrait
+    out = decode_image(_save(image, "JPEG", exif=exif), LIMITS, size=600)
+    assert out.shape == (3, 600, 200)
+
+
+def _srgb_of(image: Image.Image, profile: bytes) -> np.ndarray:
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+    source = ImageCms.ImageCmsProfile(io.BytesIO(profile))
+    converted = ImageCms.profileToProfile(image, source, srgb, outputMode="RGB")
+    return np.asarray(converted, dtype=np.float64) / 255
+
+
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG"])
+def test_an_embedded_profile_is_converted_to_srgb(fmt):
+    image = corpus.noise_rgb(48, 32, seed=3)
+    data = _save(image, fmt, icc_profile=SWAPPED_PROFILE)
+    stored = Image.open(io.BytesIO(data)).convert("RGB")  # the pixels as stored
+    out = decode_image(data, LIMITS)
+    np.testing.assert_allclose(_as_hwc(out), _srgb_of(stored, SWAPPED_PROFILE), atol=1 / 255)
+    red = decode_image(
+        _save(Image.new("RGB", (32, 32), (255, 0, 0)), fmt, icc_profile=SWAPPED_PROFILE), LIMITS
+    )
+    assert red[2].float().mean() > 200 and red[0].float().mean() < 40  # its red is sRGB's blue
+
+
+def test_an_srgb_profile_changes_nothing_and_a_broken_one_is_ignored():
+    image = corpus.noise_rgb(48, 32, seed=4)
+    plain = decode_image(_save(image, "PNG"), LIMITS)
+    srgb = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB")).tobytes()
+    tagged = decode_image(_save(image, "PNG", icc_profile=srgb), LIMITS)
+    assert int((tagged.int() - plain.int()).abs().max()) <= 1
+    broken = decode_image(_save(image, "PNG", icc_profile=b"not a profile" * 10), LIMITS)
+    assert torch.equal(broken, plain)
+
+
+def test_a_cmyk_jpeg_with_a_profile_of_another_colour_space_decodes_as_without_one():
+    cmyk = Image.new("CMYK", (32, 24), (0, 255, 255, 0))  # red ink
+    plain = decode_image(_save(cmyk, "JPEG"), LIMITS)
+    mismatched = decode_image(_save(cmyk, "JPEG", icc_profile=SWAPPED_PROFILE), LIMITS)
+    assert torch.equal(mismatched, plain)
+    assert plain[0].float().mean() > 200 and plain[1].float().mean() < 60
+
+
+def test_images_more_elongated_than_64_to_1_are_refused_whatever_max_side():
+    limits = ImageLimits(max_pixels=10**9, max_side=8192)
+    assert output_size(6400, 100, 8192, limits) == (6400, 100)
+    with pytest.raises(BadImage, match="64:1"):
+        output_size(6600, 100, 8192, limits)

@@ -149,3 +149,67 @@ def test_a_print_size_request_within_the_sync_budget_is_answered_at_once(client_
     assert response.status_code == 200, response.text
     pixels = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
     assert np.array_equal(pixels, 255 - photo[1])
+
+
+# ------------------------------------------------------------------- uploads and formats
+def test_stylize_uploads_have_their_own_byte_limit(client_factory):
+    client = client_factory(max_side=2048, max_upload_bytes=1024 * 1024)
+    client_big = client_factory(max_side=2048, max_stylize_upload_bytes=1024 * 1024)
+    padding = bytes(1536 * 1024)  # a part the route ignores: only the body's size counts
+    files = [("content", corpus.png(64, 48)), ("style", corpus.png(32, 32))]
+    files.append(("padding", ("p.bin", padding, "application/octet-stream")))
+    assert client.post("/v1/stylize", files=files).status_code == 200
+    refused = client_big.post("/v1/stylize", files=files)
+    assert refused.status_code == 413
+    assert refused.json()["error"]["code"] == "payload_too_large"
+
+
+@pytest.mark.parametrize("fmt", ["jpeg", "webp"])
+def test_quality_sets_the_lossy_formats_quality(client, fmt):
+    files = [("content", corpus.png(96, 64, seed=2)), ("style", corpus.png(32, 32))]
+    sizes = {
+        quality: len(
+            client.post(
+                "/v1/stylize",
+                files=files,
+                data={"format": fmt, "alpha": "0.2", "quality": str(quality)},
+            ).content
+        )
+        for quality in (10, 95)
+    }
+    assert sizes[10] < sizes[95]
+    bad = client.post("/v1/stylize", files=files, data={"format": fmt, "quality": "101"})
+    assert bad.status_code == 422 and "quality" in bad.json()["error"]["message"]
+
+
+def test_a_webp_larger_than_the_format_holds_is_refused_before_work(client_factory, fakes):
+    client = client_factory(max_side=20_000, max_stylize_pixel_passes=10**12)
+    files = [("content", corpus.png(64, 48)), ("style", corpus.png(32, 32))]
+    response = client.post("/v1/stylize", files=files, data={"format": "webp", "size": "16384"})
+    assert response.status_code == 422
+    assert "16383" in response.json()["error"]["message"]
+    assert fakes.adain["cpu"].batch_sizes == []
+
+
+def test_a_50_megapixel_photo_is_a_job_not_a_synchronous_request(client_factory):
+    """A 8660 x 5773 JPEG (50 MP) at size 8192: refused at once with the 422 that says
+    how to send it; accepted as a job, painted at 8192 px."""
+    client = client_factory(max_side=8192, max_pixels=80_000_000)
+    photo = Image.linear_gradient("L").resize((8660, 5773)).convert("RGB")
+    buffer = io.BytesIO()
+    photo.save(buffer, format="JPEG", quality=90)
+    files = [
+        ("content", ("big.jpg", buffer.getvalue(), "image/jpeg")),
+        ("style", corpus.png(32, 32)),
+    ]
+    refused = client.post("/v1/stylize", files=files, data={"size": "8192"})
+    assert refused.status_code == 422
+    assert refused.json()["error"]["code"] == "send_as_job"
+    assert "Prefer: respond-async" in refused.json()["error"]["message"]
+    accepted = client.post("/v1/stylize", files=files, data={"size": "8192"}, headers=ASYNC)
+    assert accepted.status_code == 202, accepted.text
+    job = _done(client, accepted.json()["id"])
+    assert job["state"] == "succeeded", job
+    assert job["progress"]["total"] == 1 + -(-5461 // FAKE_BAND_ROWS)
+    with Image.open(io.BytesIO(client.get(job["result_url"]).content)) as result:
+        assert result.size == (8192, 5461)
