@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from models.adain.large import BASE_SIDE
 from service.errors import error_responses
+from service.routes.deps import SettingsDep
 
 router = APIRouter(prefix="/v1", tags=["models"])
 
@@ -53,6 +56,42 @@ async def list_models(request: Request) -> dict[str, Any]:
     folders = request.app.state.settings.weight_search_path()
     public = await run_in_threadpool(lambda: [public_status(s, folders) for s in statuses])
     return {"models": public}
+
+
+class StylizeLimits(BaseModel):
+    """What a stylize request may ask of this server (what a client shows before sending)."""
+
+    max_side: int = Field(description="Largest output side (size).")
+    print_size_above: int = Field(
+        description="Sides above this are painted at full resolution by print-size tiles."
+    )
+    max_pixel_passes: int = Field(description="Cost budget of a request answered at once.")
+    max_job_pixel_passes: int = Field(description="Cost budget of a job (Prefer: respond-async).")
+    max_upload_bytes: int = Field(description="Largest upload body.")
+
+
+class Limits(BaseModel):
+    stylize: StylizeLimits
+
+
+@router.get(
+    "/limits",
+    summary="This server's limits for a request (sizes, budgets, uploads)",
+    response_model=Limits,
+    responses=error_responses(401),
+)
+async def limits(settings: SettingsDep) -> Limits:
+    """The settings that decide whether a request is refused, so that a client (the page)
+    offers what the server takes; the cost bound itself is in docs/service.md."""
+    return Limits(
+        stylize=StylizeLimits(
+            max_side=settings.max_side,
+            print_size_above=BASE_SIDE,
+            max_pixel_passes=settings.max_stylize_pixel_passes,
+            max_job_pixel_passes=settings.max_job_stylize_pixel_passes,
+            max_upload_bytes=settings.max_stylize_upload_bytes,
+        )
+    )
 
 
 def public_status(status: dict[str, Any], folders: Sequence[Path]) -> dict[str, Any]:

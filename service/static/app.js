@@ -160,6 +160,18 @@ async function runJob(url, request, prefix) {
   }
 }
 
+// The server's limits: the sizes it takes, and from which size it paints tile by tile.
+async function showLimits() {
+  const response = await fetch("/v1/limits", { headers: authHeaders() });
+  if (!response.ok) return;
+  const { stylize } = await response.json();
+  $("size").max = stylize.max_side;
+  $("size-hint").textContent =
+    `Up to ${stylize.max_side} px. Above ${stylize.print_size_above} px the photo is ` +
+    "painted at its own resolution, tile by tile (progress counts tiles).";
+}
+showLimits();
+
 $("alpha").addEventListener("input", () => {
   $("alpha-value").textContent = Number($("alpha").value).toFixed(2);
 });
@@ -190,7 +202,14 @@ $("stylize-form").addEventListener("submit", async (event) => {
     const job = await runJob("/v1/stylize", { method: "POST", body: form }, "stylize");
     if (job === null || job.state !== "succeeded") return;
     const image = $("stylize-result");
-    image.src = `data:${job.result.media_type};base64,${job.result.images[0]}`;
+    // The image file itself (a print is tens of MB: no base64 copy in the page)
+    const file = await fetch(job.result_url, { headers: authHeaders() });
+    if (!file.ok) {
+      setStatus(status, await errorText(file), true);
+      return;
+    }
+    if (image.src.startsWith("blob:")) URL.revokeObjectURL(image.src);
+    image.src = URL.createObjectURL(await file.blob());
     image.hidden = false;
     setStatus(status, "Done.");
   } catch (error) {

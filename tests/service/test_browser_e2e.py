@@ -18,7 +18,7 @@ import urllib.request
 import corpus
 import pytest
 from PIL import Image
-from service_fakes import Fakes, make_settings, served
+from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, served
 
 from models.adain.presets import get_preset
 from service.app import create_app
@@ -212,3 +212,32 @@ def test_the_page_names_the_key_in_use_and_lists_its_jobs(browser, fakes, tmp_pa
                        if "succeeded" in r.text] or None,
         )  # fmt: skip
         assert len(rows) == 1 and "generate" in rows[0].text
+
+
+def test_a_print_size_photo_is_painted_by_tiles_from_the_page(browser, tmp_path):
+    """The page offers the server's max_side, says from which size it paints by tiles,
+    shows a print-size job's progress in tiles, and shows the result file."""
+    from selenium.webdriver.common.by import By
+
+    fakes = Fakes()
+    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
+    with served(app) as url:
+        browser.get(url + "/")
+        _wait_for(browser, lambda d: d.find_element(By.ID, "size-hint").text != "")
+        assert browser.find_element(By.ID, "size").get_attribute("max") == "2048"
+        assert "1024" in browser.find_element(By.ID, "size-hint").text
+        photo = _write(tmp_path, "print.png", corpus.png(1100, 300, seed=6))
+        browser.find_element(By.ID, "content").send_keys(photo)
+        browser.find_element(By.ID, "styles").send_keys(
+            _write(tmp_path, "s.png", corpus.solid_png((0, 0, 255)))
+        )
+        size = browser.find_element(By.ID, "size")
+        size.clear()
+        size.send_keys("1100")
+        browser.find_element(By.ID, "stylize-button").click()
+        _wait_for(browser, lambda d: d.find_element(By.ID, "stylize-status").text == "Done.")
+        result = browser.find_element(By.ID, "stylize-result")
+        assert browser.execute_script("return arguments[0].naturalWidth;", result) == 1100
+        bar = browser.find_element(By.ID, "stylize-progress")
+        steps = str(1 + -(-300 // FAKE_BAND_ROWS))  # the base and one step per band
+        assert (bar.get_attribute("value"), bar.get_attribute("max")) == (steps, steps)
