@@ -7,15 +7,39 @@ Every knob of the service lives here; nothing else reads environment variables.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BeforeValidator, Field
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: The repository's own ``weights/`` folder: the manifest and the checkpoints this
 #: project trained itself. Always searched after ``Settings.weights_dir``.
 PROJECT_WEIGHTS_DIR = Path(__file__).resolve().parent.parent / "weights"
+
+
+def parse_list(value: object) -> object:
+    """A list setting's text: a JSON list (``["a", "b"]``), or comma-separated words
+    (``a, b``), the way operators write one-value and many-value variables; an empty
+    text is the empty list. Anything else is left for the field's own check."""
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text.startswith("["):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(
+                f"not a JSON list ({exc.msg}); or write the items comma-separated"
+            ) from None
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
+#: A list of strings set as a JSON list or comma-separated (:func:`parse_list`); NoDecode
+#: keeps pydantic-settings from reading the environment's text as JSON first.
+StringList = Annotated[list[str], NoDecode, BeforeValidator(parse_list)]
 
 
 class Settings(BaseSettings):
@@ -260,10 +284,10 @@ class Settings(BaseSettings):
         description="The Standard Webhooks signing secret ('whsec_' + base64); webhooks "
         "are refused (422) without it.",
     )
-    webhook_allowed_hosts: list[str] = Field(
+    webhook_allowed_hosts: StringList = Field(
         default_factory=list,
-        description="Host names (or '*.example.com') webhooks may go to, as a JSON list; "
-        "empty: every webhook is refused (422).",
+        description="Host names (or '*.example.com') webhooks may go to, comma-separated "
+        "or as a JSON list; empty: every webhook is refused (422).",
     )
     webhook_allow_private_addresses: bool = Field(
         default=False,
@@ -282,7 +306,10 @@ class Settings(BaseSettings):
     webhook_progress_interval_s: float = Field(
         default=5.0, gt=0.0, description="Least time between two progress webhooks of a job."
     )
-    cors_origins: list[str] = Field(default_factory=list)
+    cors_origins: StringList = Field(
+        default_factory=list,
+        description="Origins allowed by CORS, comma-separated or as a JSON list.",
+    )
     load_models: str = Field(
         default="adain,dit", description="Comma list of models to load at startup."
     )

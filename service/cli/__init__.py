@@ -15,6 +15,7 @@ import sys
 COMMAND_MODULES = (
     "serve",
     "worker",
+    "check_config",
     "keys",
     "stylize",
     "generate",

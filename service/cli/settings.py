@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import typing
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
 from service.config import Settings
 
@@ -68,8 +71,42 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     }
     try:
         return Settings(**overrides)
-    except ValidationError as exc:
-        for error in exc.errors():
-            where = ".".join(str(part) for part in error["loc"])
-            print(f"atelier: --{where.replace('_', '-')}: {error['msg']}", file=sys.stderr)
+    except (ValidationError, SettingsError) as exc:
+        for line in problems(exc, flags=set(overrides)):
+            print(f"atelier: {line}", file=sys.stderr)
         raise SystemExit(2) from None
+
+
+#: Fields whose values are never echoed (a URL's password is masked instead).
+SECRET_FIELDS = {"api_key", "webhook_secret"}
+
+
+def shown(name: str, value: object) -> str:
+    """A setting's value as an error line may show it: secrets hidden, URLs without their
+    password, long text shortened."""
+    if name in SECRET_FIELDS:
+        return "(hidden)"
+    text = value if isinstance(value, str) else json.dumps(value, default=str)
+    text = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", text)
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
+def problems(error: ValidationError | SettingsError, *, flags: Collection[str] = ()) -> list[str]:
+    """One line per bad setting: where it came from (``--flag`` or ``ATELIER_NAME``), its
+    value shown safely, and what is expected (the field's own message and description)."""
+    if isinstance(error, SettingsError):  # the environment's text could not be read at all
+        found = re.search(r'field "?(\w+)"?', str(error))
+        return [f"{_source(found.group(1) if found else '?', flags)}: {error}"]
+    lines = []
+    for item in error.errors():
+        name = str(item["loc"][0]) if item["loc"] else "?"
+        field = Settings.model_fields.get(name)
+        expected = f" (expected: {field.description})" if field and field.description else ""
+        message = str(item["msg"]).removeprefix("Value error, ")
+        value = shown(name, item.get("input"))
+        lines.append(f"{_source(name, flags)}={value}: {message}{expected}")
+    return lines
+
+
+def _source(name: str, flags: Collection[str]) -> str:
+    return "--" + name.replace("_", "-") if name in flags else "ATELIER_" + name.upper()
