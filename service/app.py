@@ -304,11 +304,15 @@ def open_store(settings: Settings) -> JobStore:
             limits,
             prefix=settings.redis_prefix,
             webhook_progress_interval_s=settings.webhook_progress_interval_s,
+            call_timeout_s=settings.store_call_timeout_s,
+            probe_interval_s=settings.store_probe_interval_s,
         )
     return SqliteJobStore(
         settings.state_dir / "jobs.db",
         limits,
         webhook_progress_interval_s=settings.webhook_progress_interval_s,
+        call_timeout_s=settings.store_call_timeout_s,
+        probe_interval_s=settings.store_probe_interval_s,
     )
 
 

@@ -113,6 +113,19 @@ class Settings(BaseSettings):
         "so that every replica and worker sees the same jobs. Unset: the SQLite store.",
     )
     redis_prefix: str = Field(default="atelier:", description="Prefix of every Redis key.")
+    store_call_timeout_s: float = Field(
+        default=1.0,
+        gt=0.0,
+        description="A job-store call's time (plus 1 s per 20 MB it moves) before the store "
+        "counts as stalled: the call answers 503 store_unavailable, and so does every "
+        "call after it, at once, until a probe gets an answer.",
+    )
+    store_probe_interval_s: float = Field(
+        default=0.5,
+        gt=0.0,
+        description="Time between two probes of a stalled job store (the breaker closes "
+        "at the first answer).",
+    )
     max_jobs: int = Field(
         default=256,
         ge=1,

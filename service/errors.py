@@ -53,6 +53,7 @@ STATUS_DESCRIPTIONS = {
     499: "the client went away first: its work was cancelled (logged; nobody receives it)",
     500: "a bug in the service",
     503: "the model is not served, the job store is unreachable, or the service is shutting down",
+    507: "the job store cannot write (a full disk, a Redis out of memory): retry later",
     504: "the request or job ran past its deadline",
 }
 
@@ -209,6 +210,13 @@ class StoreUnavailable(ServiceError):
 
     def __init__(self, message: str, *, retry_after_s: int = 2, code: str | None = None):
         super().__init__(message, code=code, headers={"Retry-After": str(retry_after_s)})
+
+
+class StoreFull(StoreUnavailable):
+    """The job store answers but cannot write: a full disk (SQLite), or a Redis out of
+    memory or refusing writes after a failed save. Reads still work."""
+
+    status_code, code = 507, "store_full"
 
 
 class DeadlineExceeded(ServiceError):

@@ -43,7 +43,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.jobs.records import RUNNING, JobRecord
@@ -55,6 +55,7 @@ from service.jobs.store import (
     IdempotentJobExpired,
     JobStore,
     Refused,
+    StoreFull,
     StoreLimits,
     StoreUnavailable,
     cancel_topic,
@@ -392,6 +393,10 @@ def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
 
 
+#: The size a result read is given time for (a print-size PNG is tens of MB).
+RESULT_BYTES = 64 * 1024 * 1024
+
+
 class RedisJobStore(JobStore):
     """Jobs in the Redis (or Valkey) server at ``url``.
 
@@ -405,6 +410,7 @@ class RedisJobStore(JobStore):
     """
 
     shared = True
+    name = "the job store (Redis)"
 
     def __init__(
         self,
@@ -415,8 +421,12 @@ class RedisJobStore(JobStore):
         prefix: str = "atelier:",
         webhook_progress_interval_s: float = 5.0,
         timeout_s: float = 5.0,
+        call_timeout_s: float = 1.0,
+        probe_interval_s: float = 0.5,
     ) -> None:
-        super().__init__(limits, hub)
+        super().__init__(
+            limits, hub, call_timeout_s=call_timeout_s, probe_interval_s=probe_interval_s
+        )
         self.url = url
         self.prefix = prefix
         self.webhook_progress_interval_s = webhook_progress_interval_s
@@ -458,6 +468,7 @@ class RedisJobStore(JobStore):
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._listener
+        await self.breaker.close()
         await self._redis.aclose()
 
     async def listening(self, timeout: float = 10.0) -> bool:
@@ -498,16 +509,30 @@ class RedisJobStore(JobStore):
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
 
-    async def _call(self, work: Awaitable[Any]) -> Any:
-        """Await a command; the client types its replies loosely (bytes, as it does not
-        decode), so they are ``Any`` here and typed where they are read."""
+    async def _call(self, work: Awaitable[Any], *, payload_bytes: int = 0) -> Any:
+        """Await a command through the breaker (``payload_bytes`` it moves add to its
+        time); the client types its replies loosely (bytes, as it does not decode), so
+        they are ``Any`` here and typed where they are read."""
+        self.breaker.refuse_if_open(work)
+        return await self.breaker.call(self._mapped(work), payload_bytes=payload_bytes)
+
+    async def _mapped(self, work: Awaitable[Any]) -> Any:
         try:
             return await work
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             raise StoreUnavailable(f"the job store (Redis) is unavailable: {exc}") from exc
+        except ResponseError as exc:
+            if str(exc).startswith(("MISCONF", "OOM", "READONLY")):
+                raise StoreFull(f"the job store (Redis) refuses writes: {exc}") from exc
+            raise
+
+    async def _probe(self) -> None:
+        await self._redis.ping()
 
     async def _script(self, name: str, *args: Any) -> Any:
-        return await self._call(self._scripts[name](args=[self.prefix, *args]))
+        size = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
+        work = self._scripts[name](args=[self.prefix, *args])
+        return await self._call(work, payload_bytes=size)
 
     def _key(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -614,7 +639,7 @@ class RedisJobStore(JobStore):
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hget(self._key("job", job_id), "finished_at")
             pipe.get(self._key("out", job_id))
-            finished_at, data = await self._call(pipe.execute())
+            finished_at, data = await self._call(pipe.execute(), payload_bytes=RESULT_BYTES)
         if not finished_at or float(finished_at) + self.limits.ttl_s <= time.time():
             return None
         return bytes(data) if data is not None else None

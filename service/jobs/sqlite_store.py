@@ -41,6 +41,7 @@ from service.jobs.store import (
     IdempotentJobExpired,
     JobStore,
     Refused,
+    StoreFull,
     StoreLimits,
     StoreUnavailable,
     cancel_topic,
@@ -105,6 +106,10 @@ CREATE TABLE IF NOT EXISTS tokens (owner TEXT PRIMARY KEY, tat REAL NOT NULL);
 """
 
 
+#: The size a result read is given time for (a print-size PNG is tens of MB).
+RESULT_BYTES = 64 * 1024 * 1024
+
+
 class SqliteJobStore(JobStore):
     """Jobs in ``path`` (created with its folder when missing).
 
@@ -128,8 +133,12 @@ class SqliteJobStore(JobStore):
         poll_s: float = 0.2,
         webhook_progress_interval_s: float = 5.0,
         clock: Callable[[], float] = time.time,
+        call_timeout_s: float = 1.0,
+        probe_interval_s: float = 0.5,
     ) -> None:
-        super().__init__(limits, hub)
+        super().__init__(
+            limits, hub, call_timeout_s=call_timeout_s, probe_interval_s=probe_interval_s
+        )
         self.path = Path(path)
         self.poll_s = poll_s
         self.webhook_progress_interval_s = webhook_progress_interval_s
@@ -150,8 +159,9 @@ class SqliteJobStore(JobStore):
             self._poller.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._poller
+        await self.breaker.close()
         if self._connection is not None:
-            await self._run(self._connection.close)
+            await self._mapped(self._connection.close)
         self._executor.shutdown(wait=True)
 
     def _open(self) -> None:
@@ -191,11 +201,27 @@ class SqliteJobStore(JobStore):
                 self.hub.notify_all()
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on the database's thread, through the breaker (the bytes among
+        ``args`` add to its time; a result read is given ``RESULT_BYTES``'s)."""
+        size = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
+        if fn == self._result:
+            size = RESULT_BYTES
+        return await self.breaker.call(self._mapped(fn, *args), payload_bytes=size)
+
+    async def _mapped(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
         try:
             return await loop.run_in_executor(self._executor, fn, *args)
         except sqlite3.OperationalError as exc:
+            if "full" in str(exc):  # SQLITE_FULL: "database or disk is full"
+                raise StoreFull(f"the job database cannot write: {exc}") from exc
+            if "readonly" in str(exc):
+                raise StoreUnavailable(f"the job database is read-only: {exc}") from exc
             raise StoreUnavailable(f"the job database is unavailable: {exc}") from exc
+
+    async def _probe(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, lambda: self._db.execute("SELECT 1"))
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

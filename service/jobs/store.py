@@ -49,13 +49,18 @@ from service.errors import (
     DeadlineExceeded,
     JobCancelled,
     Overloaded,
+    StoreFull,
     StoreUnavailable,
     ValidationFailed,
     WorkerLost,
 )
+from service.jobs.breaker import Breaker
 from service.jobs.records import JobRecord
 
-__all__ = ["StoreUnavailable"]  # the store's errors are the service's own (503 and more)
+__all__ = [
+    "StoreFull",
+    "StoreUnavailable",
+]  # the store's errors are the service's own (503 and more)
 
 
 @dataclass(frozen=True)
@@ -238,9 +243,30 @@ class JobStore(ABC):
     #: apart, several replicas behind a balancer)
     shared: bool = False
 
-    def __init__(self, limits: StoreLimits, hub: ChangeHub | None = None) -> None:
+    #: what messages call this store
+    name = "the job store"
+
+    def __init__(
+        self,
+        limits: StoreLimits,
+        hub: ChangeHub | None = None,
+        *,
+        call_timeout_s: float = 1.0,
+        probe_interval_s: float = 0.5,
+    ) -> None:
         self.limits = limits
         self.hub = hub or ChangeHub()
+        self.breaker = Breaker(
+            self.name,
+            self._probe,
+            call_timeout_s=call_timeout_s,
+            probe_interval_s=probe_interval_s,
+        )
+
+    @abstractmethod
+    async def _probe(self) -> None:
+        """The cheapest round trip to the store, outside the breaker (raises when it
+        does not answer)."""
 
     @abstractmethod
     async def start(self) -> None:
