@@ -20,22 +20,27 @@ Like AdaIN, WCT of several styles is the weighted mean of their transforms
 interpolates with the content (or an anchor): every form here is one affine map per
 position, ``y = M c + t``, which a decoder folds into its first convolution
 (:meth:`models.decoder.Decoder.forward_linear`).
+
+The maths is the ``norms`` member (:mod:`norms.functional.whitening`: the covariance, its
+matrix powers and the affine map, called through ``norms.functional`` at each call); this
+module adds what style transfer needs around it: a style's cached statistics, several
+styles mixed, masked regions, and the grid size chosen for VGG maps.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
+import norms.functional as NF  # noqa: N812 - looked up at each call: the maths is norms'
 from models.adain.mixing import convex_weights
 
 #: Eigenvalues of a feature covariance at or below this are treated as zero (Li et al.'s
 #: threshold; normalised VGG features have variances of order 1 to 10^3).
-EIGEN_FLOOR = 1e-5
+EIGEN_FLOOR = NF.EIGEN_FLOOR
 
 #: Positions a feature covariance is estimated on, at most (about): a larger map is read
 #: on a regular grid (:func:`feature_covariance`). 65,536 is a 256 x 256 map: relu1_1 of
@@ -83,62 +88,26 @@ def mix_covariance(
 
 
 def grid_stride(height: int, width: int, max_positions: int = COVARIANCE_POSITIONS) -> int:
-    """The stride ``s = ceil(sqrt(HW / max_positions))`` of the grid a ``(height, width)``
-    map's covariance is estimated on (1: every position)."""
-    return max(1, math.ceil(math.sqrt(height * width / max_positions)))
+    """The stride of the grid a ``(height, width)`` map's covariance is read on
+    (:func:`norms.functional.grid_stride` at ``COVARIANCE_POSITIONS``)."""
+    return NF.grid_stride(height, width, max_positions)
 
 
 def feature_covariance(
     features: Tensor, max_positions: int = COVARIANCE_POSITIONS, *, scratch: bool = False
 ) -> tuple[Tensor, Tensor]:
-    """Mean and biased covariance over the positions, by the two-pass form.
-
-    .. math:: \\mu = \\frac{1}{n} \\sum_p f_p, \\qquad
-              S = \\frac{1}{n} \\sum_p (f_p - \\mu)(f_p - \\mu)^\\top
-
-    A ``(H, W)`` map of more than ``max_positions`` positions is estimated on the regular
-    grid of stride ``s = ceil(sqrt(HW / max_positions))`` (the positions ``(s i, s j)``,
-    at most about ``max_positions`` of them), so the cost no longer grows with the image
-    past that size.
-
-    The products accumulate in float32 (float64 for float64 features), position-major
-    (``(n, C)``: a channels-last map is read in its own order); the results are returned
-    in float64. The positions are centred in place when they are a copy already (a grid,
-    another layout or dtype) or when the caller says ``features`` are ``scratch`` (not
-    read again): a centred copy of a 65,536 x 64 map is 16 MB written and page-faulted
-    in for nothing.
+    """Mean and covariance of ``features`` over the positions, read on the grid past
+    ``COVARIANCE_POSITIONS`` (:func:`norms.functional.feature_covariance`, float64).
 
     Shape:
-        - features: ``(B, C, H, W)`` (or ``(B, C, n)``, every position used); output:
-          ``(B, C)``, ``(B, C, C)``.
+        - features: ``(B, C, H, W)`` or ``(B, C, n)``; output: ``(B, C)``, ``(B, C, C)``.
     """
-    dtype = torch.promote_types(features.dtype, torch.float32)
-    batch, channels = features.shape[:2]
-    if features.dim() == 4:
-        height, width = features.shape[-2:]
-        stride = grid_stride(height, width, max_positions)
-        grid = features.permute(0, 2, 3, 1)[:, ::stride, ::stride]  # (B, h, w, C)
-        flat = grid.reshape(batch, -1, channels).to(dtype)  # (B, n, C)
-    else:
-        flat = features.transpose(1, 2).to(dtype)
-    mean = flat.mean(dim=1, keepdim=True)
-    owned = scratch or flat.untyped_storage().data_ptr() != features.untyped_storage().data_ptr()
-    centred = flat.sub_(mean) if owned else flat - mean
-    covariance = centred.transpose(1, 2) @ centred / flat.shape[1]
-    return mean.squeeze(1).double(), covariance.double()
+    return NF.feature_covariance(features, max_positions, scratch=scratch)
 
 
 def symmetric_power(matrix: Tensor, power: float, floor: float = EIGEN_FLOOR) -> Tensor:
-    """``S^power`` of symmetric positive semi-definite ``S`` on its eigendecomposition,
-    ``E diag(d^power) E^T``, with every eigenvalue ``d <= floor`` mapped to 0.
-
-    Shape:
-        - matrix: ``(..., C, C)`` float64; output: the same.
-    """
-    values, vectors = torch.linalg.eigh(matrix)
-    kept = values > floor
-    powered = torch.where(kept, values.clamp_min(floor) ** power, torch.zeros_like(values))
-    return (vectors * powered.unsqueeze(-2)) @ vectors.transpose(-1, -2)
+    """``S^power`` with dead directions dropped (:func:`norms.functional.symmetric_power`)."""
+    return NF.symmetric_power(matrix, power, floor)
 
 
 def wct_affine(
@@ -164,13 +133,10 @@ def wct_affine(
         - content: ``(B, C, h, w)`` or ``(B, C, n)``; output: ``(matrix, shift)``, ``(B, C, C)`` and ``(B, C)``
           in float64.
     """
-    batch, channels = content.shape[:2]
+    batch = content.shape[0]
     target = mix_covariance(styles, weights, batch)
     mean, covariance = feature_covariance(content, scratch=scratch)
-    transform = target.root @ symmetric_power(covariance, -0.5)  # (B, C, C)
-    shift = alpha * (target.mean - (transform @ mean.unsqueeze(-1)).squeeze(-1))
-    identity = torch.eye(channels, dtype=transform.dtype, device=transform.device)
-    return alpha * transform + (1.0 - alpha) * identity, shift
+    return NF.whitening_coloring_affine(mean, covariance, target.mean, target.root, alpha)
 
 
 def apply_affine(features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:

@@ -14,6 +14,7 @@ from norms.modules.local import *  # noqa: F403
 from norms.modules.sequence import *  # noqa: F403
 from norms.modules.switchable import *  # noqa: F403
 from norms.modules.weight_norm import *  # noqa: F403
+from norms.modules.whitening import *  # noqa: F403
 
 # Looked up in sys.modules: a submodule may export a name equal to its own module's
 # (e.g. the function ``weight_norm``), which then shadows the module attribute here.
@@ -26,5 +27,6 @@ _SUBMODULES = (
     "sequence",
     "switchable",
     "weight_norm",
+    "whitening",
 )
 __all__ = [name for sub in _SUBMODULES for name in sys.modules[f"{__name__}.{sub}"].__all__]
