@@ -22,7 +22,9 @@ Sections (keys of the JSON):
   Without CUDA: eager and ``torch.compile`` (inductor's C++ backend) only.
 - ``adain``: images/s of the AdaIN passes (the paper's single relu3_1 pass, the
   ``quality`` and ``realtime`` presets) at 512 and 1024 px, batch 1, 8 and 32, from host
-  tensors to host tensors as the service runs them, with peak memory; the syncs of one
+  tensors to host tensors as the service runs them, with peak memory; print-size
+  stylisations of 4096 and 8192 px photos per preset (images/s, us per pixel, peak
+  memory); the syncs of one
   call per pass; the difference from the CPU's result for the same inputs. VGG weights
   from ``ATELIER_WEIGHTS_DIR`` when present, else random weights of the same shapes.
 - ``dit``: images/s of ``TextToImage.generate`` with the repository's checkpoint (a
@@ -561,6 +563,7 @@ def section_adain(check: Check) -> dict:
                         "peak_memory_mib": check.peak_memory_mib(),
                     }
                 )
+    rows += _print_size_rows(check, model, style)
     result = {"weights": weights, "dtype": model.describe()["dtype"], "runs": rows}
     # syncs of one call per pass (batch 2; a GPU's, and the host reads on any device)
     content = photos[:2]
@@ -581,6 +584,49 @@ def section_adain(check: Check) -> dict:
     else:
         result["against_cpu"] = "the device is the CPU"
     return result
+
+
+def _print_size_rows(check: Check, model, style: torch.Tensor) -> list[dict]:
+    """Print-size stylisations (``models.adain.large``, what the service's jobs run): one
+    4096 x 3072 and one 8192 x 6144 photo per preset, 8-bit on the host, with the device's
+    peak memory. ``--quick`` paints 96 x 72 on a 32 px base instead."""
+    from models.adain.large import BASE_SIDE
+
+    sizes = [(72, 96)] if check.quick else [(3072, 4096), (6144, 8192)]
+    if check.quick:
+        model.base_side = 32
+    gen = torch.Generator().manual_seed(5)
+    rows = []
+    try:
+        for height, width in sizes:
+            photo = torch.randint(0, 256, (3, height, width), generator=gen, dtype=torch.uint8)
+            for preset in ("quality", "realtime"):
+                check.peak_memory_reset()
+
+                def paint(p=preset, photo=photo):
+                    session = model.print_stylization(photo, [style], preset=p)
+                    return session.run(model)
+
+                try:
+                    ms = check.time_ms(paint, 1, warmup=0)
+                except torch.cuda.OutOfMemoryError as exc:
+                    rows.append({"pass": f"print {preset}", "size": width, "error": str(exc)})
+                    torch.cuda.empty_cache()
+                    continue
+                rows.append(
+                    {
+                        "pass": f"print {preset}",
+                        "size": width,
+                        "batch": 1,
+                        "ms_per_batch": round(ms, 2),
+                        "images_per_s": round(1e3 / ms, 4),
+                        "us_per_pixel": round(ms * 1e3 / (height * width), 4),
+                        "peak_memory_mib": check.peak_memory_mib(),
+                    }
+                )
+    finally:
+        model.base_side = BASE_SIDE
+    return rows
 
 
 # -------------------------------------------------------------------------------- dit

@@ -306,3 +306,35 @@ def test_an_api_replica_and_a_worker_apart(tmp_path, redis_url):
                 np.testing.assert_array_equal(pixels, FakeTextToImage.pixels(seed))
             job = _generate(api.url, seed=9, steps=2)
             _images_match_their_seeds(_finished(api.url, job["id"]))
+
+
+def test_a_print_size_job_killed_between_its_tiles_finishes_with_the_same_image(tmp_path):
+    """SIGKILL mid-way through a print-size job's steps: the lease runs out, the next
+    replica runs the job again from its stored inputs, and the image is the one an
+    uninterrupted run makes (the fake paints the photo's negative, band by band)."""
+    settings = {"ATELIER_STATE_DIR": str(tmp_path / "state"), "ATELIER_MAX_SIDE": "2048"}
+    photo = Image.fromarray(
+        np.random.default_rng(5).integers(0, 256, (300, 1100, 3), dtype=np.uint8)
+    )
+    buffer = io.BytesIO()
+    photo.save(buffer, format="PNG")
+    files = [("content", ("c.png", buffer.getvalue(), "image/png"))]
+    files.append(("style", ("s.png", buffer.getvalue(), "image/png")))
+    hold = tmp_path / "hold"
+    hold.touch()
+    with replica(tmp_path, settings, hold=hold) as first:
+        response = httpx.post(
+            f"{first.url}/v1/stylize", files=files, data={"size": "1100"}, headers=ASYNC, timeout=30
+        )
+        assert response.status_code == 202, response.text
+        job_id = response.json()["id"]
+        _until(lambda: _job(first.url, job_id)["progress"]["step"] >= 1, what="the base step")
+        first.kill()
+    hold.unlink()
+    with replica(tmp_path, settings) as second:
+        final = _finished(second.url, job_id)
+        assert final["state"] == "succeeded" and final["attempts"] == 2, final
+        assert final["progress"]["unit"] == "tile"
+        image = httpx.get(f"{second.url}{final['result_url']}", timeout=30)
+    painted = np.asarray(Image.open(io.BytesIO(image.content)).convert("RGB"))
+    np.testing.assert_array_equal(painted, 255 - np.asarray(photo))
