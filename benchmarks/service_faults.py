@@ -45,6 +45,10 @@ load hits both alike. Scenarios (``--scenario``, repeatable; default all, in thi
 ``queue-overhead``
     The job scenarios: see ``job_faults.py``.
 
+``store-stall``, ``store-full``
+    The job store stalled (Redis paused with SIGSTOP) and full (SQLite on a full tmpfs):
+    see ``store_faults.py``.
+
 Prints each scenario's figures and one JSON line (``RESULT {...}``), then one summary
 table: each target, the measured figure, met or missed. Stops by itself; every server is
 stopped with SIGTERM. Usage::
@@ -68,6 +72,7 @@ from pathlib import Path
 import httpx
 import job_faults  # siblings: run as a script, this folder is on sys.path
 import numpy as np
+import store_faults
 from PIL import Image
 from serve_process import (
     Check,
@@ -481,6 +486,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], object]] = {
     "images": images,
     "slow-clients": slow_clients,
     **job_faults.SCENARIOS,
+    **store_faults.SCENARIOS,
 }
 
 
@@ -521,6 +527,7 @@ def main() -> int:
     group.add_argument("--slow-bodies", type=int, default=10)
     group.add_argument("--slow-give-up-s", type=float, default=60.0)
     job_faults.add_arguments(parser)
+    store_faults.add_arguments(parser)
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
     if args.weights_dir is None and set(names) - {"disconnect", "deadline"}:

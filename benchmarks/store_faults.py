@@ -1,0 +1,311 @@
+"""Job-store outages against a real ``atelier serve`` (the real DiT on the CPU): what
+clients get while the store stalls or its disk is full, and that nothing is lost.
+
+Scenarios (of ``service_faults.py``):
+
+``store-stall``
+    A steady mix, every ``--mix-interval-s``: a read of a finished job, an async submit
+    (``steps=2``, its own seed) and a synchronous generate (``steps=2``), each timed.
+    Redis (Debian's ``redis-server`` on a free loopback port) is stopped with SIGSTOP
+    for ``--stall-s`` seconds, then SIGCONT, and the mix goes on a while. Figures: the
+    time from SIGSTOP to the first 503; the p95 of every answer while the store is away
+    (target < 1 s); the time from SIGCONT to the first read answered 200 again (target
+    < 5 s); the share of synchronous requests served during the outage (target 100 %);
+    accepted jobs lost (every 202 must end ``succeeded``; target 0); jobs whose images
+    differ from a synchronous run of the same seed (target 0).
+
+``store-full``
+    The SQLite store on a tmpfs of ``--tmpfs-mb`` MB (mounted here; needs root), filled
+    by a file to the last byte once the server is up; the same mix for ``--full-s``
+    seconds, then the file is removed. Figures: the answers' statuses (target: 507 or
+    503, never 500 or a hang), their p95 (target < 1 s), synchronous requests served
+    (100 %), the time from freeing the disk to the first accepted submit (target < 5 s),
+    accepted jobs lost (0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from job_faults import ASYNC, _finished, _redis_server_class
+from serve_process import Check, Server, p95
+
+SMALL = {"prompt": "a red circle left of a blue square", "steps": 2}
+
+
+class Mix:
+    """The steady mix of reads, async submits and synchronous requests, each answer
+    recorded as ``(sent, kind, status, seconds)``; accepted jobs with their seeds."""
+
+    def __init__(self, url: str, read_id: str, interval_s: float) -> None:
+        self.url = url
+        self.read_id = read_id
+        self.interval_s = interval_s
+        self.answers: list[tuple[float, str, int, float]] = []
+        self.accepted: dict[str, int] = {}
+        self.stopped = False
+
+    async def _one(self, client: httpx.AsyncClient, kind: str, seed: int) -> None:
+        sent = time.monotonic()
+        try:
+            if kind == "read":
+                response = await client.get(f"/v1/jobs/{self.read_id}")
+            elif kind == "submit":
+                body = SMALL | {"seed": seed}
+                response = await client.post("/v1/generate", json=body, headers=ASYNC)
+                if response.status_code == 202:
+                    self.accepted[response.json()["id"]] = seed
+            else:
+                response = await client.post("/v1/generate", json=SMALL | {"seed": seed})
+            status = response.status_code
+        except httpx.TimeoutException:
+            status = 0  # no answer within the client's 30 s: a hang
+        self.answers.append((sent, kind, status, time.monotonic() - sent))
+
+    async def run(self) -> None:
+        seed = 1000
+        async with httpx.AsyncClient(base_url=self.url, timeout=30) as client:
+            pending: set[asyncio.Task[None]] = set()
+            while not self.stopped:
+                for kind in ("read", "submit", "sync"):
+                    seed += 1
+                    task = asyncio.ensure_future(self._one(client, kind, seed))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                await asyncio.sleep(self.interval_s)
+            await asyncio.gather(*pending)
+
+    def during(self, start: float, stop: float) -> list[tuple[float, str, int, float]]:
+        return [answer for answer in self.answers if start <= answer[0] < stop]
+
+
+async def _reference_images(url: str, seeds: list[int]) -> dict[int, str]:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        found = {}
+        for seed in seeds:
+            response = await client.post("/v1/generate", json=SMALL | {"seed": seed})
+            response.raise_for_status()
+            found[seed] = response.json()["images"][0]
+        return found
+
+
+async def _outcomes(url: str, accepted: dict[str, int]) -> tuple[int, int]:
+    """(jobs lost, jobs whose image differs from a synchronous run of their seed)."""
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        finals = [await _finished(client, job_id, limit_s=300) for job_id in accepted]
+    lost = sum(final["state"] != "succeeded" for final in finals)
+    done = {final["id"]: final for final in finals if final["state"] == "succeeded"}
+    references = await _reference_images(url, [accepted[job_id] for job_id in done])
+    differ = sum(
+        base64.b64decode(final["result"]["images"][0])
+        != base64.b64decode(references[accepted[job_id]])
+        for job_id, final in done.items()
+    )
+    return lost, differ
+
+
+async def _first_job(url: str) -> str:
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        response = await client.post("/v1/generate", json=SMALL | {"seed": 1}, headers=ASYNC)
+        response.raise_for_status()
+        job_id = response.json()["id"]
+        await _finished(client, job_id)
+        return job_id
+
+
+async def store_stall(args: argparse.Namespace):
+    with tempfile.TemporaryDirectory() as folder:
+        redis = _redis_server_class()(Path(folder) / "redis").start()
+        try:
+            with Server(models="dit", settings={"redis_url": redis.url}) as server:
+                mix = Mix(server.url, await _first_job(server.url), args.mix_interval_s)
+                running = asyncio.ensure_future(mix.run())
+                await asyncio.sleep(args.settle_s)
+                stopped = time.monotonic()
+                os.kill(redis.process.pid, signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(args.stall_s)
+                finally:
+                    os.kill(redis.process.pid, signal.SIGCONT)
+                resumed = time.monotonic()
+                await asyncio.sleep(args.settle_s)
+                mix.stopped = True
+                await running
+                lost, differ = await _outcomes(server.url, mix.accepted)
+        finally:
+            redis.stop()
+    away = mix.during(stopped, resumed)
+    first_503 = min(
+        (sent + seconds for sent, _, status, seconds in away if status == 503), default=None
+    )
+    back = [
+        sent + seconds
+        for sent, kind, status, seconds in mix.answers
+        if kind == "read" and status == 200 and sent >= resumed
+    ]
+    sync_away = [status for _, kind, status, _ in away if kind == "sync"]
+    result = {
+        "scenario": "store-stall",
+        "stall_s": args.stall_s,
+        "answers_during_outage": len(away),
+        "first_503_after_s": None if first_503 is None else round(first_503 - stopped, 3),
+        "p95_during_outage_s": round(p95([seconds for *_, seconds in away]), 3),
+        "statuses_during_outage": _counts(away),
+        "recovered_after_s": round(min(back) - resumed, 3) if back else None,
+        "sync_served_during_outage": f"{sync_away.count(200)}/{len(sync_away)}",
+        "accepted": len(mix.accepted),
+        "lost": lost,
+        "differ": differ,
+    }
+    checks = [
+        Check(
+            "store-stall",
+            "answer p95 while the store is away",
+            f"{result['p95_during_outage_s']} s",
+            "< 1 s",
+            result["p95_during_outage_s"] < 1.0,
+        ),
+        Check(
+            "store-stall",
+            "SIGCONT to reads answered again",
+            f"{result['recovered_after_s']} s",
+            "< 5 s",
+            result["recovered_after_s"] is not None and result["recovered_after_s"] < 5.0,
+        ),
+        Check(
+            "store-stall",
+            "sync requests served during the outage",
+            result["sync_served_during_outage"],
+            "100 %",
+            bool(sync_away) and sync_away.count(200) == len(sync_away),
+        ),
+        Check("store-stall", "accepted jobs lost", str(lost), "0", lost == 0),
+        Check("store-stall", "jobs with another result", str(differ), "0", differ == 0),
+    ]
+    return result, checks
+
+
+@contextlib.contextmanager
+def small_tmpfs(megabytes: int):
+    folder = Path(tempfile.mkdtemp(prefix="atelier-full-"))
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={megabytes}m", "tmpfs", str(folder)], check=True
+    )
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` (unbuffered) until the file system has no byte left."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    try:
+        for chunk in (bytes(64 * 1024), bytes(1)):
+            with contextlib.suppress(OSError):
+                while os.write(descriptor, chunk):
+                    pass
+    finally:
+        os.close(descriptor)
+
+
+async def store_full(args: argparse.Namespace):
+    with (
+        small_tmpfs(args.tmpfs_mb) as folder,
+        Server(models="dit", settings={"state_dir": str(folder / "state")}) as server,
+    ):
+        mix = Mix(server.url, await _first_job(server.url), args.mix_interval_s)
+        filler = folder / "filler"
+        _fill(filler)
+        full = time.monotonic()
+        running = asyncio.ensure_future(mix.run())
+        await asyncio.sleep(args.full_s)
+        filler.unlink()
+        freed = time.monotonic()
+        await asyncio.sleep(args.settle_s)
+        mix.stopped = True
+        await running
+        lost, differ = await _outcomes(server.url, mix.accepted)
+    while_full = mix.during(full, freed)
+    accepted_again = [
+        sent + seconds
+        for sent, kind, status, seconds in mix.answers
+        if kind == "submit" and status == 202 and sent >= freed
+    ]
+    sync_full = [status for _, kind, status, _ in while_full if kind == "sync"]
+    statuses = _counts(while_full)
+    result = {
+        "scenario": "store-full",
+        "statuses_while_full": statuses,
+        "p95_while_full_s": round(p95([seconds for *_, seconds in while_full]), 3),
+        "recovered_after_s": round(min(accepted_again) - freed, 3) if accepted_again else None,
+        "sync_served_while_full": f"{sync_full.count(200)}/{len(sync_full)}",
+        "accepted": len(mix.accepted),
+        "lost": lost,
+        "differ": differ,
+    }
+    bad = {status for status in statuses if status in (0, 500)}
+    checks = [
+        Check(
+            "store-full",
+            "answers while full (no 500, no hang)",
+            str(statuses),
+            "507/503, never 500",
+            not bad,
+        ),
+        Check(
+            "store-full",
+            "answer p95 while full",
+            f"{result['p95_while_full_s']} s",
+            "< 1 s",
+            result["p95_while_full_s"] < 1.0,
+        ),
+        Check(
+            "store-full",
+            "sync requests served while full",
+            result["sync_served_while_full"],
+            "100 %",
+            bool(sync_full) and sync_full.count(200) == len(sync_full),
+        ),
+        Check(
+            "store-full",
+            "disk freed to a submit accepted",
+            f"{result['recovered_after_s']} s",
+            "< 5 s",
+            result["recovered_after_s"] is not None and result["recovered_after_s"] < 5.0,
+        ),
+        Check("store-full", "accepted jobs lost", str(lost), "0", lost == 0),
+    ]
+    return result, checks
+
+
+def _counts(answers) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for _, _, status, _ in answers:
+        counts[status] = counts.get(status, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+SCENARIOS = {"store-stall": store_stall, "store-full": store_full}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("store scenarios")
+    group.add_argument("--stall-s", type=float, default=20.0, help="SIGSTOP of Redis this long")
+    group.add_argument("--full-s", type=float, default=10.0, help="the disk full this long")
+    group.add_argument("--tmpfs-mb", type=int, default=16, help="store-full's file system")
+    group.add_argument("--mix-interval-s", type=float, default=0.2, help="between mix rounds")
+    group.add_argument("--settle-s", type=float, default=5.0, help="mix before and after")
+
+
+__all__ = ["SCENARIOS", "add_arguments"]
