@@ -8,7 +8,9 @@ its own, which reports the seconds it took and the growth of its peak RSS over t
 (``/proc/self/clear_refs`` resets the peak after the models and the photo are loaded).
 The table gives, per size and implementation:
 
-- ``s`` and ``us/px``: seconds, and microseconds per output pixel (median over the pairs);
+- ``s`` and ``us/px``: seconds, and microseconds per output pixel (median over the pairs,
+  then over ``--rounds`` interleaved rounds), and that figure over the smallest size's
+  (the median of the ratios taken round by round: cost linear in pixels is 1);
 - ``peak MB``: the peak RSS growth (worst pair);
 - on three 512 px crops at native resolution, each on a block of the drawn detail
   (mean over crops and pairs): the content loss (relu3_1 MSE,
@@ -26,7 +28,11 @@ whether detail survives or is blown up.
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/print_size.py
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/print_size.py --sizes 1024 4096 \\
-        --pairs 1 --crops-to out/   # also saves the first crop of each result and photo
+        --pairs 1 --crops-to out/   # also saves the first crop of each result and photo,
+                                    # and a strip of them per size (strip-4096.jpg)
+    # cost per pixel, 8192 against 2048 px, in three interleaved rounds:
+    ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/print_size.py --sizes 2048 8192 \\
+        --impls quality realtime --rounds 3
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ from PIL import Image, ImageDraw, ImageFont
 from models.adain import StyleTransfer
 from models.adain.metrics import content_loss, gram_style_ratio
 from models.images import load_image, pil_to_tensor, pil_to_uint8, resize_max_side
+from service.cli.serve import tune_glibc_malloc
 
 REPO = Path(__file__).resolve().parent.parent
 IMPLS = ("quality", "realtime", "stlite")
@@ -65,6 +72,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS)
     parser.add_argument("--pairs", type=int, default=len(PAIRS))
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="timed rounds, interleaved (scores: the first)"
+    )
     parser.add_argument("--crops-to", type=Path, help="save a native crop of each result here")
     parser.add_argument("--child", nargs=5, metavar=("IMPL", "SIDE", "PHOTO", "STYLE", "OUT"))
     return parser.parse_args()
@@ -101,7 +111,10 @@ def print_photo(path: Path, side: int) -> Image.Image:
 
 
 def child(impl: str, side: int, photo: Path, style: Path, out: Path) -> None:
-    """Paint one pair and print ``{"seconds", "peak_mb"}`` as JSON."""
+    """Paint one pair and print ``{"seconds", "peak_mb"}`` as JSON, with glibc's malloc
+    tuned as ``atelier serve`` and ``atelier stylize`` tune it (freed tiles are reused, not
+    page-faulted in afresh)."""
+    tune_glibc_malloc()
     torch.set_num_threads(os.cpu_count() or 1)
     content = print_photo(photo, side)
     with Image.open(style) as painting:
@@ -178,6 +191,52 @@ def view_ratios(encoder, output: torch.Tensor, photo: torch.Tensor, style: torch
     return [float(gram_style_ratio(encoder, small, seen, style, scale=k)) for k in SCALES]
 
 
+def run_rounds(rounds: int, cases, pairs, folder: Path) -> dict:
+    """Every case (size, implementation) on every pair, ``rounds`` times, interleaved:
+    round by round, so a drift of the machine's speed touches every size alike. Times per
+    case: ``seconds``, ``us_per_px`` (one figure a round: the pairs' median) and
+    ``peak_mb``; round 0's images are kept in ``folder`` for scoring."""
+    runs: dict = {case: {"seconds": [], "us_per_px": [], "peak_mb": []} for case in cases}
+    for round_index in range(rounds):
+        for side, impl in cases:
+            seconds, per_pixel = [], []
+            for index, (photo_path, style_path) in enumerate(pairs):
+                out = folder / f"{impl}-{side}-{index}{'' if round_index == 0 else '-again'}.png"
+                command = [sys.executable, __file__, "--child", impl, str(side)]
+                command += [str(photo_path), str(style_path), str(out)]
+                done = subprocess.run(command, capture_output=True, text=True, check=True, cwd=REPO)
+                figures = json.loads(done.stdout.strip().splitlines()[-1])
+                with Image.open(out) as result:
+                    pixels = result.width * result.height
+                seconds.append(figures["seconds"])
+                per_pixel.append(figures["seconds"] * 1e6 / pixels)
+                runs[side, impl]["peak_mb"].append(figures["peak_mb"])
+            runs[side, impl]["seconds"].append(statistics.median(seconds))
+            runs[side, impl]["us_per_px"].append(statistics.median(per_pixel))
+            print(
+                f"round {round_index}: {side} {impl} {statistics.median(per_pixel):.3f} us/px",
+                flush=True,
+            )
+    return runs
+
+
+def save_strips(folder: Path, sizes: list[int], impls: list[str], pairs) -> None:
+    """One JPEG per size: a row per pair, the photo's crop then each implementation's."""
+    for side in sizes:
+        rows = []
+        for photo_path, _ in pairs:
+            names = ["photo", *impls]
+            tiles = [Image.open(folder / f"{side}-{photo_path.stem}-{name}.png") for name in names]
+            row = Image.new("RGB", (len(tiles) * (CROP + 10) - 10, CROP), "white")
+            for position, tile in enumerate(tiles):
+                row.paste(tile.convert("RGB"), (position * (CROP + 10), 0))
+            rows.append(row)
+        strip = Image.new("RGB", (rows[0].width, len(rows) * (CROP + 10) - 10), "white")
+        for position, row in enumerate(rows):
+            strip.paste(row, (0, position * (CROP + 10)))
+        strip.save(folder / f"strip-{side}.jpg", quality=88)
+
+
 def main() -> None:
     args = parse_args()
     if args.child:
@@ -187,62 +246,58 @@ def main() -> None:
     images = images_dir()
     pairs = [(images / "content" / p, images / "style" / s) for p, s in PAIRS[: args.pairs]]
     encoder = StyleTransfer.from_pretrained([Path(os.environ["ATELIER_WEIGHTS_DIR"])]).encoder
+    cases = [(side, impl) for side in sorted(args.sizes) for impl in args.impls]
     rows, views_1024 = [], {}
     with tempfile.TemporaryDirectory() as folder:
-        for side in sorted(args.sizes):
-            for impl in args.impls:
-                times, per_pixel, peaks, losses, grams, views = [], [], [], [], [], []
-                for index, (photo_path, style_path) in enumerate(pairs):
-                    out = Path(folder) / f"{impl}-{side}-{index}.png"
-                    command = [sys.executable, __file__, "--child", impl, str(side)]
-                    command += [str(photo_path), str(style_path), str(out)]
-                    done = subprocess.run(
-                        command, capture_output=True, text=True, check=True, cwd=REPO
+        runs = run_rounds(args.rounds, cases, pairs, Path(folder))
+        for side, impl in cases:
+            timed = runs[side, impl]
+            losses, grams, views = [], [], []
+            for index, (photo_path, style_path) in enumerate(pairs):
+                with Image.open(Path(folder) / f"{impl}-{side}-{index}.png") as result:
+                    output = pil_to_tensor(result)[None]
+                photo = pil_to_tensor(print_photo(photo_path, side))[None]
+                style = load_image(style_path, max_side=1024)
+                for mine, theirs in zip(crops(output, side), crops(photo, side), strict=True):
+                    losses.append(float(content_loss(encoder, mine, theirs)))
+                    grams.append(
+                        [
+                            float(gram_style_ratio(encoder, mine, theirs, style, scale=k))
+                            for k in SCALES
+                        ]
                     )
-                    figures = json.loads(done.stdout.strip().splitlines()[-1])
-                    with Image.open(out) as result:
-                        output = pil_to_tensor(result)[None]
-                    photo = pil_to_tensor(print_photo(photo_path, side))[None]
-                    style = load_image(style_path, max_side=1024)
-                    times.append(figures["seconds"])
-                    per_pixel.append(figures["seconds"] * 1e6 / output[0, 0].numel())
-                    peaks.append(figures["peak_mb"])
-                    pieces = zip(crops(output, side), crops(photo, side), strict=True)
-                    for mine, theirs in pieces:
-                        losses.append(float(content_loss(encoder, mine, theirs)))
-                        grams.append(
-                            [
-                                float(gram_style_ratio(encoder, mine, theirs, style, scale=k))
-                                for k in SCALES
-                            ]
-                        )
-                    views.append(view_ratios(encoder, output, photo, style))
-                    if args.crops_to is not None:
-                        args.crops_to.mkdir(parents=True, exist_ok=True)
-                        name = f"{side}-{photo_path.stem}-{impl}.png"
-                        _save_crop(crops(output, side)[0], args.crops_to / name)
-                        _save_crop(
-                            crops(photo, side)[0],
-                            args.crops_to / f"{side}-{photo_path.stem}-photo.png",
-                        )
-                mean_view = [statistics.mean(column) for column in zip(*views, strict=True)]
-                if side == 1024:
-                    views_1024[impl] = mean_view
-                base = views_1024.get(impl)
-                relative = [m / b for m, b in zip(mean_view, base, strict=True)] if base else None
-                seconds = statistics.median(times)
-                row = {
-                    "size": side,
-                    "impl": impl,
-                    "s": seconds,
-                    "us_per_px": statistics.median(per_pixel),
-                    "peak_mb": max(peaks),
-                    "content": statistics.mean(losses),
-                    "gram": [statistics.mean(column) for column in zip(*grams, strict=True)],
-                    "view_vs_1024": relative,
-                }
-                rows.append(row)
-                print_row(row)
+                views.append(view_ratios(encoder, output, photo, style))
+                if args.crops_to is not None:
+                    args.crops_to.mkdir(parents=True, exist_ok=True)
+                    name = f"{side}-{photo_path.stem}"
+                    _save_crop(crops(output, side)[0], args.crops_to / f"{name}-{impl}.png")
+                    _save_crop(crops(photo, side)[0], args.crops_to / f"{name}-photo.png")
+            mean_view = [statistics.mean(column) for column in zip(*views, strict=True)]
+            if side == 1024:
+                views_1024[impl] = mean_view
+            base = views_1024.get(impl)
+            relative = [m / b for m, b in zip(mean_view, base, strict=True)] if base else None
+            smallest = runs.get((min(args.sizes), impl))
+            row = {
+                "size": side,
+                "impl": impl,
+                "s": statistics.median(timed["seconds"]),
+                "us_per_px": statistics.median(timed["us_per_px"]),
+                "vs_smallest": None
+                if smallest is None
+                else statistics.median(
+                    mine / theirs
+                    for mine, theirs in zip(timed["us_per_px"], smallest["us_per_px"], strict=True)
+                ),
+                "peak_mb": max(timed["peak_mb"]),
+                "content": statistics.mean(losses),
+                "gram": [statistics.mean(column) for column in zip(*grams, strict=True)],
+                "view_vs_1024": relative,
+            }
+            rows.append(row)
+            print_row(row)
+    if args.crops_to is not None:
+        save_strips(args.crops_to, sorted(args.sizes), args.impls, pairs)
     print(json.dumps(rows))
     encode_figures(pairs[0], max(args.sizes))
 
@@ -268,8 +323,10 @@ def print_row(row: dict) -> None:
     view = row["view_vs_1024"]
     views = " ".join(f"{v:5.2f}" for v in view) if view else "    -     -     -"
     grams = " ".join(f"{g:5.2f}" for g in row["gram"])
+    ratio = f"{row['vs_smallest']:5.2f}x" if row["vs_smallest"] is not None else "    -"
     print(
         f"{row['size']:>5} {row['impl']:>8} {row['s']:7.2f} s {row['us_per_px']:6.2f} us/px "
+        f"({ratio} the smallest size's) "
         f"peak {row['peak_mb']:7.0f} MB  content {row['content']:6.3f}  gram {grams}  "
         f"view vs 1024 {views}",
         flush=True,

@@ -27,6 +27,7 @@ from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
 from models.control import StepControl
 from models.hub import WeightsNotFoundError
 from models.images import SUFFIXES, check_output_side, load_image, load_mask, save_image
+from service.cli.serve import tune_glibc_malloc
 from service.cli.settings import settings_from_args
 from service.workers.loading import checkpoint_hashes
 
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: -o {args.output}: {exc}", file=sys.stderr)
         return 2
     settings = settings_from_args(args)
+    tune_glibc_malloc()  # a print-size photo's tiles reuse freed memory, as in the service
     device = args.device or settings.device_list()[0]
     try:
         model = StyleTransfer.from_pretrained(settings.weight_search_path(), device=device)
