@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,9 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
-from PIL import Image, ImageOps
+from PIL import Image, ImageCms, ImageOps
 from PIL.PngImagePlugin import PngInfo
 from torch import Tensor
+
+logger = logging.getLogger("atelier.images")
 
 #: Output formats: name -> (Pillow format, media type, save options).
 OUTPUT_FORMATS: dict[str, tuple[str, str, dict[str, Any]]] = {
@@ -196,12 +199,41 @@ def save_image(
     return path
 
 
+#: Modes whose embedded ICC profile is converted to sRGB (the output mode beside).
+_ICC_MODES = {"RGB": "RGB", "RGBA": "RGBA", "CMYK": "RGB", "L": "RGB"}
+_SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
+
+
+def to_srgb(image: Image.Image, profile: bytes, name: str = "image") -> Image.Image:
+    """``image`` converted from its embedded ICC ``profile`` to sRGB (perceptual intent),
+    so that a wide-gamut (Display P3, Adobe RGB) or print (CMYK) photo keeps its colours.
+    An image without a profile is taken as sRGB already. A profile that cannot be read
+    or does not fit the image's mode is ignored (logged): the image is decoded as if it
+    had none, as browsers do, rather than refused.
+    """
+    output = _ICC_MODES.get(image.mode)
+    if output is None:
+        return image
+    try:
+        source = ImageCms.ImageCmsProfile(io.BytesIO(profile))
+        converted = ImageCms.profileToProfile(image, source, _SRGB, outputMode=output)
+    except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as exc:
+        logger.info("icc profile ignored", extra={"image": name, "error": str(exc)})
+        return image
+    return image if converted is None else converted
+
+
 def load_image(path: str | Path, *, max_side: int | None = None) -> Tensor:
-    """Read an image file (EXIF orientation applied) as ``(1, 3, H, W)`` float32 in [0, 1]
-    (:func:`pil_to_tensor`); ``max_side``: scale down (never up) so the longer side is
-    at most this (:func:`resize_max_side`)."""
+    """Read an image file (EXIF orientation applied, an ICC profile converted to sRGB:
+    :func:`to_srgb`) as ``(1, 3, H, W)`` float32 in [0, 1] (:func:`pil_to_tensor`);
+    ``max_side``: scale down (never up) so the longer side is at most this
+    (:func:`resize_max_side`)."""
     with Image.open(path) as image:
-        tensor = pil_to_tensor(ImageOps.exif_transpose(image))[None]
+        profile = image.info.get("icc_profile")
+        upright = ImageOps.exif_transpose(image)
+        if profile:
+            upright = to_srgb(upright, profile, str(path))
+        tensor = pil_to_tensor(upright)[None]
     return resize_max_side(tensor, max_side) if max_side else tensor
 
 

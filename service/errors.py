@@ -163,8 +163,9 @@ class JobNotReady(ServiceError):
 class RangeNotSatisfiable(ServiceError):
     status_code, code = 416, "range_not_satisfiable"
 
-    def __init__(self, message: str, size: int) -> None:
-        super().__init__(message, headers={"Content-Range": f"bytes */{size}"})
+    def __init__(self, message: str, size: int | None = None, *, code: str | None = None):
+        headers = None if size is None else {"Content-Range": f"bytes */{size}"}
+        super().__init__(message, code=code, headers=headers)
 
 
 class ClientClosedRequest(ServiceError):

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import torch
-from PIL import Image, ImageCms, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
-from models.images import SIXTEEN_BIT_MODES, pil_to_uint8
+from models.images import SIXTEEN_BIT_MODES, pil_to_uint8, to_srgb
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
@@ -398,30 +398,6 @@ def decode_image(
     if transpose is not None:
         small = small.transpose(transpose)
     return pil_to_uint8(small)
-
-
-#: Modes whose embedded ICC profile is converted to sRGB (the output mode beside).
-_ICC_MODES = {"RGB": "RGB", "RGBA": "RGBA", "CMYK": "RGB", "L": "RGB"}
-_SRGB = ImageCms.ImageCmsProfile(ImageCms.createProfile("sRGB"))
-
-
-def to_srgb(image: Image.Image, profile: bytes, name: str = "image") -> Image.Image:
-    """``image`` converted from its embedded ICC ``profile`` to sRGB (perceptual intent),
-    so that a wide-gamut (Display P3, Adobe RGB) or print (CMYK) photo keeps its colours.
-    An image without a profile is taken as sRGB already. A profile that cannot be read
-    or does not fit the image's mode is ignored (logged): the image is decoded as if it
-    had none, as browsers do, rather than refused.
-    """
-    output = _ICC_MODES.get(image.mode)
-    if output is None:
-        return image
-    try:
-        source = ImageCms.ImageCmsProfile(io.BytesIO(profile))
-        converted = ImageCms.profileToProfile(image, source, _SRGB, outputMode=output)
-    except (ImageCms.PyCMSError, OSError, ValueError, TypeError) as exc:
-        logger.info("icc profile ignored", extra={"field": name, "error": str(exc)})
-        return image
-    return image if converted is None else converted
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
 "use strict";
 // The page talks to the same JSON/multipart API as any client. Both forms start an
-// async job (Prefer: respond-async), follow its progress on the job's Server-Sent
-// Events (read with fetch, so the API key header goes along), and can cancel it.
+// async job (Prefer: respond-async, so large sizes are never refused as too dear for a
+// synchronous answer), follow its progress on the job's Server-Sent Events (read with
+// fetch, so the API key header goes along) as "unit k of n" in the job's own unit, and
+// can cancel it. Sizes are offered up to the server's max_side (GET /v1/limits).
 // The header says which key is in use (its name only); the table lists its recent jobs.
 
 const $ = (id) => document.getElementById(id);
@@ -16,13 +18,29 @@ function setStatus(element, text, isError) {
   element.classList.toggle("error", Boolean(isError));
 }
 
-async function errorText(response) {
+// The {code, message} of an error answer, or null when its body is not the envelope.
+async function errorOf(response) {
   try {
-    const body = await response.json();
-    return `${response.status} ${body.error.code}: ${body.error.message}`;
+    const { error } = await response.json();
+    return error && typeof error.message === "string" ? error : null;
   } catch {
-    return `${response.status} ${response.statusText}`;
+    return null;
   }
+}
+
+function describeError(response, error) {
+  return error
+    ? `${response.status} ${error.code}: ${error.message}`
+    : `${response.status} ${response.statusText}`;
+}
+
+async function errorText(response) {
+  return describeError(response, await errorOf(response));
+}
+
+// Progress in the job's own unit ("pass", "tile", "sampler step"): "tile 3 of 48".
+function progressText({ unit, step, total }) {
+  return `${unit} ${step} of ${total}`;
 }
 
 // Yield each {event, data} of a text/event-stream response body.
@@ -80,7 +98,7 @@ async function showJobs() {
         new Date(job.created_at * 1000).toLocaleTimeString(),
         job.kind,
         job.state,
-        job.progress.total ? `${job.progress.step} / ${job.progress.total}` : "",
+        job.progress.total ? progressText(job.progress) : "",
         job.id,
       ];
       for (const [i, text] of cells.entries()) {
@@ -95,20 +113,51 @@ async function showJobs() {
   setStatus($("jobs-status"), jobs.length ? "" : "No jobs yet.");
 }
 
-$("api-key").addEventListener("change", showKey);
+// Sizes offered beside the number field, up to the server's max_side.
+const SIZE_CHOICES = [512, 1024, 2048, 4096, 8192, 16384];
+
+// The server's limits (GET /v1/limits): the size field goes up to its max_side, and the
+// hint says from which size a photo is painted at its own resolution, tile by tile.
+// Without them (no valid key yet) the field has no maximum and the server still checks.
+async function showLimits() {
+  const response = await fetch("/v1/limits", { headers: authHeaders() });
+  if (!response.ok) return;
+  const { stylize } = await response.json();
+  const size = $("size");
+  size.max = stylize.max_side;
+  const choices = SIZE_CHOICES.filter((choice) => choice < stylize.max_side);
+  $("size-choices").replaceChildren(
+    ...[...choices, stylize.max_side].map((choice) => new Option(`${choice} px`, choice)),
+  );
+  const megabytes = Math.floor(stylize.max_upload_bytes / (1024 * 1024));
+  $("size-hint").textContent =
+    `Up to ${stylize.max_side} px on this server; uploads up to ${megabytes} MiB in all. ` +
+    `Above ${stylize.print_size_above} px the photo is painted at its own resolution, ` +
+    "tile by tile (progress counts tiles).";
+}
+
+function onKeyChange() {
+  showKey();
+  showLimits();
+}
+
+$("api-key").addEventListener("change", onKeyChange);
 $("jobs-refresh").addEventListener("click", showJobs);
-showKey();
+onKeyChange();
 
 // Start a job with `request` (a fetch init), show its progress in the `prefix`-job
 // block, and return the finished job (with its result), or null after an error.
-async function runJob(url, request, prefix) {
+// `onRefused(status, error)`, if given, also gets a refusal of the request itself.
+async function runJob(url, request, prefix, onRefused) {
   const status = $(`${prefix}-status`);
   const bar = $(`${prefix}-progress`);
   const cancel = $(`${prefix}-cancel`);
   request.headers = { ...request.headers, ...authHeaders(), Prefer: "respond-async" };
   const started = await fetch(url, request);
   if (started.status !== 202) {
-    setStatus(status, await errorText(started), true);
+    const error = await errorOf(started);
+    setStatus(status, describeError(started, error), true);
+    if (onRefused) onRefused(started.status, error);
     return null;
   }
   const job = await started.json();
@@ -135,11 +184,11 @@ async function runJob(url, request, prefix) {
           following = true;
           break;
         }
-        const { step, total, unit } = data.progress;
+        const { step, total } = data.progress;
         if (total > 0) {
           bar.max = total;
           bar.value = step;
-          setStatus(status, `${data.state}: ${unit} ${step} of ${total}`);
+          setStatus(status, `${data.state}: ${progressText(data.progress)}`);
         } else {
           setStatus(status, `${data.state}…`);
         }
@@ -160,18 +209,6 @@ async function runJob(url, request, prefix) {
   }
 }
 
-// The server's limits: the sizes it takes, and from which size it paints tile by tile.
-async function showLimits() {
-  const response = await fetch("/v1/limits", { headers: authHeaders() });
-  if (!response.ok) return;
-  const { stylize } = await response.json();
-  $("size").max = stylize.max_side;
-  $("size-hint").textContent =
-    `Up to ${stylize.max_side} px. Above ${stylize.print_size_above} px the photo is ` +
-    "painted at its own resolution, tile by tile (progress counts tiles).";
-}
-showLimits();
-
 $("alpha").addEventListener("input", () => {
   $("alpha-value").textContent = Number($("alpha").value).toFixed(2);
 });
@@ -179,9 +216,24 @@ $("style-scale").addEventListener("input", () => {
   $("style-scale-value").textContent = Number($("style-scale").value).toFixed(2);
 });
 
+$("format").addEventListener("change", () => {
+  $("quality").disabled = $("format").value === "png"; // PNG is lossless
+});
+
+// A 422 that names the size (over max_side, over the cost budget, over the format's
+// largest side) is shown next to the size field as well.
+function showSizeRefusal(status, error) {
+  if (status === 422 && error && /\bsize\b/.test(error.message)) {
+    $("size-error").textContent = error.message;
+  }
+}
+
+const EXTENSIONS = { "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp" };
+
 $("stylize-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const status = $("stylize-status");
+  $("size-error").textContent = "";
   const styles = $("styles").files;
   if (styles.length < 1 || styles.length > 4) {
     setStatus(status, "Choose one to four paintings.", true);
@@ -195,22 +247,29 @@ $("stylize-form").addEventListener("submit", async (event) => {
   form.append("preset", $("preset").value);
   form.append("style_scale", $("style-scale").value);
   form.append("size", $("size").value);
-  form.append("format", "png");
+  form.append("format", $("format").value);
+  if (!$("quality").disabled && $("quality").value !== "") form.append("quality", $("quality").value);
   $("stylize-button").disabled = true;
   setStatus(status, "Working…");
   try {
-    const job = await runJob("/v1/stylize", { method: "POST", body: form }, "stylize");
+    const request = { method: "POST", body: form };
+    const job = await runJob("/v1/stylize", request, "stylize", showSizeRefusal);
     if (job === null || job.state !== "succeeded") return;
-    const image = $("stylize-result");
     // The image file itself (a print is tens of MB: no base64 copy in the page)
     const file = await fetch(job.result_url, { headers: authHeaders() });
     if (!file.ok) {
       setStatus(status, await errorText(file), true);
       return;
     }
+    const blob = await file.blob();
+    const image = $("stylize-result");
     if (image.src.startsWith("blob:")) URL.revokeObjectURL(image.src);
-    image.src = URL.createObjectURL(await file.blob());
+    image.src = URL.createObjectURL(blob);
     image.hidden = false;
+    const download = $("stylize-download");
+    download.href = image.src;
+    download.download = `stylized.${EXTENSIONS[blob.type] ?? "img"}`;
+    download.hidden = false;
     setStatus(status, "Done.");
   } catch (error) {
     setStatus(status, `Network error: ${error}`, true);

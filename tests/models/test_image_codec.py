@@ -150,3 +150,21 @@ def test_resize_max_side_resizes_a_batch_as_each_image_alone():
 def test_resize_rejects_a_bad_side():
     with pytest.raises(ValueError):
         resize_max_side(torch.rand(3, 4, 4), 0)
+
+
+def test_load_image_converts_an_embedded_profile_to_srgb(tmp_path):
+    """The CLI's reader applies the profile as the service's decoder does: a red pixel
+    tagged with a profile whose red primary is sRGB's blue is read as blue."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "service"))
+    from icc import SWAPPED_PROFILE
+
+    from models.images import load_image
+
+    path = tmp_path / "tagged.png"
+    Image.new("RGB", (20, 10), (255, 0, 0)).save(path, icc_profile=SWAPPED_PROFILE)
+    pixels = load_image(path)
+    assert pixels.shape == (1, 3, 10, 20)
+    assert float(pixels[0, 2].mean()) > 0.8 and float(pixels[0, 0].mean()) < 0.2

@@ -62,7 +62,7 @@ def test_generate_corpus(client, case):
 
 
 def test_declared_oversize_body_is_refused_before_reading(client_factory):
-    client = client_factory(max_upload_bytes=64 * 1024)
+    client = client_factory(max_stylize_upload_bytes=64 * 1024)
     big = corpus.png(256, 256)  # ~200 kB of noise
     response = client.post("/v1/stylize", files=[("content", big), ("style", corpus.png())])
     assert response.status_code == 413
@@ -78,7 +78,7 @@ def _multipart_head(boundary: str) -> bytes:
 
 
 def test_chunked_oversize_body_answers_413(client_factory):
-    client = client_factory(max_upload_bytes=64 * 1024)
+    client = client_factory(max_stylize_upload_bytes=64 * 1024)
 
     def body():  # a generator: sent chunked, without Content-Length
         yield _multipart_head("b0undary")
@@ -98,7 +98,7 @@ def test_chunked_oversize_body_answers_413(client_factory):
 def test_upload_cap_stops_reading_the_body_early():
     """At the ASGI level: count the body messages the app pulls before it answers 413."""
     cap, chunk, offered = 64 * 1024, 8192, 200
-    app = create_app(make_settings(max_upload_bytes=cap), model_entries={})
+    app = create_app(make_settings(max_stylize_upload_bytes=cap), model_entries={})
     messages = [_multipart_head("b0undary")] + [b"\x00" * chunk] * offered
     pulled = 0
     sent = []

@@ -241,3 +241,48 @@ def test_a_print_size_photo_is_painted_by_tiles_from_the_page(browser, tmp_path)
         bar = browser.find_element(By.ID, "stylize-progress")
         steps = str(1 + -(-300 // FAKE_BAND_ROWS))  # the base and one step per band
         assert (bar.get_attribute("value"), bar.get_attribute("max")) == (steps, steps)
+
+
+def test_the_page_offers_sizes_to_max_side_and_shows_a_size_refusal_beside_it(
+    browser, fakes, tmp_path
+):
+    """Sizes come from GET /v1/limits; a 422 naming the size (here the job budget) shows
+    next to the size field; the format and quality reach the result and its download."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    settings = make_settings(max_side=2048, max_job_stylize_pixel_passes=1_000_000)
+    with served(create_app(settings, model_entries=fakes.entries())) as url:
+        browser.get(url + "/")
+        size = browser.find_element(By.ID, "size")
+        _wait_for(browser, lambda d: size.get_attribute("max") == "2048")
+        choices = browser.find_elements(By.CSS_SELECTOR, "#size-choices option")
+        assert [c.get_attribute("value") for c in choices] == ["512", "1024", "2048"]
+        assert "Up to 2048 px" in browser.find_element(By.ID, "size-hint").text
+
+        browser.find_element(By.ID, "content").send_keys(
+            _write(tmp_path, "photo.png", corpus.png(64, 48))
+        )
+        browser.find_element(By.ID, "styles").send_keys(_write(tmp_path, "s.png", corpus.png()))
+        size.clear()
+        size.send_keys("2048")  # 1024^2 x 2 x 1.33 + 2048^2 pixel-passes: over 1 M
+        browser.find_element(By.ID, "stylize-button").click()
+        error = _wait_for(browser, lambda d: d.find_element(By.ID, "size-error").text or None)
+        assert "max_job_stylize_pixel_passes" in error and "smaller size" in error
+        assert browser.find_element(By.ID, "stylize-status").text.startswith("422")
+
+        assert browser.find_element(By.ID, "quality").get_attribute("disabled")  # png
+        Select(browser.find_element(By.ID, "format")).select_by_value("jpeg")
+        quality = browser.find_element(By.ID, "quality")
+        assert quality.is_enabled()
+        quality.send_keys("40")
+        size.clear()
+        size.send_keys("48")
+        browser.find_element(By.ID, "stylize-button").click()
+        _wait_for(browser, lambda d: d.find_element(By.ID, "stylize-status").text == "Done.")
+        assert browser.find_element(By.ID, "size-error").text == ""  # cleared
+        result = browser.find_element(By.ID, "stylize-result")
+        assert result.get_attribute("src").startswith("blob:")  # the result file
+        download = browser.find_element(By.ID, "stylize-download")
+        assert download.get_attribute("download") == "stylized.jpg"
+        assert download.get_attribute("href") == result.get_attribute("src")
