@@ -506,8 +506,10 @@ class RedisJobStore(JobStore):
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
             finally:
+                # typed in some redis-py releases, not in others: called through Any
+                close: Any = pubsub.aclose
                 with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    await close()
 
     async def _call(self, work: Awaitable[Any], *, payload_bytes: int = 0) -> Any:
         """Await a command through the breaker (``payload_bytes`` it moves add to its
