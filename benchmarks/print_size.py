@@ -10,7 +10,9 @@ The table gives, per size and implementation:
 
 - ``s`` and ``us/px``: seconds, and microseconds per output pixel (median over the pairs,
   then over ``--rounds`` interleaved rounds), and that figure over the smallest size's
-  (the median of the ratios taken round by round: cost linear in pixels is 1);
+  (the median of the ratios taken round by round: cost linear in pixels is 1); the same
+  in CPU time (every thread's user and system time), which other work on the machine
+  does not inflate as it does the wall time;
 - ``peak MB``: the peak RSS growth (worst pair);
 - on three 512 px crops at native resolution, each on a block of the drawn detail
   (mean over crops and pairs): the content loss (relu3_1 MSE,
@@ -41,6 +43,7 @@ import argparse
 import io
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -144,12 +147,19 @@ def child(impl: str, side: int, photo: Path, style: Path, out: Path) -> None:
 
     Path("/proc/self/clear_refs").write_text("5")  # the peak RSS is now the current RSS
     base = _rss_mb("VmRSS")
-    start = time.perf_counter()
+    cpu_start, start = _cpu_seconds(), time.perf_counter()
     result = run()
-    seconds = time.perf_counter() - start
+    seconds, cpu = time.perf_counter() - start, _cpu_seconds() - cpu_start
     peak = _rss_mb("VmHWM") - base
     result.save(out, compress_level=1)
-    print(json.dumps({"seconds": seconds, "peak_mb": peak}))
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mb": peak}))
+
+
+def _cpu_seconds() -> float:
+    """The process's CPU time, every thread's (user and system): what the work costs,
+    unlike the wall time, whatever else shares the machine."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _rss_mb(field: str) -> float:
@@ -196,10 +206,12 @@ def run_rounds(rounds: int, cases, pairs, folder: Path) -> dict:
     round by round, so a drift of the machine's speed touches every size alike. Times per
     case: ``seconds``, ``us_per_px`` (one figure a round: the pairs' median) and
     ``peak_mb``; round 0's images are kept in ``folder`` for scoring."""
-    runs: dict = {case: {"seconds": [], "us_per_px": [], "peak_mb": []} for case in cases}
+    runs: dict = {
+        case: {"seconds": [], "us_per_px": [], "cpu_us_per_px": [], "peak_mb": []} for case in cases
+    }
     for round_index in range(rounds):
         for side, impl in cases:
-            seconds, per_pixel = [], []
+            seconds, per_pixel, cpu_per_pixel = [], [], []
             for index, (photo_path, style_path) in enumerate(pairs):
                 out = folder / f"{impl}-{side}-{index}{'' if round_index == 0 else '-again'}.png"
                 command = [sys.executable, __file__, "--child", impl, str(side)]
@@ -210,14 +222,23 @@ def run_rounds(rounds: int, cases, pairs, folder: Path) -> dict:
                     pixels = result.width * result.height
                 seconds.append(figures["seconds"])
                 per_pixel.append(figures["seconds"] * 1e6 / pixels)
+                cpu_per_pixel.append(figures["cpu_seconds"] * 1e6 / pixels)
                 runs[side, impl]["peak_mb"].append(figures["peak_mb"])
             runs[side, impl]["seconds"].append(statistics.median(seconds))
             runs[side, impl]["us_per_px"].append(statistics.median(per_pixel))
+            runs[side, impl]["cpu_us_per_px"].append(statistics.median(cpu_per_pixel))
             print(
-                f"round {round_index}: {side} {impl} {statistics.median(per_pixel):.3f} us/px",
+                f"round {round_index}: {side} {impl} {statistics.median(per_pixel):.3f} us/px, "
+                f"{statistics.median(cpu_per_pixel):.3f} CPU-us/px",
                 flush=True,
             )
     return runs
+
+
+def _paired(timed: dict, smallest: dict, key: str) -> float:
+    """The median over rounds of a figure over the smallest size's in the same round."""
+    pairs = zip(timed[key], smallest[key], strict=True)
+    return statistics.median(mine / theirs for mine, theirs in pairs)
 
 
 def save_strips(folder: Path, sizes: list[int], impls: list[str], pairs) -> None:
@@ -283,12 +304,11 @@ def main() -> None:
                 "impl": impl,
                 "s": statistics.median(timed["seconds"]),
                 "us_per_px": statistics.median(timed["us_per_px"]),
-                "vs_smallest": None
+                "cpu_us_per_px": statistics.median(timed["cpu_us_per_px"]),
+                "vs_smallest": None if smallest is None else _paired(timed, smallest, "us_per_px"),
+                "cpu_vs_smallest": None
                 if smallest is None
-                else statistics.median(
-                    mine / theirs
-                    for mine, theirs in zip(timed["us_per_px"], smallest["us_per_px"], strict=True)
-                ),
+                else _paired(timed, smallest, "cpu_us_per_px"),
                 "peak_mb": max(timed["peak_mb"]),
                 "content": statistics.mean(losses),
                 "gram": [statistics.mean(column) for column in zip(*grams, strict=True)],
@@ -323,10 +343,14 @@ def print_row(row: dict) -> None:
     view = row["view_vs_1024"]
     views = " ".join(f"{v:5.2f}" for v in view) if view else "    -     -     -"
     grams = " ".join(f"{g:5.2f}" for g in row["gram"])
-    ratio = f"{row['vs_smallest']:5.2f}x" if row["vs_smallest"] is not None else "    -"
+
+    def ratio(key: str) -> str:
+        return f"{row[key]:5.2f}x" if row[key] is not None else "    -"
+
     print(
         f"{row['size']:>5} {row['impl']:>8} {row['s']:7.2f} s {row['us_per_px']:6.2f} us/px "
-        f"({ratio} the smallest size's) "
+        f"({ratio('vs_smallest')} the smallest size's), {row['cpu_us_per_px']:6.2f} CPU-us/px "
+        f"({ratio('cpu_vs_smallest')}) "
         f"peak {row['peak_mb']:7.0f} MB  content {row['content']:6.3f}  gram {grams}  "
         f"view vs 1024 {views}",
         flush=True,
