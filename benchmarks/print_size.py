@@ -11,8 +11,8 @@ The table gives, per size and implementation:
 - ``s`` and ``us/px``: seconds, and microseconds per output pixel (median over the pairs,
   then over ``--rounds`` interleaved rounds), and that figure over the smallest size's
   (the median of the ratios taken round by round: cost linear in pixels is 1); the same
-  in CPU time (every thread's user and system time), which other work on the machine
-  does not inflate as it does the wall time;
+  in CPU time (every thread's user and system time; the threads' spin-waits count in it,
+  so other work on the machine inflates it too, if less than the wall time);
 - ``peak MB``: the peak RSS growth (worst pair);
 - on three 512 px crops at native resolution, each on a block of the drawn detail
   (mean over crops and pairs): the content loss (relu3_1 MSE,
@@ -156,8 +156,7 @@ def child(impl: str, side: int, photo: Path, style: Path, out: Path) -> None:
 
 
 def _cpu_seconds() -> float:
-    """The process's CPU time, every thread's (user and system): what the work costs,
-    unlike the wall time, whatever else shares the machine."""
+    """The process's CPU time, every thread's (user and system)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
