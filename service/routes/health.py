@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 
 from service.errors import ErrorBody, NotReady, ShuttingDown, StoreUnavailable
+
+#: The most /readyz waits for the job store (a probe's own timeout is often 1 s).
+READY_STORE_BUDGET_S = 0.5
 
 router = APIRouter(tags=["operations"])
 
@@ -35,16 +40,20 @@ async def readyz(request: Request) -> JSONResponse:
     if store is None:  # the lifespan has not opened it (yet)
         return NotReady("starting: the job store is not open").response(models=models)
     try:
-        remote = await store.models()
+        async with asyncio.timeout(READY_STORE_BUDGET_S):
+            remote = await store.models()
+    except TimeoutError:
+        down = StoreUnavailable(f"the job store did not answer within {READY_STORE_BUDGET_S} s")
+        return down.response(models=models, dependencies={"store": f"unavailable: {down.message}"})
     except StoreUnavailable as exc:
-        return exc.response(models=models)
+        return exc.response(models=models, dependencies={"store": f"unavailable: {exc.message}"})
     for name, (_, live) in remote.items():
         if name not in state.pools:
             models[name] = "served by workers" if live else "no worker serves it now"
     if not state.pools and not remote:
         refusal = NotReady("no model is loaded here or served by a worker")
         return refusal.response(models=models)
-    return JSONResponse({"status": "ready", "models": models})
+    return JSONResponse({"status": "ready", "models": models, "dependencies": {"store": "ok"}})
 
 
 # Probes answer HEAD as well (same status, no body); kept out of the schema, where a
