@@ -255,7 +255,8 @@ def pixels_at(photo: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
     Shape:
         - photo: ``(3 or 1, H, W)``; rows, columns: ``(n,)``, ``(m,)``; output: ``(3, n, m)``.
     """
-    picked = photo.index_select(1, rows).index_select(2, columns).float()
+    low, high = int(columns.min()), int(columns.max()) + 1  # a tile's columns: a view first
+    picked = photo[:, :, low:high].index_select(1, rows).index_select(2, columns - low).float()
     if photo.dtype == torch.uint8:
         picked.div_(255.0)
     return picked.expand(3, -1, -1)
