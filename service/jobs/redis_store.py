@@ -10,6 +10,8 @@ Keys (``prefix`` is ``atelier:`` by default)::
 
     job:{id}                     hash: the JobRecord's fields (+ webhook flags)
     in:{id}, out:{id}            the input and the result blobs
+    ckpt:{id}                    hash: the running job's checkpoints by name (expiring
+                                 after ``ttl_s`` without a put, should one be orphaned)
     q:{model}:{priority}:{owner} list: the owner's queued job ids, oldest first
     owners:{model}:{priority}    zset: owners with queued jobs, by when last served
     leases                       zset: running job ids by lease expiry
@@ -100,7 +102,7 @@ local function forget(id)
   if redis.call('EXISTS', p .. 'out:' .. id) == 1 then
     redis.call('DECRBY', p .. 'outbytes', size)
   end
-  redis.call('DEL', key, p .. 'out:' .. id, p .. 'in:' .. id)
+  redis.call('DEL', key, p .. 'out:' .. id, p .. 'in:' .. id, p .. 'ckpt:' .. id)
   redis.call('ZREM', p .. 'finished', id)
   redis.call('ZREM', p .. 'webhooks', id)
   if owner then redis.call('ZREM', p .. 'owner:' .. owner, id) end
@@ -124,7 +126,7 @@ local function finish(id, state, err, result, has_result, budget, step, total)
   end
   local inkey = p .. 'in:' .. id
   redis.call('DECRBY', p .. 'inbytes', redis.call('STRLEN', inkey))
-  redis.call('DEL', inkey)
+  redis.call('DEL', inkey, p .. 'ckpt:' .. id)  -- a final job needs no checkpoints
   if f[2] == 'background' then
     redis.call('HINCRBY', p .. 'unfinished', f[3], -1)
     redis.call('HINCRBY', p .. 'unfinished', '', -1)
@@ -276,6 +278,16 @@ if next_at >= 0 and now >= next_at then
   redis.call('HSET', key, 'wh_progress_next', tostring(now + every))
 end
 changed('job:' .. id)
+return 1
+"""
+
+_PUT_CHECKPOINT = r"""
+local id, worker, name, data, ttl_ms = ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
+local f = redis.call('HMGET', p .. 'job:' .. id, 'worker', 'state')
+if f[1] ~= worker or f[2] ~= 'running' then return 0 end
+local key = p .. 'ckpt:' .. id
+redis.call('HSET', key, name, data)
+redis.call('PEXPIRE', key, ttl_ms)
 return 1
 """
 
@@ -445,6 +457,7 @@ class RedisJobStore(JobStore):
                 "claim": _CLAIM,
                 "renew": _RENEW,
                 "progress": _PROGRESS,
+                "put_checkpoint": _PUT_CHECKPOINT,
                 "finish": _FINISH,
                 "cancel": _CANCEL,
                 "delete": _DELETE,
@@ -700,6 +713,19 @@ class RedisJobStore(JobStore):
         await self._script(
             "progress", job_id, worker, step, total, repr(self.webhook_progress_interval_s)
         )
+
+    async def put_checkpoint(self, job_id: str, worker: str, name: str, data: bytes) -> bool:
+        """One script: the lease check and the ``HSET``; the hash's expiry (``ttl_s``,
+        renewed by every put) only guards against an orphan, as the job's own end
+        deletes it."""
+        ttl_ms = max(1, int(self.limits.ttl_s * 1000))
+        return bool(await self._script("put_checkpoint", job_id, worker, name, data, ttl_ms))
+
+    async def checkpoint(self, job_id: str, name: str) -> bytes | None:
+        data = await self._call(
+            self._redis.hget(self._key("ckpt", job_id), name), payload_bytes=RESULT_BYTES
+        )
+        return bytes(data) if data is not None else None
 
     async def finish(
         self,

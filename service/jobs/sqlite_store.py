@@ -103,6 +103,9 @@ CREATE TABLE IF NOT EXISTS idempotency (
 CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, models TEXT NOT NULL, expires_at REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, details TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS tokens (owner TEXT PRIMARY KEY, tat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    job_id TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (job_id, name)
+);
 """
 
 
@@ -202,9 +205,9 @@ class SqliteJobStore(JobStore):
 
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on the database's thread, through the breaker (the bytes among
-        ``args`` add to its time; a result read is given ``RESULT_BYTES``'s)."""
+        ``args`` add to its time; a result or checkpoint read is given ``RESULT_BYTES``'s)."""
         size = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
-        if fn == self._result:
+        if fn in (self._result, self._checkpoint):
             size = RESULT_BYTES
         return await self.breaker.call(self._mapped(fn, *args), payload_bytes=size)
 
@@ -420,6 +423,7 @@ class SqliteJobStore(JobStore):
     def _forget(self, db: sqlite3.Connection, job_id: str) -> None:
         db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
         db.execute("DELETE FROM blobs WHERE id = ?", (job_id,))
+        db.execute("DELETE FROM checkpoints WHERE job_id = ?", (job_id,))
 
     async def jobs_of(self, owner: str, limit: int) -> list[JobRecord]:
         return await self._run(self._jobs_of, owner, limit)
@@ -565,6 +569,28 @@ class SqliteJobStore(JobStore):
                 (now, now + self.webhook_progress_interval_s, job_id, now),
             )
 
+    async def put_checkpoint(self, job_id: str, worker: str, name: str, data: bytes) -> bool:
+        return await self._run(self._put_checkpoint, job_id, worker, name, data)
+
+    def _put_checkpoint(self, job_id: str, worker: str, name: str, data: bytes) -> bool:
+        """The lease check and the write in one transaction: a job that went back to the
+        queue, or was finished, meanwhile keeps what it had."""
+        with self._write() as db:
+            row = self._row(db, job_id)
+            if row is None or row["state"] != RUNNING or row["worker"] != worker:
+                return False
+            db.execute("INSERT OR REPLACE INTO checkpoints VALUES (?, ?, ?)", (job_id, name, data))
+            return True
+
+    async def checkpoint(self, job_id: str, name: str) -> bytes | None:
+        return await self._run(self._checkpoint, job_id, name)
+
+    def _checkpoint(self, job_id: str, name: str) -> bytes | None:
+        row = self._db.execute(
+            "SELECT data FROM checkpoints WHERE job_id = ? AND name = ?", (job_id, name)
+        ).fetchone()
+        return None if row is None else bytes(row["data"])
+
     async def finish(
         self,
         job_id: str,
@@ -621,6 +647,7 @@ class SqliteJobStore(JobStore):
         if state == SUCCEEDED:
             db.execute("UPDATE jobs SET step = total WHERE id = ?", (job_id,))
         db.execute("DELETE FROM blobs WHERE id = ? AND kind = 'in'", (job_id,))
+        db.execute("DELETE FROM checkpoints WHERE job_id = ?", (job_id,))  # a final job needs none
         if result is not None:
             db.execute("INSERT OR REPLACE INTO blobs VALUES (?, 'out', ?)", (job_id, result))
             self._evict_results(db, keep=job_id)

@@ -377,6 +377,26 @@ class JobStore(ABC):
         """Record how far a running job got (only while ``worker`` holds it)."""
 
     @abstractmethod
+    async def put_checkpoint(self, job_id: str, worker: str, name: str, data: bytes) -> bool:
+        """Keep ``data`` under ``name`` for the job (replacing an older value of that name),
+        only while ``worker`` holds the job's lease and the job is not final: returns False
+        (and writes nothing) otherwise. Checkpoints are forgotten with the job (delete,
+        expiry, and when it reaches a final state: a finished job needs none).
+
+        A long job saves its finished pieces here (a chunk of a video's frames), so that
+        the next worker to claim it after its worker was lost (a lease that ran out puts
+        the job back with its checkpoints) resumes from them; every process that shares
+        the store reads them. "Holds" is judged as :meth:`set_progress` and
+        :meth:`renew` judge it: the job is running under ``worker``. The bytes are not
+        counted against the store's byte limits (``inputs_max_bytes``,
+        ``results_max_bytes``): a job's checkpoints are bounded by its own result, and
+        are dropped when it ends."""
+
+    @abstractmethod
+    async def checkpoint(self, job_id: str, name: str) -> bytes | None:
+        """The job's checkpoint ``name``, or None."""
+
+    @abstractmethod
     async def finish(
         self,
         job_id: str,
