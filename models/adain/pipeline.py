@@ -52,6 +52,7 @@ from models.control import StepControl, take_rows, wanted_rows
 from models.decoder import Decoder
 from models.devices import bf16_supported, to_device
 from models.hub import Manifest, find_file, resolve
+from models.temporal import MAX_FRAME_SIDE, StageBlend
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
 
 #: A full-size multi-level AdaIN pass (``levels=DEFAULT_LEVELS``): the baseline that
@@ -332,6 +333,7 @@ class StyleTransfer(nn.Module):
         preset: str | None = None,
         style_scale: float = 1.0,
         control: StepControl | None = None,
+        blend: StageBlend | None = None,
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
 
@@ -359,6 +361,12 @@ class StyleTransfer(nn.Module):
             control: asked before each pass which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there and the
                 output holds the kept ones only, each as it would have been without it.
+            blend: the images are consecutive frames of a video: after each stage of
+                the pyramid, each is blended with the previous frame's along the motion
+                (:class:`~models.temporal.StageBlend`, given the frames' motions). A
+                preset's pyramid only, without masks or a step control; a frame is
+                painted whole at any size up to ``MAX_FRAME_SIDE`` (never by print-size
+                octaves).
 
         Shape:
             - content: ``(B, 3, H, W)``, any ``H, W``
@@ -366,7 +374,9 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
-        if levels is None and max(content.shape[-2:]) > self.base_side:
+        if blend is not None:
+            self._check_frames(content, levels, masks, control)
+        if blend is None and levels is None and max(content.shape[-2:]) > self.base_side:
             self._check_arguments(content, styles, style_weights, alpha, masks)
             if masks is not None:
                 raise ValueError(
@@ -401,7 +411,7 @@ class StyleTransfer(nn.Module):
         )
         self._ready()
         total, done = preset.passes, 0
-        for stage in preset.stages:
+        for stage_index, stage in enumerate(preset.stages):
             size = stage_size(tuple(content.shape[-2:]), stage.factor)
             photo = resize(state["source"], size)
             if "previous" in state:
@@ -428,6 +438,8 @@ class StyleTransfer(nn.Module):
             )
             if image is None:  # every image was cancelled
                 return content[:0]
+            if blend is not None:
+                image = blend.after_stage(stage_index, stage.factor, image)
             done += len(stage.levels)
             state.set(previous=image, previous_photo=state["photo"])
         rows = wanted_rows(control, total, total)
@@ -615,6 +627,22 @@ class StyleTransfer(nn.Module):
         for name in PRESETS:
             self.stylize(content, [style], preset=name)
         return time.perf_counter() - start
+
+    def _check_frames(
+        self,
+        content: Tensor,
+        levels: Sequence[str] | None,
+        masks: Sequence[Tensor] | None,
+        control: StepControl | None,
+    ) -> None:
+        """A video's frames run a preset's pyramid whole (a frame is painted in one piece,
+        never by print-size octaves), up to ``MAX_FRAME_SIDE``."""
+        if levels is not None or masks is not None:
+            raise ValueError("a video's frames take a preset, without levels or masks")
+        if max(content.shape[-2:]) > MAX_FRAME_SIDE:
+            raise ValueError(f"a video's frames are at most {MAX_FRAME_SIDE} px on the longer side")
+        if control is not None:
+            raise ValueError("a video's frames are stylised whole (no step control)")
 
     @staticmethod
     def _check_arguments(

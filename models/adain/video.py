@@ -1,0 +1,144 @@
+"""Video style transfer: a clip stylised chunk by chunk, stable from frame to frame.
+
+A clip is cut into chunks of ``CHUNK_FRAMES`` consecutive frames (the last may be
+shorter). Each chunk is one batch through the preset's pyramid
+(:meth:`StyleTransfer.stylize` with a :class:`~models.temporal.StageBlend`): after every
+stage, each frame's image is blended with the previous frame's along the input's motion,
+so the strokes move with the content instead of flickering (:mod:`models.temporal`).
+The style's statistics are computed once and shared by every frame (the model's style
+cache).
+
+What one chunk hands to the next is a :class:`ClipState`: the frames done, the last
+input frame and each stage's last (blended) image, all 8-bit. Stored after each chunk,
+it lets a run stopped anywhere resume at the next chunk and make the same frames as a
+run that never stopped: chunks always start at multiples of ``CHUNK_FRAMES``, so every
+batch is the same in both runs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from safetensors.torch import load as load_tensors
+from safetensors.torch import save as save_tensors
+from torch import Tensor
+
+from models.flow import FlowEstimator
+from models.temporal import BLEND_STRENGTH, FrameMotion, StageBlend
+
+#: Frames per chunk: one batch through the model, one encoded segment, one checkpoint.
+CHUNK_FRAMES = 8
+
+
+@dataclass
+class ClipState:
+    """How far a clip got: ``frames_done`` frames stylised; the last input frame
+    ``(3, H, W)`` uint8 (``None`` before the first); each pyramid stage's last blended
+    image (:attr:`StageBlend.carried`, ``(3, h_k, w_k)`` uint8 by stage index)."""
+
+    frames_done: int = 0
+    last_input: Tensor | None = None
+    carried: dict[int, Tensor] = field(default_factory=dict)
+
+    def to_bytes(self) -> bytes:
+        """The state as a safetensors file (what a job's checkpoint keeps)."""
+        tensors = {f"stage.{index}": image.contiguous() for index, image in self.carried.items()}
+        if self.last_input is not None:
+            tensors["last_input"] = self.last_input.contiguous()
+        return save_tensors(tensors, metadata={"frames_done": str(self.frames_done)})
+
+    def after(self, frames: Tensor, blend: StageBlend) -> ClipState:
+        """The state once ``frames`` ``(n, 3, H, W)`` were stylised with ``blend``."""
+        return ClipState(
+            self.frames_done + frames.shape[0], frames[-1].clone(), dict(blend.carried)
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ClipState:
+        tensors = load_tensors(data)
+        metadata = _metadata(data)
+        carried = {
+            int(name.removeprefix("stage.")): image
+            for name, image in tensors.items()
+            if name.startswith("stage.")
+        }
+        return cls(int(metadata["frames_done"]), tensors.get("last_input"), carried)
+
+
+def _metadata(data: bytes) -> dict[str, str]:
+    """The ``__metadata__`` of a safetensors file held in memory."""
+    header_size = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8 : 8 + header_size])
+    return dict(header.get("__metadata__", {}))
+
+
+def frame_motions(
+    frames: Tensor, previous: Tensor | None, estimator: FlowEstimator
+) -> list[FrameMotion | None]:
+    """Each frame's motion from the one before it (``previous`` before the first;
+    ``None`` where there is none: the clip's first frame).
+
+    Shape:
+        - frames: ``(n, 3, H, W)`` uint8; previous: ``(3, H, W)`` uint8 or ``None``.
+    """
+    motions: list[FrameMotion | None] = []
+    for frame in frames:
+        motions.append(
+            None if previous is None else FrameMotion.between(estimator, previous, frame)
+        )
+        previous = frame
+    return motions
+
+
+def stylize_chunk(
+    model: Any,
+    frames: Tensor,
+    styles: Sequence[Tensor],
+    options: dict[str, Any],
+    blend: StageBlend,
+) -> Tensor:
+    """Stylise one chunk of consecutive frames as a batch, blended with the clip so far.
+
+    Args:
+        model: a :class:`~models.adain.StyleTransfer`.
+        frames: the chunk's frames.
+        styles: style images, each ``(1, 3, h, w)`` in ``[0, 1]``.
+        options: ``stylize``'s keyword options (``style_weights``, ``alpha``,
+            ``preserve_color``, ``preset``, ``style_scale``).
+        blend: the clip's :class:`~models.temporal.StageBlend` (its carried images are
+            the clip's so far), given the chunk's :func:`frame_motions`; it carries the
+            chunk's last images on.
+
+    Shape:
+        - frames: ``(n, 3, H, W)`` uint8; output: ``(n, 3, H, W)`` uint8 on the CPU.
+    """
+    output = model.stylize(frames.float().div(255.0), list(styles), blend=blend, **options)
+    return output.clamp(0.0, 1.0).mul(255.0).add(0.5).to(torch.uint8).cpu()
+
+
+def stylize_clip(
+    model: Any,
+    chunks: Iterator[Tensor],
+    styles: Sequence[Tensor],
+    options: dict[str, Any],
+    state: ClipState | None = None,
+    *,
+    strength: float = BLEND_STRENGTH,
+) -> Iterator[tuple[Tensor, ClipState]]:
+    """Stylise a clip's chunks in order (:func:`models.video.frame_chunks`), in this
+    process: yields each chunk's stylised frames ``(n, 3, H, W)`` uint8 with the clip's
+    state after it. ``state``: where a stopped run got to (its chunks then start there);
+    ``strength``: the blend's strength at the coarse stages
+    (:class:`~models.temporal.StageBlend`)."""
+    state = state or ClipState()
+    estimator = FlowEstimator()
+    for frames in chunks:
+        blend = StageBlend(strength, carried=state.carried)
+        blend.begin(frame_motions(frames, state.last_input, estimator))
+        stylised = stylize_chunk(model, frames, styles, options, blend)
+        state = state.after(frames, blend)
+        yield stylised, state
