@@ -243,6 +243,38 @@ class Settings(BaseSettings):
         "print-size octaves, tile by tile (docs/style-transfer.md); the cost budgets "
         "decide what runs synchronously and what must be a job.",
     )
+    max_video_side: int = Field(
+        default=1920,
+        ge=16,
+        description="Largest side of a video's stylised frames (a frame is painted whole). "
+        "A larger clip is refused (422) unless the request's size scales it down.",
+    )
+    max_video_seconds: float = Field(
+        default=60.0, gt=0.0, description="Longest video clip accepted for stylize (422)."
+    )
+    max_video_frames: int = Field(
+        default=3600, ge=1, description="Most frames of a video clip accepted (422)."
+    )
+    max_video_fps: float = Field(
+        default=60.0, gt=0.0, description="Highest frame rate of a video clip accepted (422)."
+    )
+    max_video_pixels: int = Field(
+        default=1_400_000_000,
+        ge=1,
+        description="Frames x height x width of a stylised clip, at most (422): a 60 s 720p "
+        "clip at 24 fps is 1.33 G.",
+    )
+    video_probe_timeout_s: float = Field(
+        default=10.0,
+        gt=0.0,
+        description="Time an uploaded clip may take to be opened and counted; past it the "
+        "upload is refused as unreadable (400).",
+    )
+    video_job_timeout_s: float = Field(
+        default=3600.0,
+        gt=0.0,
+        description="A video job's deadline, from its creation (job_timeout_s for others).",
+    )
     max_concurrent_decodes: int = Field(
         default_factory=lambda: max(1, (os.cpu_count() or 2) // 2),
         ge=1,

@@ -97,6 +97,12 @@ class BadImage(ServiceError):
     status_code, code = 400, "bad_image"
 
 
+class BadVideo(ServiceError):
+    """A corrupt or truncated clip, or one that could not be read in time."""
+
+    status_code, code = 400, "bad_video"
+
+
 class RejectedByModel(ServiceError):
     """The model refused its input (a ``ValueError`` from the model)."""
 

@@ -16,6 +16,7 @@ from models.adain.large import Step
 from models.control import StepControl
 from models.dit.options import GenerateDefaults, GenerateOptions
 from models.shapes.understand import Understanding
+from models.temporal import StageBlend
 
 __all__ = [
     "BatchJob",
@@ -114,9 +115,11 @@ class StyleTransferModel(ServedModel, Protocol):
         preset: str | None = None,
         style_scale: float = 1.0,
         control: StepControl | None = None,
+        blend: StageBlend | None = None,
     ) -> Tensor:
         """``(B, 3, H, W)`` in, one ``(3, H, W)`` in ``[0, 1]`` per image ``control`` kept
-        (asked before each pass) out."""
+        (asked before each pass) out; ``blend``: the images are a clip's consecutive
+        frames (``models.temporal.StageBlend``)."""
         ...
 
 

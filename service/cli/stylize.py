@@ -9,11 +9,16 @@ Examples::
     atelier stylize photo.jpg starry.jpg --preset realtime -o fast.png
     atelier stylize photo.jpg starry.jpg --style-scale 2 -o big-strokes.png
     atelier stylize photo_12mp.jpg starry.jpg --size 4000 -o print.png   # tile progress bar
+    atelier stylize clip.mp4 starry.jpg -o painted.mp4   # a video: frame progress bar
+
+A video (MP4, MOV, WebM, MKV, animated GIF) is written in its own container at its frame
+rate with its audio copied; ``--size`` scales its frames down (default: its own size).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -24,12 +29,25 @@ from models.adain import StyleTransfer
 from models.adain.large import styles_side
 from models.adain.mixing import convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
+from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
 from models.hub import WeightsNotFoundError
 from models.images import SUFFIXES, check_output_side, load_image, load_mask, save_image
+from models.video import (
+    VideoError,
+    assemble,
+    encode_segment,
+    fit_size,
+    frame_chunks,
+    looks_like_video,
+    probe,
+)
 from service.cli.serve import tune_glibc_malloc
 from service.cli.settings import settings_from_args
 from service.workers.loading import checkpoint_hashes
+
+#: The longest side of a photo's output when --size is not given.
+DEFAULT_SIZE = 512
 
 
 def _weights(text: str) -> list[float]:
@@ -52,7 +70,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("content", type=Path, help="the photo")
     parser.add_argument("styles", type=Path, nargs="+", help="one or more style images")
     parser.add_argument(
-        "-o", "--output", type=Path, required=True, help="output image (.png, .jpg or .webp)"
+        "-o",
+        "--output",
+        type=Path,
+        required=True,
+        help="output image (.png, .jpg or .webp), or video (the clip's own container)",
     )
     parser.add_argument("--alpha", type=float, default=1.0, help="style strength in [0, 1]")
     parser.add_argument("--style-weights", type=_weights, help="comma list, one weight per style")
@@ -67,9 +89,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument(
         "--size",
         type=int,
-        default=512,
-        help="longest side of the output (photo scaled down); above 1024 the photo is "
-        "painted at its own resolution by print-size octaves, tile by tile",
+        help="longest side of the output (photo scaled down; default 512); above 1024 the "
+        "photo is painted at its own resolution by print-size octaves, tile by tile. A "
+        "video's frames: default its own size",
     )
     parser.add_argument(
         "--levels",
@@ -103,6 +125,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    try:
+        data = args.content.read_bytes()
+    except OSError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if looks_like_video(data):
+        return run_video(args, data)
+    del data
+    args.size = DEFAULT_SIZE if args.size is None else args.size
     if args.output.suffix.lower() not in SUFFIXES:
         print(f"error: -o {args.output}: write one of {sorted(SUFFIXES)}", file=sys.stderr)
         return 2
@@ -111,13 +142,9 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: -o {args.output}: {exc}", file=sys.stderr)
         return 2
-    settings = settings_from_args(args)
     tune_glibc_malloc()  # a print-size photo's tiles reuse freed memory, as in the service
-    device = args.device or settings.device_list()[0]
-    try:
-        model = StyleTransfer.from_pretrained(settings.weight_search_path(), device=device)
-    except WeightsNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    model = _load_model(args)
+    if model is None:
         return 1
     try:
         content = load_image(args.content, max_side=args.size)
@@ -147,6 +174,74 @@ def run(args: argparse.Namespace) -> int:
     save_image(output, args.output, _parameters(args, model, content), quality=args.quality)
     print(args.output)
     return 0
+
+
+def _load_model(args: argparse.Namespace) -> StyleTransfer | None:
+    settings = settings_from_args(args)
+    device = args.device or settings.device_list()[0]
+    try:
+        return StyleTransfer.from_pretrained(settings.weight_search_path(), device=device)
+    except WeightsNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return None
+
+
+def run_video(args: argparse.Namespace, data: bytes) -> int:
+    """Stylise a clip chunk by chunk (``models.adain.video``) with a frame progress bar;
+    write it in its own container, audio copied, the parameters in its metadata."""
+    try:
+        info = probe(data)
+    except VideoError as exc:
+        print(f"error: {args.content}: {exc}", file=sys.stderr)
+        return 2
+    if args.output.suffix.lower() not in (info.suffix(), *_ALIASES.get(info.suffix(), ())):
+        print(
+            f"error: -o {args.output}: a {info.container} clip is written as "
+            f"{info.container}; name the output *{info.suffix()}",
+            file=sys.stderr,
+        )
+        return 2
+    if args.masks or args.levels:
+        print("error: --mask and --levels are for photos, not video", file=sys.stderr)
+        return 2
+    model = _load_model(args)
+    if model is None:
+        return 1
+    size = fit_size(info, args.size)
+    try:
+        styles = [load_image(path, max_side=styles_side(max(size))) for path in args.styles]
+        options = {
+            "style_weights": args.style_weights,
+            "alpha": args.alpha,
+            "preserve_color": args.preserve_color,
+            "preset": args.preset,
+            "style_scale": args.style_scale,
+        }
+        segments = []
+        chunks = frame_chunks(data, CHUNK_FRAMES, size=size)
+        with tqdm(total=info.frames, unit="frame", disable=None, file=sys.stderr) as bar:
+            for frames, _ in stylize_clip(model, chunks, styles, options):
+                segments.append(encode_segment(frames, info))
+                bar.update(frames.shape[0])
+    except (OSError, ValueError) as exc:  # VideoError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    parameters = {
+        **{key: value for key, value in options.items() if key != "preset"},
+        "size": list(size),
+        "frames": info.frames,
+        "model": "adain",
+        **model.resolve_passes(None, args.preset).parameters(),
+    }
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    with args.output.open("wb") as out:
+        assemble(segments, data, info, {"comment": json.dumps(parameters, sort_keys=True)}, out)
+    print(args.output)
+    return 0
+
+
+#: Other suffixes a container's output may have.
+_ALIASES = {".mp4": (".m4v",), ".mkv": (".mka",)}
 
 
 def _progress(bar: tqdm) -> StepControl:

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.errors import InternalError, ResultTooLarge, ServiceError
+from service.jobs.kinds import work_from_payload
 from service.jobs.records import (
     BACKGROUND,
     CANCELLED,
@@ -57,7 +58,7 @@ from service.jobs.store import (
     late_error,
     work_topic,
 )
-from service.jobs.work import Progress, Work, off_loop_if_large, work_from_payload
+from service.jobs.work import Checkpoint, Progress, Work, off_loop_if_large
 from service.metrics import Metrics
 from service.workers.pool import AnyWorkerPool
 
@@ -296,6 +297,7 @@ class JobRunner:
                 timeout_s=timeout,
                 progress=running.progress,
                 owner=record.owner,
+                checkpoint=StoreCheckpoint(self.store, record.id, self.worker),
             )
         except asyncio.CancelledError as exc:
             reason = exc.args[0] if exc.args else ASKED
@@ -440,6 +442,44 @@ class JobRunner:
         self._tasks = []
         with contextlib.suppress(StoreUnavailable):
             await self.store.withdraw(self.worker)
+
+
+class StoreCheckpoint(Checkpoint):
+    """A running job's checkpoints in the store, written under this worker's lease.
+
+    A read the store cannot answer is retried for a few seconds, then taken as "none" (the
+    job starts over: slower, never wrong). A write the store cannot take returns False
+    (the work stops saving; it still finishes). A write refused because the lease is no
+    longer this worker's stops the job, as a lost lease found by the heartbeat does.
+    """
+
+    def __init__(self, store: JobStore, job_id: str, worker: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self.worker = worker
+
+    async def load(self, name: str) -> bytes | None:
+        delay = 0.1
+        for _ in range(8):
+            try:
+                return await self.store.checkpoint(self.job_id, name)
+            except StoreUnavailable:
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, 2.0)
+        logger.warning(
+            "could not read a checkpoint; the job starts over", extra={"job_id": self.job_id}
+        )
+        return None
+
+    async def save(self, name: str, data: bytes) -> bool:
+        try:
+            kept = await self.store.put_checkpoint(self.job_id, self.worker, name, data)
+        except StoreUnavailable:
+            return False
+        if not kept:
+            logger.warning("lost the lease of a job; stopping it", extra={"job_id": self.job_id})
+            raise asyncio.CancelledError(LOST)
+        return True
 
 
 class _DeadlinePassed(Exception):

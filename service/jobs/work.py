@@ -7,7 +7,7 @@ A route validates a request once and turns it into a :class:`Work` (``GenerateWo
   is loaded): :meth:`Work.run`;
 * as a job: :meth:`Work.to_payload` gives the bytes the job store keeps (decoded
   images travel as 8-bit PNGs, never as float tensors), and the worker that claims the
-  job rebuilds the work with :func:`work_from_payload` and runs it.
+  job rebuilds the work with :func:`service.jobs.kinds.work_from_payload` and runs it.
 
 Either way the answer is a :class:`~service.jobs.records.JobResult`. Uploads are decoded
 to 8-bit RGB once by the route; an 8-bit source survives the PNG round trip exactly, so
@@ -35,7 +35,7 @@ from models.dit.options import GenerateOptions
 from models.images import encode_image, mask_from_rgb, pil_to_uint8
 from service.batching import DEADLINE
 from service.errors import DeadlineExceeded
-from service.jobs.records import JobResult, pack, unpack
+from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel, TextToImageModel
 from service.workers.pool import AnyWorkerPool, WorkerPool
 from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
@@ -102,11 +102,31 @@ async def all_or_nothing(*works: Awaitable[T]) -> list[T]:
             task.cancel()
 
 
+class Checkpoint(ABC):
+    """A running job's checkpoints (``JobStore.put_checkpoint``): what a long job saves
+    as it goes, for the next worker to resume from if this one is lost.
+
+    ``resumed_from``: set by the work when it resumed (what it found done)."""
+
+    resumed_from: int = 0
+
+    @abstractmethod
+    async def load(self, name: str) -> bytes | None:
+        """The checkpoint ``name``, or ``None`` (never saved, or the store is away)."""
+
+    @abstractmethod
+    async def save(self, name: str, data: bytes) -> bool:
+        """Keep ``data`` as ``name``; False when the store did not take it (the work
+        then saves nothing more in this run)."""
+
+
 class Work(ABC):
     """A validated request for one model; see the module docstring."""
 
     kind: ClassVar[str]
     model: ClassVar[str]
+    #: Only ever a job, with the longer deadline ``video_job_timeout_s``.
+    long: ClassVar[bool] = False
 
     @property
     @abstractmethod
@@ -139,9 +159,11 @@ class Work(ABC):
         timeout_s: float | None,
         progress: Progress | None,
         owner: str,
+        checkpoint: Checkpoint | None = None,
     ) -> JobResult:
         """Run on ``pool``, the pool of ``model`` (its items go to the ``priority``
-        batcher), and encode the answer off the event loop."""
+        batcher), and encode the answer off the event loop; ``checkpoint``: the job's,
+        when it runs as one (a long work saves its progress there, and resumes)."""
 
 
 # --------------------------------------------------------------- text-to-image
@@ -202,6 +224,7 @@ class GenerateWork(Work):
         timeout_s: float | None,
         progress: Progress | None,
         owner: str,
+        checkpoint: Checkpoint | None = None,
     ) -> JobResult:
         understanding = pool.model.understand(self.prompt)
         jobs = [
@@ -352,6 +375,7 @@ class StylizeWork(Work):
         timeout_s: float | None,
         progress: Progress | None,
         owner: str,
+        checkpoint: Checkpoint | None = None,
     ) -> JobResult:
         if self.print_size:
             image = await self._run_print_size(pool, priority, timeout_s, progress, owner)
@@ -417,12 +441,3 @@ class StylizeWork(Work):
                 if report is not None:
                     report(done, session.steps)
         return session.result()
-
-
-WORK_KINDS: dict[str, type[Work]] = {GenerateWork.kind: GenerateWork, StylizeWork.kind: StylizeWork}
-
-
-def work_from_payload(payload: bytes) -> Work:
-    """Rebuild the work a job store kept (CPU work: call it off the event loop)."""
-    header, blobs = unpack(payload)
-    return WORK_KINDS[header["kind"]].from_payload(header, blobs)

@@ -40,6 +40,7 @@ from service.images import return_freed_memory
 from service.jobs.records import BACKGROUND, INTERACTIVE, JobRecord, JobResult, new_job_id
 from service.jobs.runner import JobRunner
 from service.jobs.store import JobStore, Watch, done_topic
+from service.jobs.video_work import StylizeVideoWork
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
 from service.jobs.work import StylizeWork, Work, off_loop_if_large
 from service.routes.deps import remaining_seconds
@@ -106,7 +107,8 @@ async def answer(
     who: Caller = request.state.caller
     store: JobStore = request.app.state.store
     if submission.respond_async:
-        record = _record(work, who, BACKGROUND, time.time() + settings.job_timeout_s, submission)
+        timeout = settings.video_job_timeout_s if work.long else settings.job_timeout_s
+        record = _record(work, who, BACKGROUND, time.time() + timeout, submission)
         job, _ = await _create(store, None, record, work, who, submission)
         handed_off()
         return JSONResponse(
@@ -159,7 +161,7 @@ def _record(
     )
 
 
-def _encode_and_trim(work: StylizeWork) -> bytes:
+def _encode_and_trim(work: StylizeWork | StylizeVideoWork) -> bytes:
     """The work's payload; then the decode's and the encode's freed memory goes back."""
     payload = work.to_payload()
     return_freed_memory()
@@ -176,7 +178,7 @@ async def _create(
 ) -> tuple[JobRecord, bool]:
     """Store the job; ``runner``: this process's, for a job a request here waits for (it
     runs the job at once when it has room: ``JobRunner.create``)."""
-    if isinstance(work, StylizeWork):  # images to encode
+    if isinstance(work, StylizeWork | StylizeVideoWork):  # images to encode, a clip to copy
         payload = await run_in_threadpool(_encode_and_trim, work)
     else:
         payload = work.to_payload()

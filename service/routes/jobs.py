@@ -99,13 +99,31 @@ class ResultCache:
             self._bytes -= len(old)
 
 
+#: Results sent inline (base64) in the job's JSON; others only through ``result_url``.
+STILL_TYPES = frozenset({"image/png", "image/jpeg", "image/webp"})
+#: The file name suffix of a result's download, by media type.
+SUFFIXES = {
+    "image/png": "png",
+    "image/jpeg": "jpg",
+    "image/webp": "webp",
+    "image/gif": "gif",
+    "video/mp4": "mp4",
+    "video/quicktime": "mov",
+    "video/webm": "webm",
+    "video/x-matroska": "mkv",
+}
+
+
 def _result_json(packed: bytes) -> bytes:
+    """A result in the job's JSON: images as base64; a video (or an animated GIF) only by
+    its size, fetched from the job's ``result_url``."""
     result = JobResult.from_bytes(packed)
-    body = {
-        "media_type": result.media_type,
-        "images": [base64.b64encode(image).decode("ascii") for image in result.images],
-        **result.fields,
-    }
+    files: dict[str, Any]
+    if result.media_type in STILL_TYPES:
+        files = {"images": [base64.b64encode(image).decode("ascii") for image in result.images]}
+    else:
+        files = {"file_bytes": [len(data) for data in result.images]}
+    body = {"media_type": result.media_type, **files, **result.fields}
     return json.dumps(body).encode()
 
 
@@ -142,11 +160,11 @@ CHUNK_BYTES = 256 * 1024
 
 @router.get(
     "/jobs/{job_id}/result",
-    summary="A succeeded job's image as a file (the first; ?index=k for another), with "
-    "range requests",
+    summary="A succeeded job's image or video as a file (the first; ?index=k for another), "
+    "with range requests",
     response_class=Response,
     responses={
-        200: {"content": {"image/png": {}, "image/jpeg": {}, "image/webp": {}}},
+        200: {"content": {media_type: {} for media_type in SUFFIXES}},
         206: {"description": "the bytes a Range header asked for"},
         409: {"description": "the job has not succeeded (yet)"},
         416: {"description": "the range is outside the file"},
@@ -170,7 +188,7 @@ async def get_job_result(
     if index >= len(result.images):
         raise JobNotFound(f"the job has {len(result.images)} image(s); no index {index}")
     data = result.images[index]
-    extension = result.media_type.removeprefix("image/").replace("jpeg", "jpg")
+    extension = SUFFIXES.get(result.media_type, "bin")
     headers = {
         "Accept-Ranges": "bytes",
         "Content-Disposition": f'attachment; filename="{job.id}-{index}.{extension}"',

@@ -70,8 +70,19 @@ class StylizeLimits(BaseModel):
     max_upload_bytes: int = Field(description="Largest upload body.")
 
 
+class VideoLimits(BaseModel):
+    """What a video sent to stylize may be (it always runs as a job)."""
+
+    max_side: int = Field(description="Largest side of the stylised frames.")
+    max_seconds: float = Field(description="Longest clip.")
+    max_frames: int = Field(description="Most frames.")
+    max_fps: float = Field(description="Highest frame rate.")
+    max_pixels: int = Field(description="Frames x height x width, at most.")
+
+
 class Limits(BaseModel):
     stylize: StylizeLimits
+    video: VideoLimits
 
 
 @router.get(
@@ -90,7 +101,14 @@ async def limits(settings: SettingsDep) -> Limits:
             max_pixel_passes=settings.max_stylize_pixel_passes,
             max_job_pixel_passes=settings.max_job_stylize_pixel_passes,
             max_upload_bytes=settings.max_stylize_upload_bytes,
-        )
+        ),
+        video=VideoLimits(
+            max_side=settings.max_video_side,
+            max_seconds=settings.max_video_seconds,
+            max_frames=settings.max_video_frames,
+            max_fps=settings.max_video_fps,
+            max_pixels=settings.max_video_pixels,
+        ),
     )
 
 

@@ -23,6 +23,7 @@ from models.adain.large import BASE_SIDE, octave_sizes, styles_side
 from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
 from models.images import check_output_side
+from models.video import looks_like_video
 from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
@@ -38,6 +39,7 @@ from service.routes.deps import (
     StoreDep,
     deadline_of,
 )
+from service.routes.stylize_video import video_work
 
 router = APIRouter(prefix="/v1", tags=["stylize"])
 
@@ -157,7 +159,7 @@ def _decode_all(
 
 @router.post(
     "/stylize",
-    summary="Render a photo in the style of one to four paintings (AdaIN)",
+    summary="Render a photo (or a video, as a job) in the style of one to four paintings",
     response_class=Response,
     responses={
         200: {
@@ -212,13 +214,14 @@ async def stylize(
         File(description="One mask per style (white = apply).", json_schema_extra=_ONE_TO_FOUR),
     ] = None,
     size: Annotated[
-        int,
+        int | SkipJsonSchema[None],
         Form(
             ge=16,
             description="Longer side of the output, at most max_side; raised where needed so "
-            "that the shorter side is at least 16 px.",
+            f"that the shorter side is at least 16 px. Default: {DEFAULT_SIZE} for a photo, "
+            "the clip's own size for a video (at most max_video_side).",
         ),
-    ] = DEFAULT_SIZE,
+    ] = None,
     format: Annotated[
         Literal["png", "jpeg", "webp"],
         Form(description="The result's format (WebP holds at most 16383 px on a side)."),
@@ -267,6 +270,62 @@ async def stylize(
     served = await models.lookup("adain")
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
+    video = await content.read()
+    if await run_in_threadpool(looks_like_video, video):
+        if not respond_async:
+            raise ValidationFailed(
+                "content: a video always runs as a job; send it with the header "
+                "'Prefer: respond-async' and fetch the result from the job's result_url",
+                code="send_as_job",
+            )
+        if mask is not None:
+            raise ValidationFailed("mask: masks are not supported for a video")
+        weights = parse_style_weights(style_weights, len(style))
+        events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
+        hook = await check_webhook(webhook, events, settings)
+        await store.check_admission(who.name, who.max_jobs)
+        options = {
+            "style_weights": None if weights is None else list(weights),
+            "alpha": alpha,
+            "preserve_color": preserve_color,
+            "preset": preset,
+            "style_scale": style_scale,
+        }
+        styles = [await upload.read() for upload in style]
+        clip = await video_work(
+            request,
+            video=video,
+            styles=styles,
+            options=options,
+            size=size,
+            served=served,
+            decoding=Decoding(
+                ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
+                request.app.state.decode_slots,
+                deadline_of(request, settings),
+            ),
+        )
+        submission = Submission(
+            respond_async=True,
+            idempotency=None
+            if idempotency_key is None
+            else (
+                idempotency_key,
+                fingerprint(
+                    request.url.path,
+                    json.dumps([options, size, webhook, webhook_events], sort_keys=True),
+                    video,
+                    *styles,
+                ),
+            ),
+            webhook=hook,
+        )
+        answered = await answer(request, clip, served, submission)
+        assert isinstance(answered, Response)  # a job: always answered 202
+        return answered
+    del video
+    await content.seek(0)
+    size = DEFAULT_SIZE if size is None else size
     if size > settings.max_side:
         raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
     try:

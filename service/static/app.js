@@ -122,7 +122,8 @@ const SIZE_CHOICES = [512, 1024, 2048, 4096, 8192, 16384];
 async function showLimits() {
   const response = await fetch("/v1/limits", { headers: authHeaders() });
   if (!response.ok) return;
-  const { stylize } = await response.json();
+  const { stylize, video } = await response.json();
+  videoLimits = video;
   const size = $("size");
   size.max = stylize.max_side;
   const choices = SIZE_CHOICES.filter((choice) => choice < stylize.max_side);
@@ -135,6 +136,28 @@ async function showLimits() {
     `Above ${stylize.print_size_above} px the photo is painted at its own resolution, ` +
     "tile by tile (progress counts tiles).";
 }
+
+// A video keeps its own size unless asked for less: choosing one empties the size field.
+let videoLimits = null;
+
+function isVideo(file) {
+  return file !== undefined && file.type.startsWith("video/");
+}
+
+$("content").addEventListener("change", () => {
+  const size = $("size");
+  if (isVideo($("content").files[0])) {
+    size.value = "";
+    size.placeholder = "the video's own size";
+    if (videoLimits) {
+      $("content-hint").textContent =
+        `A video comes back in its own format, frame rate and sound: up to ${videoLimits.max_seconds} s ` +
+        `and ${videoLimits.max_side} px here (a size scales it down). Progress counts frames.`;
+    }
+  } else if (size.value === "") {
+    size.value = "512";
+  }
+});
 
 function onKeyChange() {
   showKey();
@@ -228,7 +251,16 @@ function showSizeRefusal(status, error) {
   }
 }
 
-const EXTENSIONS = { "image/png": "png", "image/jpeg": "jpg", "image/webp": "webp" };
+const EXTENSIONS = {
+  "image/png": "png",
+  "image/jpeg": "jpg",
+  "image/webp": "webp",
+  "image/gif": "gif",
+  "video/mp4": "mp4",
+  "video/quicktime": "mov",
+  "video/webm": "webm",
+  "video/x-matroska": "mkv",
+};
 
 $("stylize-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -246,7 +278,7 @@ $("stylize-form").addEventListener("submit", async (event) => {
   form.append("preserve_color", $("preserve-color").checked ? "true" : "false");
   form.append("preset", $("preset").value);
   form.append("style_scale", $("style-scale").value);
-  form.append("size", $("size").value);
+  if ($("size").value !== "") form.append("size", $("size").value);
   form.append("format", $("format").value);
   if (!$("quality").disabled && $("quality").value !== "") form.append("quality", $("quality").value);
   $("stylize-button").disabled = true;
@@ -263,11 +295,17 @@ $("stylize-form").addEventListener("submit", async (event) => {
     }
     const blob = await file.blob();
     const image = $("stylize-result");
-    if (image.src.startsWith("blob:")) URL.revokeObjectURL(image.src);
-    image.src = URL.createObjectURL(blob);
-    image.hidden = false;
+    const player = $("stylize-video");
+    for (const element of [image, player]) {
+      if (element.src.startsWith("blob:")) URL.revokeObjectURL(element.src);
+      element.removeAttribute("src");
+      element.hidden = true;
+    }
+    const shown = blob.type.startsWith("video/") ? player : image;
+    shown.src = URL.createObjectURL(blob);
+    shown.hidden = false;
     const download = $("stylize-download");
-    download.href = image.src;
+    download.href = shown.src;
     download.download = `stylized.${EXTENSIONS[blob.type] ?? "img"}`;
     download.hidden = false;
     setStatus(status, "Done.");

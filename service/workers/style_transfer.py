@@ -11,7 +11,9 @@ import torch
 
 from models.adain.large import Step
 from models.adain.presets import PresetName
+from models.adain.video import stylize_chunk
 from models.control import StepControl, wanted_rows
+from models.temporal import StageBlend
 from service.model_types import PrintSession, StyleTransferModel
 
 
@@ -70,8 +72,32 @@ class PrintStep:
         return float(max(1, self.step.pixels))
 
 
-#: What the style-transfer pool runs: whole stylisations and print-size steps.
-StylizeItem = StylizeJob | PrintStep
+@dataclass(frozen=True, eq=False)
+class VideoChunk:
+    """A chunk of a clip's consecutive frames (``models.adain.video``): one batch of its
+    own, never shared with another item (its frames are blended in order with the clip's
+    state in ``blend``, which it carries on).
+
+    Shape:
+        - frames: ``(n, 3, H, W)`` uint8; styles: each ``(1, 3, h, w)`` in [0, 1].
+    """
+
+    frames: torch.Tensor
+    styles: list[torch.Tensor]
+    options: dict[str, Any]
+    blend: StageBlend
+
+    def batch_key(self) -> Hashable:
+        return ("video", id(self))
+
+    def cost(self) -> float:
+        """The chunk's pixels."""
+        count, _, height, width = self.frames.shape
+        return float(count * height * width)
+
+
+#: What the style-transfer pool runs: whole stylisations, print-size steps, video chunks.
+StylizeItem = StylizeJob | PrintStep | VideoChunk
 
 
 def load_style_transfer(search_path: Sequence[Path], device: str) -> StyleTransferModel:
@@ -90,6 +116,8 @@ def run_stylize(
     that ``control`` kept (every job without one). A print-size step runs alone."""
     if isinstance(jobs[0], PrintStep):
         return _run_print_step(model, jobs[0], control)
+    if isinstance(jobs[0], VideoChunk):
+        return _run_video_chunk(model, jobs[0], control)
     stylize_jobs = [job for job in jobs if isinstance(job, StylizeJob)]  # all of them
     return _run_stylize_jobs(model, stylize_jobs, control)
 
@@ -126,6 +154,16 @@ def _run_print_step(
         return []
     result = job.session.run_step(model, job.step)
     return [] if _dropped(wanted_rows(control, 1, 1)) else [result]
+
+
+def _run_video_chunk(
+    model: StyleTransferModel, chunk: VideoChunk, control: StepControl | None
+) -> list[torch.Tensor]:
+    """A clip's chunk as a one-item batch: its frames ``(n, 3, H, W)`` uint8 stylised, or
+    nothing when ``control`` no longer wants it (asked before it runs)."""
+    if _dropped(wanted_rows(control, 0, 1)):
+        return []
+    return [stylize_chunk(model, chunk.frames, chunk.styles, chunk.options, chunk.blend)]
 
 
 def _dropped(rows: torch.Tensor | None) -> bool:

@@ -23,6 +23,7 @@ drifts from its protocol fails the type check.
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 import tempfile
@@ -43,6 +44,7 @@ from models.adain.mixing import convex_weights
 from models.adain.presets import get_preset
 from models.control import StepControl, take_rows, wanted_rows
 from models.shapes.understand import Understanding, understand
+from models.temporal import StageBlend
 from service.config import Settings
 from service.model_types import (
     GenerateDefaults,
@@ -118,6 +120,9 @@ class FakeStyleTransfer(Stepper):
         self.style_scales: list[float] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
+        #: Frames of clips stylised so far, and how many before ``hold`` is heeded.
+        self.frames_seen = 0
+        self.frames_before_hold = int(os.environ.get("REPLICA_FRAMES_BEFORE_HOLD", "0"))
 
     warmed_up = False
 
@@ -154,7 +159,10 @@ class FakeStyleTransfer(Stepper):
         preset: str | None = "quality",
         style_scale: float = 1.0,
         control: StepControl | None = None,
+        blend: StageBlend | None = None,
     ) -> torch.Tensor:
+        if blend is not None:
+            return self._frames(content, styles, alpha, blend)
         self.batch_sizes.append(content.shape[0])
         self.presets.append(preset)
         self.style_scales.append(style_scale)
@@ -178,6 +186,21 @@ class FakeStyleTransfer(Stepper):
                 styled = torch.where(where, mean.expand_as(content), styled)
         out = (1 - alpha) * content + alpha * styled
         return out[rows]
+
+    def _frames(
+        self, content: torch.Tensor, styles: Sequence[torch.Tensor], alpha: float, blend: StageBlend
+    ) -> torch.Tensor:
+        """A clip's frames: the photo's negative lerped towards the first style's mean by
+        ``alpha``, then one stage of ``blend`` (so a clip's state carries from chunk to
+        chunk as with the real model). Waits, before the chunk, while ``hold`` exists once
+        ``frames_before_hold`` frames were stylised (a test kills the process mid-clip)."""
+        if self.frames_seen >= self.frames_before_hold:
+            self._wait_while_held()
+        self.frames_seen += content.shape[0]
+        self.batch_sizes.append(content.shape[0])
+        mean = styles[0].mean(dim=(2, 3))[:, :, None, None]
+        frames = torch.lerp(1.0 - content, mean.expand_as(content), alpha * 0.5)
+        return blend.after_stage(0, 0.125, frames.clone())
 
     def print_stylization(
         self,

@@ -286,3 +286,32 @@ def test_the_page_offers_sizes_to_max_side_and_shows_a_size_refusal_beside_it(
         download = browser.find_element(By.ID, "stylize-download")
         assert download.get_attribute("download") == "stylized.jpg"
         assert download.get_attribute("href") == result.get_attribute("src")
+
+
+def test_a_video_is_stylised_from_the_page_with_frame_progress_and_a_player(
+    browser, server_url, tmp_path
+):
+    """A WebM chosen as the content: the size field empties (the clip keeps its size),
+    progress counts frames, and the result plays in a <video> with its download."""
+    from selenium.webdriver.common.by import By
+
+    from tests.clips import CLIPS, make_clip
+
+    clip = make_clip(*CLIPS["webm"], frames=12)
+    browser.get(server_url + "/")
+    browser.find_element(By.ID, "content").send_keys(_write(tmp_path, "clip.webm", clip))
+    assert browser.find_element(By.ID, "size").get_attribute("value") == ""
+    browser.find_element(By.ID, "styles").send_keys(_write(tmp_path, "s.png", corpus.png()))
+    browser.find_element(By.ID, "stylize-button").click()
+    _wait_for(browser, lambda d: d.find_element(By.ID, "stylize-status").text == "Done.")
+    bar = browser.find_element(By.ID, "stylize-progress")
+    assert (bar.get_attribute("value"), bar.get_attribute("max")) == ("12", "12")
+    player = browser.find_element(By.ID, "stylize-video")
+    assert player.is_displayed() and player.get_attribute("src").startswith("blob:")
+    assert not browser.find_element(By.ID, "stylize-result").is_displayed()
+    duration = _wait_for(
+        browser, lambda d: d.execute_script("return arguments[0].duration;", player) or None
+    )
+    assert abs(duration - 12 / 25) < 0.1  # the clip's length: it decodes in the browser
+    download = browser.find_element(By.ID, "stylize-download")
+    assert download.get_attribute("download") == "stylized.webm"

@@ -162,3 +162,40 @@ def test_an_unknown_output_suffix_is_refused_before_any_work(weights_dir, tmp_pa
     content = _image(tmp_path / "c.png", (16, 16), 1)
     assert main(["stylize", str(content), str(content), "-o", str(tmp_path / "o.tiff")]) == 2
     assert "write one of" in capsys.readouterr().err
+
+
+def test_a_video_is_written_in_its_container_with_its_frames_and_audio(
+    weights_dir, tmp_path, capsys
+):
+    from models.video import probe
+    from tests.clips import CLIPS, audio_payloads, container_metadata, make_clip
+
+    clip = make_clip(*CLIPS["mp4"], frames=11)
+    source = tmp_path / "clip.mp4"
+    source.write_bytes(clip)
+    style = _image(tmp_path / "s.png", (20, 20), 2)
+    out = tmp_path / "painted.mp4"
+    assert main(["stylize", str(source), str(style), "-o", str(out), "--preset", "realtime"]) == 0
+    before, after = probe(clip), probe(out.read_bytes())
+    assert (after.frames, after.fps, after.width, after.height) == (
+        before.frames,
+        before.fps,
+        before.width,
+        before.height,
+    )
+    assert audio_payloads(out.read_bytes()) == audio_payloads(clip)
+    recorded = json.loads(container_metadata(out.read_bytes())["comment"])
+    assert recorded["frames"] == 11 and recorded["preset"] == "realtime"
+
+
+def test_a_video_to_another_container_or_with_masks_is_refused(weights_dir, tmp_path, capsys):
+    from tests.clips import CLIPS, make_clip
+
+    source = tmp_path / "clip.webm"
+    source.write_bytes(make_clip(*CLIPS["webm"], frames=4))
+    style = _image(tmp_path / "s.png", (20, 20), 2)
+    assert main(["stylize", str(source), str(style), "-o", str(tmp_path / "o.mp4")]) == 2
+    assert "*.webm" in capsys.readouterr().err
+    masked = ["--mask", str(style)]
+    assert main(["stylize", str(source), str(style), "-o", str(tmp_path / "o.webm"), *masked]) == 2
+    assert "--mask" in capsys.readouterr().err

@@ -157,7 +157,8 @@ STYLIZE_CASES: tuple[StylizeCase, ...] = (
     StylizeCase("truncated_jpeg", 400, truncated_jpeg(), _style(), code="corrupt_image"),
     StylizeCase("one_by_one", 400, one_by_one(), _style(), code="image_too_small"),
     StylizeCase("huge_header", 413, huge_header(), _style(), code="image_too_large"),
-    StylizeCase("animated_gif", 400, animated_gif(), _style(), code="animated_image"),
+    # an animated GIF is a video: a job, never answered at once
+    StylizeCase("animated_gif", 422, animated_gif(), _style(), code="send_as_job"),
     StylizeCase("empty_style", 400, png(), (empty(),), code="empty_file"),
     StylizeCase("cmyk_jpeg", 200, cmyk_jpeg(), _style()),
     StylizeCase("png_16bit", 200, png_16bit(), _style()),

@@ -338,3 +338,62 @@ def test_a_print_size_job_killed_between_its_tiles_finishes_with_the_same_image(
         image = httpx.get(f"{second.url}{final['result_url']}", timeout=30)
     painted = np.asarray(Image.open(io.BytesIO(image.content)).convert("RGB"))
     np.testing.assert_array_equal(painted, 255 - np.asarray(photo))
+
+
+def _video_job(url: str, clip: bytes) -> str:
+    files = [("content", ("clip.mp4", clip, "video/mp4"))]
+    files.append(("style", ("s.png", _style_png(), "image/png")))
+    response = httpx.post(f"{url}/v1/stylize", files=files, headers=ASYNC, timeout=30)
+    assert response.status_code == 202, response.text
+    return response.json()["id"]
+
+
+def _style_png() -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(np.full((32, 32, 3), (40, 90, 200), np.uint8)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def _frames(url: str, job: dict) -> np.ndarray:
+    from models.video import frame_chunks
+
+    video = httpx.get(f"{url}{job['result_url']}", timeout=30).content
+    return np.concatenate([chunk.numpy() for chunk in frame_chunks(video, 8)])
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_video_job_killed_mid_clip_resumes_at_its_next_chunk_with_the_same_frames(
+    tmp_path, backend, request
+):
+    """SIGKILL while a clip's third chunk waits: the next replica resumes from the two
+    checkpointed chunks (SQLite's database, or Redis, which both replicas read), and the
+    video is, frame for frame, the one an uninterrupted run makes."""
+    from models.adain.video import CHUNK_FRAMES
+    from tests.clips import CLIPS, make_clip
+
+    if backend == "redis":
+        server = request.getfixturevalue("redis_url")
+        first_settings = _on_redis(server, tmp_path, "a")
+        second_settings = _on_redis(server, tmp_path, "b")
+    else:
+        first_settings = second_settings = {"ATELIER_STATE_DIR": str(tmp_path / "state")}
+    clip = make_clip(*CLIPS["mp4"], frames=3 * CHUNK_FRAMES + 2)
+    held = {"REPLICA_FRAMES_BEFORE_HOLD": str(2 * CHUNK_FRAMES)}
+    hold = tmp_path / "hold"
+    hold.touch()
+    with replica(tmp_path, first_settings | held, hold=hold) as first:
+        job_id = _video_job(first.url, clip)
+        _until(
+            lambda: _job(first.url, job_id)["progress"]["step"] >= 2 * CHUNK_FRAMES,
+            what="two chunks done",
+            log=first,
+        )
+        first.kill()
+    hold.unlink()
+    with replica(tmp_path, second_settings) as second:
+        resumed = _finished(second.url, job_id)
+        assert resumed["state"] == "succeeded" and resumed["attempts"] == 2, resumed
+        assert resumed["result"]["resumed_from_frame"] == 2 * CHUNK_FRAMES
+        again = _finished(second.url, _video_job(second.url, clip))
+        assert again["result"]["resumed_from_frame"] == 0
+        np.testing.assert_array_equal(_frames(second.url, resumed), _frames(second.url, again))

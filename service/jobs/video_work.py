@@ -1,0 +1,197 @@
+"""A video stylisation as a job: decode, stylise and encode chunk by chunk, resumable.
+
+The clip (the upload's bytes, kept as the job's input) is decoded ``CHUNK_FRAMES`` frames
+at a time (:func:`models.video.frame_chunks`); each chunk's motions are computed off the
+event loop, the chunk is one batcher item (:class:`~service.workers.style_transfer.VideoChunk`,
+one batch on a GPU) and its output is encoded as a segment of the clip's own codec
+(:func:`models.video.encode_segment`). Memory holds one chunk of frames, the upload and
+the encoded segments (the result's size), never the decoded clip.
+
+After each chunk the segment and then the clip's state
+(:class:`~models.adain.video.ClipState`) are saved as the job's checkpoints (in the job
+store, which every replica reads: SQLite's database, or Redis). A worker killed mid-clip
+loses its lease; the next worker that claims the job reads the state, skips the frames
+done (decoded and dropped, so its frames are the same) and goes on from the next chunk.
+Chunks start at multiples of ``CHUNK_FRAMES`` and the state is 8-bit, so the final video
+equals an uninterrupted run's frame for frame. A cancel stops at the next chunk.
+
+At the end the segments are remuxed into the clip's container with its audio packets
+copied unchanged and the parameters in the container's metadata
+(:func:`models.video.assemble`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import torch
+
+from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions
+from models.flow import FlowEstimator
+from models.temporal import StageBlend
+from models.video import VideoInfo, assemble, encode_segment, frame_chunks
+from service.errors import DeadlineExceeded
+from service.jobs.records import JobResult, pack
+from service.jobs.work import Checkpoint, Progress, Work, _png, _to_float, _unpng
+from service.model_types import StyleTransferModel
+from service.workers.pool import WorkerPool
+from service.workers.style_transfer import StylizeItem, VideoChunk
+
+logger = logging.getLogger("atelier.jobs.video")
+
+#: The checkpoint holding the clip's state; segments are ``segment.{k}``.
+STATE = "state"
+
+
+def segment_name(index: int) -> str:
+    return f"segment.{index:06d}"
+
+
+@dataclass(frozen=True, eq=False)
+class StylizeVideoWork(Work):
+    """A clip to stylise: the upload's bytes, what :func:`~models.video.probe` found, the
+    size to paint its frames at, the styles (8-bit) and the options.
+
+    Shape:
+        - styles: each ``(3, h_i, w_i)`` uint8
+    """
+
+    kind: ClassVar[str] = "stylize_video"
+    model: ClassVar[str] = "adain"
+    long: ClassVar[bool] = True
+
+    video: bytes
+    info: VideoInfo
+    size: tuple[int, int]  # (H, W) of the stylised frames
+    styles: tuple[torch.Tensor, ...]
+    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset, style_scale
+    request_parameters: dict[str, Any]
+
+    @property
+    def unit(self) -> str:
+        return "frame"
+
+    @property
+    def parts(self) -> int:
+        return 1
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.request_parameters
+
+    def to_payload(self) -> bytes:
+        info = asdict(self.info) | {"fps": [self.info.fps.numerator, self.info.fps.denominator]}
+        header = {
+            "kind": self.kind,
+            "info": info,
+            "size": list(self.size),
+            "options": self.options,
+            "parameters": self.request_parameters,
+        }
+        return pack(header, [self.video, *(_png(style) for style in self.styles)])
+
+    @classmethod
+    def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeVideoWork:
+        fields = dict(header["info"])
+        fields["fps"] = Fraction(*fields["fps"])
+        return cls(
+            blobs[0],
+            VideoInfo(**fields),
+            (header["size"][0], header["size"][1]),
+            tuple(_unpng(blob) for blob in blobs[1:]),
+            header["options"],
+            header["parameters"],
+        )
+
+    async def run(
+        self,
+        pool: WorkerPool[StyleTransferModel, StylizeItem],
+        *,
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+        checkpoint: Checkpoint | None = None,
+    ) -> JobResult:
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        state, segments = await _resume(checkpoint)
+        report = None if progress is None else progress.reporter(0)
+        if report is not None:
+            report(state.frames_done, self.info.frames)
+        styles = [_to_float(style)[None] for style in self.styles]
+        estimator = FlowEstimator()
+        chunks = frame_chunks(self.video, CHUNK_FRAMES, size=self.size, start=state.frames_done)
+        saving = checkpoint is not None
+        while (frames := await asyncio.to_thread(_next_chunk, chunks)) is not None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise DeadlineExceeded("the job's deadline passed")
+            motions = await asyncio.to_thread(frame_motions, frames, state.last_input, estimator)
+            chunk = VideoChunk(frames, styles, self.options, StageBlend(carried=state.carried))
+            chunk.blend.begin(motions)
+            stylised = await pool.submit(chunk, priority=priority, timeout_s=left, owner=owner)
+            state = state.after(frames, chunk.blend)
+            segment = await asyncio.to_thread(encode_segment, stylised, self.info)
+            segments.append(segment)
+            if saving and checkpoint is not None:
+                saving = await _save(checkpoint, len(segments) - 1, segment, state)
+            if report is not None:
+                report(state.frames_done, self.info.frames)
+        parameters = {**self.request_parameters, **pool.provenance()}
+        metadata = {"comment": json.dumps(parameters, sort_keys=True)}
+        data = await asyncio.to_thread(_assemble, segments, self.video, self.info, metadata)
+        fields = {
+            "parameters": parameters,
+            "frames": self.info.frames,
+            "resumed_from_frame": 0 if checkpoint is None else checkpoint.resumed_from,
+        }
+        return JobResult([data], self.info.media_type(), fields)
+
+
+def _next_chunk(chunks: Iterator[torch.Tensor]) -> torch.Tensor | None:
+    return next(chunks, None)
+
+
+def _assemble(
+    segments: list[bytes], video: bytes, info: VideoInfo, metadata: dict[str, str]
+) -> bytes:
+    out = io.BytesIO()
+    assemble(segments, video, info, metadata, out)
+    return out.getvalue()
+
+
+async def _resume(checkpoint: Checkpoint | None) -> tuple[ClipState, list[bytes]]:
+    """The clip's saved state and its segments, or a fresh start (no checkpoint, or one
+    whose segments are not all there)."""
+    if checkpoint is None:
+        return ClipState(), []
+    saved = await checkpoint.load(STATE)
+    if saved is None:
+        return ClipState(), []
+    state = await asyncio.to_thread(ClipState.from_bytes, saved)
+    segments = []
+    for index in range(-(-state.frames_done // CHUNK_FRAMES)):
+        segment = await checkpoint.load(segment_name(index))
+        if segment is None:
+            logger.warning("a checkpointed segment is missing; the clip starts again")
+            return ClipState(), []
+        segments.append(segment)
+    checkpoint.resumed_from = state.frames_done
+    return state, segments
+
+
+async def _save(checkpoint: Checkpoint, index: int, segment: bytes, state: ClipState) -> bool:
+    """Save the chunk's segment, then the state that points past it; False (save no more
+    in this run) when the store did not take one: a state never names a missing segment."""
+    if not await checkpoint.save(segment_name(index), segment):
+        return False
+    data = await asyncio.to_thread(state.to_bytes)
+    return await checkpoint.save(STATE, data)
