@@ -270,6 +270,14 @@ async def stylize(
     served = await models.lookup("adain")
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
+    weights = parse_style_weights(style_weights, len(style))
+    options = {
+        "style_weights": None if weights is None else list(weights),
+        "alpha": alpha,
+        "preserve_color": preserve_color,
+        "preset": preset,
+        "style_scale": style_scale,
+    }
     video = await content.read()
     if await run_in_threadpool(looks_like_video, video):
         if not respond_async:
@@ -280,17 +288,9 @@ async def stylize(
             )
         if mask is not None:
             raise ValidationFailed("mask: masks are not supported for a video")
-        weights = parse_style_weights(style_weights, len(style))
         events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
         hook = await check_webhook(webhook, events, settings)
         await store.check_admission(who.name, who.max_jobs)
-        options = {
-            "style_weights": None if weights is None else list(weights),
-            "alpha": alpha,
-            "preserve_color": preserve_color,
-            "preset": preset,
-            "style_scale": style_scale,
-        }
         styles = [await upload.read() for upload in style]
         clip = await video_work(
             request,
@@ -336,7 +336,6 @@ async def stylize(
     check_cost(
         size, len(style), passes, settings, respond_async=respond_async, style_scale=style_scale
     )
-    weights = parse_style_weights(style_weights, len(style))
     if mask is not None:
         if size > BASE_SIDE:
             raise ValidationFailed(f"mask: masks are supported up to size {BASE_SIDE}")
@@ -368,13 +367,6 @@ async def stylize(
                 deadline,
             ),
         )
-        options = {
-            "style_weights": None if weights is None else list(weights),
-            "alpha": alpha,
-            "preserve_color": preserve_color,
-            "preset": preset,
-            "style_scale": style_scale,
-        }
         parameters = {
             "alpha": alpha,
             "style_weights": options["style_weights"],

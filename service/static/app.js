@@ -251,16 +251,11 @@ function showSizeRefusal(status, error) {
   }
 }
 
-const EXTENSIONS = {
-  "image/png": "png",
-  "image/jpeg": "jpg",
-  "image/webp": "webp",
-  "image/gif": "gif",
-  "video/mp4": "mp4",
-  "video/quicktime": "mov",
-  "video/webm": "webm",
-  "video/x-matroska": "mkv",
-};
+// The result's file name suffix, from the server's Content-Disposition ("ID-0.mp4").
+function suffixOf(response) {
+  const match = /filename="[^"]*\.([a-z0-9]+)"/.exec(response.headers.get("content-disposition") ?? "");
+  return match ? match[1] : "bin";
+}
 
 $("stylize-form").addEventListener("submit", async (event) => {
   event.preventDefault();
@@ -306,7 +301,7 @@ $("stylize-form").addEventListener("submit", async (event) => {
     shown.hidden = false;
     const download = $("stylize-download");
     download.href = shown.src;
-    download.download = `stylized.${EXTENSIONS[blob.type] ?? "img"}`;
+    download.download = `stylized.${suffixOf(file)}`;
     download.hidden = false;
     setStatus(status, "Done.");
   } catch (error) {
