@@ -89,10 +89,6 @@ class ServiceError(StarletteHTTPException):
         return JSONResponse(self.body() | extra, status_code=self.status_code, headers=self.headers)
 
 
-class BadRequest(ServiceError):
-    status_code, code = 400, "bad_request"
-
-
 class BadImage(ServiceError):
     status_code, code = 400, "bad_image"
 

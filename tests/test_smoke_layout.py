@@ -1,4 +1,4 @@
-"""The package layout and dependency direction promised in DESIGN.md."""
+"""The package layout and dependency direction promised in docs/architecture.md."""
 
 import ast
 import pathlib

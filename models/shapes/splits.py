@@ -38,11 +38,6 @@ def check_split(split: str) -> str:
     return split
 
 
-def is_heldout(parsed: ParsedCaption) -> bool:
-    """Whether a caption names at least one held-out colour-shape pair."""
-    return any(spec.pair in HELDOUT_PAIRS for spec in parsed.objects)
-
-
 def _maybe(rng: np.random.Generator, p: float, values: tuple[str, ...]) -> str | None:
     return str(values[rng.integers(len(values))]) if rng.random() < p else None
 

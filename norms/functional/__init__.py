@@ -1,6 +1,6 @@
 """Pure functions of the normalization family (also reachable as ``norms.F``).
 
-Names and argument order are a contract (``DESIGN.md``): checks outside the repository
+Names and argument order are a contract (``docs/architecture.md``): checks outside the repository
 call them. Each submodule declares its public names in ``__all__``.
 """
 

@@ -1,6 +1,6 @@
 """Independent float64 references of every member's formula, written as plainly as possible.
 
-Each function upcasts to float64, spells out the formula of DESIGN.md term by term with
+Each function upcasts to float64, spells out the formula of docs/architecture.md term by term with
 elementary tensor operations (no torch normalization kernel, no shared code with
 ``norms``), and returns float64.
 """

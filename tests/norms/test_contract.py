@@ -1,4 +1,4 @@
-"""The functional contract of DESIGN.md: names and positional argument order are fixed,
+"""The functional contract of docs/architecture.md: names and positional argument order are fixed,
 because checks outside the repository call them."""
 
 import inspect
