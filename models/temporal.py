@@ -58,12 +58,25 @@ class FrameMotion:
 
     @classmethod
     def between(
-        cls, estimator: FlowEstimator, previous: torch.Tensor, frame: torch.Tensor
+        cls,
+        estimator: FlowEstimator,
+        previous: torch.Tensor,
+        frame: torch.Tensor,
+        scale: float = BLENDED_FACTOR,
     ) -> FrameMotion:
-        backward, forward = estimator.flows(previous, frame)
-        current = to_hwc(frame).astype(np.float32) / 255.0
-        carried = warp(to_hwc(previous).astype(np.float32) / 255.0, backward)
-        mismatch = ((current - carried) ** 2).mean(-1)
+        """The motion from ``previous`` to ``frame`` (``(3, H, W)`` uint8 each), estimated
+        on both shrunk by ``scale`` (area average): the blend uses it at stages of at most
+        that factor, so the flow of the full-size frames is never needed (and would cost
+        as much as a quarter of the frame's stylisation at 480p)."""
+        height, width = frame.shape[-2:]
+        size = (max(16, round(width * scale)), max(16, round(height * scale)))  # DIS: >= 12
+        before, after = (
+            cv2.resize(to_hwc(image).astype(np.float32) / 255.0, size, interpolation=cv2.INTER_AREA)
+            for image in (previous, frame)
+        )
+        backward, forward = estimator.flows(before, after)
+        carried = warp(before, backward)
+        mismatch = ((after - carried) ** 2).mean(-1)
         weight = reliable_mask(backward, forward) * np.exp(-PHOTOMETRIC_GAMMA * mismatch)
         return cls(backward, weight.astype(np.float32))
 
@@ -113,6 +126,11 @@ class StageBlend:
         """The motions of the next batch's frames, in order (``None``: a frame with
         nothing before it, the clip's first)."""
         self._motions = list(motions)
+
+    @property
+    def motions(self) -> list[FrameMotion | None]:
+        """The motions given to :meth:`begin` last."""
+        return list(self._motions)
 
     def after_stage(self, stage: int, factor: float, image: torch.Tensor) -> torch.Tensor:
         """Blend stage ``stage``'s images ``(B, 3, h, w)`` in ``[0, 1]`` (the frames at

