@@ -48,6 +48,18 @@ BLENDED_FACTOR = 0.25
 PHOTOMETRIC_GAMMA = 50.0
 
 
+def shrink(frame: torch.Tensor, scale: float = BLENDED_FACTOR) -> torch.Tensor:
+    """``frame`` ``(3, H, W)`` uint8 shrunk by ``scale`` (area average; at least 16 px a
+    side, DIS's least): what the motion is estimated on, and the input a clip's state
+    keeps. The blend uses the motion at stages of at most that factor, so the flow of
+    the full-size frames is never needed (it cost about a quarter of a 480p frame's
+    stylisation)."""
+    height, width = frame.shape[-2:]
+    size = (max(16, round(width * scale)), max(16, round(height * scale)))
+    small = cv2.resize(to_hwc(frame), size, interpolation=cv2.INTER_AREA)
+    return torch.from_numpy(small).permute(2, 0, 1).contiguous()
+
+
 @dataclass(frozen=True)
 class FrameMotion:
     """How one frame moved from the frame before it: its backward flow ``(H, W, 2)`` and
@@ -58,22 +70,11 @@ class FrameMotion:
 
     @classmethod
     def between(
-        cls,
-        estimator: FlowEstimator,
-        previous: torch.Tensor,
-        frame: torch.Tensor,
-        scale: float = BLENDED_FACTOR,
+        cls, estimator: FlowEstimator, previous: torch.Tensor, frame: torch.Tensor
     ) -> FrameMotion:
-        """The motion from ``previous`` to ``frame`` (``(3, H, W)`` uint8 each), estimated
-        on both shrunk by ``scale`` (area average): the blend uses it at stages of at most
-        that factor, so the flow of the full-size frames is never needed (and would cost
-        as much as a quarter of the frame's stylisation at 480p)."""
-        height, width = frame.shape[-2:]
-        size = (max(16, round(width * scale)), max(16, round(height * scale)))  # DIS: >= 12
-        before, after = (
-            cv2.resize(to_hwc(image).astype(np.float32) / 255.0, size, interpolation=cv2.INTER_AREA)
-            for image in (previous, frame)
-        )
+        """The motion from ``previous`` to ``frame``, both as :func:`shrink` gives them
+        (``(3, h, w)`` uint8): estimated at the scale of the stages the blend uses."""
+        before, after = (to_hwc(image).astype(np.float32) / 255.0 for image in (previous, frame))
         backward, forward = estimator.flows(before, after)
         carried = warp(before, backward)
         mismatch = ((after - carried) ** 2).mean(-1)
@@ -104,8 +105,8 @@ class StageBlend:
     the coarse stages keeps the large strokes in place as the content moves; the finer
     passes then paint their detail anew on a start that moved with the content.
 
-    The carried image of each stage is kept as 8-bit (:attr:`carried`, ``(3, h, w)``
-    uint8 per stage index): the state a chunk hands to the next, exactly as a resumed
+    The carried image of each blended stage is kept as 8-bit (:attr:`carried`,
+    ``(3, h, w)`` uint8 per stage index): the state a chunk hands to the next, exactly as a resumed
     run reads it back.
     """
 
@@ -134,8 +135,8 @@ class StageBlend:
 
     def after_stage(self, stage: int, factor: float, image: torch.Tensor) -> torch.Tensor:
         """Blend stage ``stage``'s images ``(B, 3, h, w)`` in ``[0, 1]`` (the frames at
-        ``factor`` of their size) frame by frame, in place; every stage's last image is
-        carried on."""
+        ``factor`` of their size) frame by frame, in place; a blended stage's last image
+        is carried on."""
         if len(self._motions) != image.shape[0]:
             raise ValueError(f"{image.shape[0]} frames but {len(self._motions)} motions given")
         strength = self.strength if factor <= self.max_factor else 0.0
@@ -148,7 +149,7 @@ class StageBlend:
                 frame = image[index].permute(1, 2, 0).float().cpu().numpy()
                 blended = frame + (strength * moved.weight)[..., None] * (carried - frame)
                 image[index] = torch.from_numpy(blended).permute(2, 0, 1).to(image)
-            self.carried[stage] = (
-                (image[index].float().clamp(0, 1) * 255 + 0.5).to(torch.uint8, copy=True).cpu()
-            )
+            if factor <= self.max_factor:  # only what a later frame blends with
+                quantised = (image[index].float().clamp(0, 1) * 255 + 0.5).to(torch.uint8)
+                self.carried[stage] = quantised.cpu().clone()
         return image

@@ -28,7 +28,7 @@ from safetensors.torch import save as save_tensors
 from torch import Tensor
 
 from models.flow import FlowEstimator
-from models.temporal import BLEND_STRENGTH, FrameMotion, StageBlend
+from models.temporal import BLEND_STRENGTH, FrameMotion, StageBlend, shrink
 
 #: Frames per chunk: one batch through the model, one encoded segment, one checkpoint.
 CHUNK_FRAMES = 8
@@ -36,9 +36,10 @@ CHUNK_FRAMES = 8
 
 @dataclass
 class ClipState:
-    """How far a clip got: ``frames_done`` frames stylised; the last input frame
-    ``(3, H, W)`` uint8 (``None`` before the first); each pyramid stage's last blended
-    image (:attr:`StageBlend.carried`, ``(3, h_k, w_k)`` uint8 by stage index)."""
+    """How far a clip got: ``frames_done`` frames stylised; the last input frame as
+    :func:`~models.temporal.shrink` gives it (``(3, h, w)`` uint8, ``None`` before the
+    first); each blended stage's last image (:attr:`StageBlend.carried`, ``(3, h_k, w_k)``
+    uint8 by stage index). A 720p clip's state is about 0.4 MB."""
 
     frames_done: int = 0
     last_input: Tensor | None = None
@@ -54,7 +55,7 @@ class ClipState:
     def after(self, frames: Tensor, blend: StageBlend) -> ClipState:
         """The state once ``frames`` ``(n, 3, H, W)`` were stylised with ``blend``."""
         return ClipState(
-            self.frames_done + frames.shape[0], frames[-1].clone(), dict(blend.carried)
+            self.frames_done + frames.shape[0], shrink(frames[-1]), dict(blend.carried)
         )
 
     @classmethod
@@ -79,18 +80,19 @@ def _metadata(data: bytes) -> dict[str, str]:
 def frame_motions(
     frames: Tensor, previous: Tensor | None, estimator: FlowEstimator
 ) -> list[FrameMotion | None]:
-    """Each frame's motion from the one before it (``previous`` before the first;
-    ``None`` where there is none: the clip's first frame).
+    """Each frame's motion from the one before it (``previous`` before the first, as
+    :func:`~models.temporal.shrink` gives it; ``None`` where there is none: the clip's
+    first frame).
 
     Shape:
-        - frames: ``(n, 3, H, W)`` uint8; previous: ``(3, H, W)`` uint8 or ``None``.
+        - frames: ``(n, 3, H, W)`` uint8; previous: ``(3, h, w)`` uint8 or ``None``.
     """
     motions: list[FrameMotion | None] = []
     for frame in frames:
-        motions.append(
-            None if previous is None else FrameMotion.between(estimator, previous, frame)
-        )
-        previous = frame
+        small = shrink(frame)
+        motion = None if previous is None else FrameMotion.between(estimator, previous, small)
+        motions.append(motion)
+        previous = small
     return motions
 
 
