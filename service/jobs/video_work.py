@@ -37,8 +37,8 @@ import torch
 from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions
 from models.flow import FlowEstimator
 from models.temporal import StageBlend
-from models.video import VideoInfo, assemble, encode_segment, frame_chunks
-from service.errors import DeadlineExceeded
+from models.video import VideoError, VideoInfo, assemble, encode_segment, frame_chunks
+from service.errors import BadVideo, DeadlineExceeded
 from service.jobs.records import JobResult, pack
 from service.jobs.work import Checkpoint, Progress, Work, _png, _to_float, _unpng
 from service.model_types import StyleTransferModel
@@ -157,7 +157,12 @@ class StylizeVideoWork(Work):
 
 
 def _next_chunk(chunks: Iterator[torch.Tensor]) -> torch.Tensor | None:
-    return next(chunks, None)
+    """The next chunk of frames, ``None`` at the end; a stream that breaks mid-clip fails
+    the job as the route refuses a corrupt upload (400 ``bad_video``), not as a 500."""
+    try:
+        return next(chunks, None)
+    except VideoError as exc:
+        raise BadVideo(f"content: {exc}") from None
 
 
 def _assemble(

@@ -202,3 +202,17 @@ def test_frames_of_a_result_are_not_all_equal(client_factory, clip):
     )
     assert len(frames) == probe(clip).frames
     assert not np.array_equal(frames[0], frames[-1])
+
+
+def test_a_stream_that_breaks_mid_clip_fails_its_job_as_bad_video():
+    from models.video import VideoError
+    from service.errors import BadVideo
+    from service.jobs.video_work import _next_chunk
+
+    def broken():
+        yield from ()
+        raise VideoError("the stream ends inside frame 9", "corrupt")
+
+    with pytest.raises(BadVideo, match="frame 9") as caught:
+        _next_chunk(broken())
+    assert caught.value.code == "bad_video"
