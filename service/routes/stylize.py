@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 from fastapi import APIRouter, File, Form, Request, Response, UploadFile
@@ -157,6 +157,33 @@ def _decode_all(
     return content_image, style_images, mask_images
 
 
+def _decoding(request: Request, settings: Settings, deadline: float | None) -> Decoding:
+    """How this request's uploads are decoded: the image limits, the shared decode slots."""
+    return Decoding(
+        ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
+        request.app.state.decode_slots,
+        deadline,
+    )
+
+
+def _submission(
+    request: Request,
+    *,
+    respond_async: bool,
+    idempotency_key: str | None,
+    fields: list[object],
+    uploads: list[bytes],
+    hook: dict[str, Any] | None,
+) -> Submission:
+    """The request's submission; with an ``Idempotency-Key``, its fingerprint is the
+    route, the fields (JSON) and every upload's bytes."""
+    idempotency = None
+    if idempotency_key is not None:
+        key_fields = json.dumps(fields, sort_keys=True)
+        idempotency = (idempotency_key, fingerprint(request.url.path, key_fields, *uploads))
+    return Submission(respond_async=respond_async, idempotency=idempotency, webhook=hook)
+
+
 @router.post(
     "/stylize",
     summary="Render a photo (or a video, as a job) in the style of one to four paintings",
@@ -299,26 +326,15 @@ async def stylize(
             options=options,
             size=size,
             served=served,
-            decoding=Decoding(
-                ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-                request.app.state.decode_slots,
-                deadline_of(request, settings),
-            ),
+            decoding=_decoding(request, settings, deadline_of(request, settings)),
         )
-        submission = Submission(
+        submission = _submission(
+            request,
             respond_async=True,
-            idempotency=None
-            if idempotency_key is None
-            else (
-                idempotency_key,
-                fingerprint(
-                    request.url.path,
-                    json.dumps([options, size, webhook, webhook_events], sort_keys=True),
-                    video,
-                    *styles,
-                ),
-            ),
-            webhook=hook,
+            idempotency_key=idempotency_key,
+            fields=[options, size, webhook, webhook_events],
+            uploads=[video, *styles],
+            hook=hook,
         )
         answered = await answer(request, clip, served, submission)
         assert isinstance(answered, Response)  # a job: always answered 202
@@ -361,11 +377,7 @@ async def stylize(
             mask_bytes,
             size=size,
             style_size=style_side,
-            decoding=Decoding(
-                ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-                request.app.state.decode_slots,
-                deadline,
-            ),
+            decoding=_decoding(request, settings, deadline),
         )
         parameters = {
             "alpha": alpha,
@@ -381,22 +393,13 @@ async def stylize(
         work = StylizeWork(
             content_image, style_images, mask_images, options, format, parameters, quality
         )
-        submission = Submission(
+        submission = _submission(
+            request,
             respond_async=respond_async,
-            idempotency=None
-            if idempotency_key is None
-            else (
-                idempotency_key,
-                fingerprint(
-                    request.url.path,
-                    json.dumps(
-                        [options, size, format, quality, webhook, webhook_events], sort_keys=True
-                    ),
-                    *uploads,
-                    *(mask_bytes or []),
-                ),
-            ),
-            webhook=hook,
+            idempotency_key=idempotency_key,
+            fields=[options, size, format, quality, webhook, webhook_events],
+            uploads=[*uploads, *(mask_bytes or [])],
+            hook=hook,
         )
         result = await answer(request, work, served, submission, handed_off)
     if isinstance(result, Response):
