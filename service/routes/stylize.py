@@ -44,6 +44,9 @@ from service.routes.stylize_video import video_work
 router = APIRouter(prefix="/v1", tags=["stylize"])
 
 MAX_STYLES = 4
+#: Bytes read to tell a video from a photo (a container's signature; a GIF is read whole
+#: to count its frames).
+SNIFF_BYTES = 16
 DEFAULT_SIZE = 512
 #: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
 _IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
@@ -305,8 +308,13 @@ async def stylize(
         "preset": preset,
         "style_scale": style_scale,
     }
-    video = await content.read()
-    if await run_in_threadpool(looks_like_video, video):
+    head = await content.read(SNIFF_BYTES)  # a photo's bytes are read in its turn, below
+    await content.seek(0)
+    video = await content.read() if looks_like_video(head) or head[:3] == b"GIF" else b""
+    is_video = False
+    if video:
+        is_video = await run_in_threadpool(looks_like_video, video)
+    if is_video:
         if not respond_async:
             raise ValidationFailed(
                 "content: a video always runs as a job; send it with the header "
