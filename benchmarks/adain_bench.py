@@ -22,7 +22,7 @@ with the same float32 encoder.
 Images: ``--split holdout`` (default), the evaluation split: photos and textures that
 are NOT in ../shared/images and that nothing here was tuned on (see ``holdout_split``);
 ``--split dev`` the development images: the shared photos and paintings and a generated
-star field (``star_field.py``).
+star field (:func:`star_field`).
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/adain_bench.py [--rounds 3]
@@ -35,13 +35,14 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import math
 import os
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
 import torch
-from star_field import star_field_file
 
 from models.adain import StyleTransfer
 from models.adain.metrics import (
@@ -109,9 +110,70 @@ def holdout_split() -> tuple[list[Path], list[Path]]:
     return photos, styles
 
 
+#: Star colours (RGB) of the generated star field: white, orange, blue, red-orange,
+#: blue-white.
+STAR_PALETTE = (
+    (1.0, 0.97, 0.92),
+    (1.0, 0.75, 0.45),
+    (0.65, 0.78, 1.0),
+    (1.0, 0.55, 0.35),
+    (0.9, 0.9, 1.0),
+)
+
+
+def star_field(size: int = 640, count: int = 700, seed: int = 0) -> torch.Tensor:
+    """A generated deep-sky field, the development split's style with sparse small bright
+    features, as ``(1, 3, size, size)`` float32 in ``[0, 1]``.
+
+    The evaluation split's worst pair for both presets is a photo under the Hubble deep
+    field, a kind of style no development painting is like; this image is drawn by code
+    from a fixed seed (not copied from any photograph), so that failure can be worked on
+    without the evaluation images: ``count`` elliptical Gaussian sources, most of them
+    points (``sigma`` from 0.6 px, a few up to 3.6), elongated up to 3.5x at a random
+    angle, with a peak brightness in ``[0.25, 1]`` and one of five star colours, over a
+    sky of 0.02 with faint noise.
+    """
+    generator = torch.Generator().manual_seed(seed)
+
+    def uniform() -> float:
+        return float(torch.rand((), generator=generator, dtype=torch.float64))
+
+    rows = torch.arange(size, dtype=torch.float64).view(-1, 1)
+    cols = torch.arange(size, dtype=torch.float64).view(1, -1)
+    palette = torch.tensor(STAR_PALETTE, dtype=torch.float64)
+    image = torch.zeros(3, size, size, dtype=torch.float64)
+    for _ in range(count):
+        centre_y, centre_x = uniform() * size, uniform() * size
+        sigma = 0.6 + 3.0 * uniform() ** 4  # mostly points, a few large sources
+        elongation = 1.0 + 2.5 * uniform() ** 3
+        angle = math.pi * uniform()
+        peak = 0.25 + 0.75 * uniform() ** 0.5
+        colour = palette[int(uniform() * len(STAR_PALETTE))]
+        reach = int(4 * sigma * elongation) + 2
+        top, bottom = max(0, int(centre_y) - reach), min(size, int(centre_y) + reach + 1)
+        left, right = max(0, int(centre_x) - reach), min(size, int(centre_x) + reach + 1)
+        dy, dx = rows[top:bottom] - centre_y, cols[:, left:right] - centre_x
+        along = dx * math.cos(angle) + dy * math.sin(angle)
+        across = -dx * math.sin(angle) + dy * math.cos(angle)
+        source = torch.exp(-0.5 * ((along / (sigma * elongation)) ** 2 + (across / sigma) ** 2))
+        image[:, top:bottom, left:right] += peak * colour.view(3, 1, 1) * source
+    image += 0.02 + 0.012 * torch.randn(3, size, size, generator=generator, dtype=torch.float64)
+    return image.clamp(0.0, 1.0).float()[None]
+
+
+def star_field_file() -> Path:
+    """The default :func:`star_field` as a PNG in the temporary folder (written once)."""
+    path = Path(tempfile.gettempdir()) / "atelier-star-field-640-700-0.png"
+    if not path.exists():
+        partial = path.with_suffix(".partial.png")
+        tensor_to_pil(star_field()[0]).save(partial)
+        partial.replace(path)
+    return path
+
+
 def dev_split(images: Path) -> tuple[list[Path], list[Path]]:
     """The development images: every shared photo and painting, and the generated star
-    field (``star_field.py``) as a sixth style."""
+    field (:func:`star_field`) as a sixth style."""
     styles = sorted((images / "style").iterdir()) + [star_field_file()]
     return sorted((images / "content").iterdir()), styles
 
