@@ -68,6 +68,12 @@ class Decoder(nn.Module):
     def in_channels(self) -> int:
         return level_channels(self.level)
 
+    def _conv(self, index: int) -> nn.Conv2d:
+        """``self.layers[index]``, a convolution."""
+        conv = self.layers[index]
+        assert isinstance(conv, nn.Conv2d)
+        return conv
+
     def _check(self, features: Tensor) -> None:
         if features.ndim != 4 or features.shape[1] != self.in_channels:
             raise ValueError(
@@ -79,7 +85,7 @@ class Decoder(nn.Module):
         self, x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None
     ) -> Tensor:
         """The last layer (reflection pad + conv to RGB), by :func:`conv3x3_reflect`."""
-        conv = self.layers[-1]
+        conv = self._conv(-1)
         weight = conv.weight if weight is None else weight
         return conv3x3_reflect(x, weight, conv.bias if bias is None else bias)
 
@@ -137,7 +143,8 @@ class Decoder(nn.Module):
             - matrix: ``(C_level, C_level)``; shift: ``(C_level,)``.
             - output: ``(C_out, C_level, 3, 3)`` and ``(C_out,)``.
         """
-        conv = self.layers[1]
+        conv = self._conv(1)
+        assert conv.bias is not None  # every conv of the decoder has one
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)
         m, t = matrix.to(dtype), shift.to(dtype)
@@ -151,7 +158,8 @@ class Decoder(nn.Module):
         dtype = torch.promote_types(features.dtype, torch.float32)
         transformed = torch.einsum("bjc,bchw->bjhw", matrix.to(dtype), features.to(dtype))
         transformed = transformed + shift.to(dtype)[:, :, None, None]
-        return self(transformed.to(features.dtype))
+        output: Tensor = self(transformed.to(features.dtype))
+        return output
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> Decoder:
         """Load a Sequential-index checkpoint of exactly this layout."""

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+from typing import Any
+
 import torch
 from torch.overrides import TorchFunctionMode
 
@@ -43,13 +46,14 @@ def bf16_supported(device: torch.device | str) -> bool:
     device = torch.device(device)
     if device.type == "cuda":
         with torch.cuda.device(device):
-            return torch.cuda.is_bf16_supported(including_emulation=False)
+            supported: bool = torch.cuda.is_bf16_supported(including_emulation=False)
+            return supported
     return device.type == "cpu" and _cpu_has_native_bf16()
 
 
 def _cpu_has_native_bf16() -> bool:
     """oneDNN's CPU probe; a private torch op, so its absence counts as "no"."""
-    if not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]  # unannotated in torch
         return False
     try:
         return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
@@ -82,7 +86,9 @@ def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:
     return torch.bfloat16 if native or precision == "bf16" else None
 
 
-def to_device(tensor: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None):
+def to_device(
+    tensor: torch.Tensor, device: torch.device | str, dtype: torch.dtype | None = None
+) -> torch.Tensor:
     """``tensor`` on ``device`` (and in ``dtype``), without making the host wait.
 
     A CPU tensor bound for a GPU goes through page-locked memory and is copied
@@ -127,7 +133,13 @@ class HostReads(TorchFunctionMode):
         super().__init__()
         self.names: list[str] = []
 
-    def __torch_function__(self, func, types, args=(), kwargs=None):
+    def __torch_function__(
+        self,
+        func: Callable[..., Any],
+        types: Collection[type],
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:  # whatever ``func`` returns: any torch function passes through
         name = getattr(func, "__name__", "")
         if name in self.READS or (name == "__getitem__" and _boolean_index(args)):
             self.names.append(name)
@@ -138,7 +150,7 @@ class HostReads(TorchFunctionMode):
         return len(self.names)
 
 
-def _boolean_index(args: tuple) -> bool:
+def _boolean_index(args: tuple[Any, ...]) -> bool:
     index = args[1] if len(args) > 1 else None
     items = index if isinstance(index, tuple) else (index,)
     return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in items)

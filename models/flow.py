@@ -61,11 +61,12 @@ class FlowEstimator:
 
     def __init__(self, preset: DisPreset = "fast") -> None:
         self.preset = preset
-        self._dis = cv2.DISOpticalFlow_create(_PRESETS[preset])
+        self._dis = cv2.DISOpticalFlow.create(_PRESETS[preset])
 
     def flow(self, source: Frame, target: Frame) -> np.ndarray:
         """The flow ``f`` with ``source(p) ~ target(p + f(p))``: ``(H, W, 2)`` float32."""
-        return self._dis.calc(_grey(source), _grey(target), None)
+        flow: np.ndarray = self._dis.calc(_grey(source), _grey(target), None)  # type: ignore[call-overload]  # cv2's stubs lack the None output array
+        return flow
 
     def flows(self, previous: Frame, current: Frame) -> tuple[np.ndarray, np.ndarray]:
         """``(backward, forward)``: frame ``t``'s pixels in ``t - 1``, and ``t - 1``'s in ``t``."""
@@ -96,7 +97,8 @@ def reliable_mask(backward: np.ndarray, forward: np.ndarray) -> np.ndarray:
     round_trip = backward + forward_at_match
     lhs = (round_trip**2).sum(-1)
     rhs = 0.01 * ((backward**2).sum(-1) + (forward_at_match**2).sum(-1)) + 0.5
-    return ((lhs <= rhs) & (inside(backward) > 0)).astype(np.float32)
+    mask: np.ndarray = ((lhs <= rhs) & (inside(backward) > 0)).astype(np.float32)
+    return mask
 
 
 def inside(flow: np.ndarray) -> np.ndarray:
@@ -106,7 +108,8 @@ def inside(flow: np.ndarray) -> np.ndarray:
     match_x = grid_x + flow[..., 0]
     match_y = grid_y + flow[..., 1]
     within = (match_x >= 0) & (match_x <= width - 1) & (match_y >= 0) & (match_y <= height - 1)
-    return within.astype(np.float32)
+    mask: np.ndarray = within.astype(np.float32)
+    return mask
 
 
 def shift_flow(shape: tuple[int, int], dx: float, dy: float = 0.0) -> tuple[np.ndarray, np.ndarray]:

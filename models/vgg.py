@@ -76,7 +76,8 @@ def level_channels(level: str) -> int:
 
 def level_stride(level: str) -> int:
     """Downsampling factor from the image to ``level``'s feature map (1, 2, 4 or 8)."""
-    return 2 ** sum(isinstance(step, PoolStep) for step in encoder_plan(level))
+    stride: int = 2 ** sum(isinstance(step, PoolStep) for step in encoder_plan(level))
+    return stride
 
 
 def _layer_indices(state_dict: Mapping[str, Tensor]) -> dict[int, dict[str, Tensor]]:
@@ -195,7 +196,8 @@ class VGGEncoder(nn.Module):
 
     def encode(self, x: Tensor, level: str) -> Tensor:
         """Features at one level: ``(B, C_level, H / s, W / s)``."""
-        return self(x, (level,))[level]
+        features: dict[str, Tensor] = self(x, (level,))
+        return features[level]
 
     def load_published(self, state_dict: Mapping[str, Tensor]) -> VGGEncoder:
         """Load a published Sequential-index checkpoint (deeper files are truncated)."""

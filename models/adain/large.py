@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F  # noqa: N812
-from torch import Tensor
+from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.mixing import convex_weights
@@ -556,6 +556,13 @@ def _octave_style_statistics(
     return CovarianceStats(mean, symmetric_power(covariance, 0.5))
 
 
+def _relu1_1_layers(model: StyleTransfer) -> tuple[nn.Module, nn.Conv2d]:
+    """The encoder's 1x1 preprocessing and its first 3x3 convolution (relu1_1's)."""
+    preprocess, conv = model.encoder.layers[0], model.encoder.layers[2]
+    assert isinstance(conv, nn.Conv2d)
+    return preprocess, conv
+
+
 def octave_grid_features(model: StyleTransfer, neighbourhoods: Tensor) -> Tensor:
     """relu1_1 features at grid positions from their 3 x 3 neighbourhoods laid side by side.
 
@@ -564,7 +571,7 @@ def octave_grid_features(model: StyleTransfer, neighbourhoods: Tensor) -> Tensor
           columns likewise, consecutive); output: ``(1, 64, h w)`` in the model's dtype.
     """
     dtype = model._ready()
-    preprocess, conv = model.encoder.layers[0], model.encoder.layers[2]
+    preprocess, conv = _relu1_1_layers(model)
     image = preprocess(neighbourhoods.to(model.device, dtype))
     return F.relu_(F.conv2d(image, conv.weight, conv.bias, stride=3)).flatten(2)
 
@@ -588,8 +595,8 @@ def octave_tiles(
           ``(64,)``; output: ``(T, 3, th, tw)`` float32.
     """
     dtype = model._ready()
-    preprocess, conv = model.encoder.layers[0], model.encoder.layers[2]
-    decoder = model.decoders[OCTAVE_LEVEL]
+    preprocess, conv = _relu1_1_layers(model)
+    decoder = model._decoder(OCTAVE_LEVEL)
 
     def features(images: Tensor) -> Tensor:
         images = images.to(model.device, dtype).contiguous(memory_format=torch.channels_last)
@@ -609,5 +616,5 @@ def octave_tiles(
     weight, bias = decoder.folded_first_conv(alpha * matrix, alpha * shift)
     out = F.conv2d(mapped, weight, bias)
     if photos is not None and alpha < 1.0:  # the anchor's share, (1 - alpha) f(photo)
-        out += F.conv2d(features(photos), (1.0 - alpha) * decoder.layers[1].weight)
+        out += F.conv2d(features(photos), (1.0 - alpha) * decoder._conv(1).weight)
     return out.float().clamp_(0.0, 1.0)

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -86,7 +87,8 @@ def gram_matrices(
 def gram_distance(a: dict[str, Tensor], b: dict[str, Tensor]) -> Tensor:
     """``sum_l mean((G_l(a) - G_l(b))^2)`` over the levels of ``a``, per sample: ``(B,)``
     (``b`` may have batch 1)."""
-    return sum((a[level] - b[level]).square().flatten(1).mean(dim=1) for level in a)
+    # a sum of tensors (typed ``Tensor | Literal[0]``: the start value of ``sum``)
+    return cast(Tensor, sum((a[level] - b[level]).square().flatten(1).mean(dim=1) for level in a))
 
 
 def gram_style_loss(

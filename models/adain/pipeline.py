@@ -17,7 +17,7 @@ that level, so ``alpha = 0`` gives the last level's plain reconstruction of the 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -105,24 +105,24 @@ class _Rows:
     drops images: tensors (or lists or dicts of them, or style statistics) of batch
     ``batch`` are per image; batch-1 ones are shared by every image and stay as they are."""
 
-    def __init__(self, batch: int, **values) -> None:
+    def __init__(self, batch: int, **values: Any) -> None:
         self.batch = batch
         self.values = dict(values)
 
-    def __getitem__(self, name: str):
+    def __getitem__(self, name: str) -> Any:  # values of many kinds, read by name
         return self.values[name]
 
     def __contains__(self, name: str) -> bool:
         return name in self.values
 
-    def set(self, **values) -> None:
+    def set(self, **values: Any) -> None:
         self.values.update(values)
 
     def take(self, rows: Tensor) -> None:
         """Keep images ``rows`` (positions in the current batch)."""
         batch = self.batch
 
-        def restrict(value):
+        def restrict(value: Any) -> Any:
             if isinstance(value, Tensor):
                 return value if value.shape[0] != batch else take_rows(value, rows)
             if isinstance(value, list | tuple):
@@ -217,10 +217,11 @@ class StyleTransfer(nn.Module):
         adain_pair = [
             find_file(name, search_path) for name in (ADAIN_ENCODER_FILE, ADAIN_DECODER_FILE)
         ]
-        if all(adain_pair):
+        adain_encoder, adain_decoder = adain_pair
+        if adain_encoder and adain_decoder:
             # the release's VGG is the same normalised VGG-19, only deeper: it serves every level
-            encoder_path = adain_pair[0]
-            decoder_paths["relu4_1"] = adain_pair[1]
+            encoder_path = adain_encoder
+            decoder_paths["relu4_1"] = adain_decoder
         encoder = VGGEncoder.from_state_dict(load_state_dict(encoder_path))
         decoders = {
             level: Decoder.from_state_dict(load_state_dict(path), level)
@@ -278,6 +279,12 @@ class StyleTransfer(nn.Module):
         """bfloat16 on the fast path where the device has native bf16 kernels, else float32."""
         return torch.bfloat16 if self.fast and bf16_supported(self.device) else torch.float32
 
+    def _decoder(self, level: str) -> Decoder:
+        """The decoder of ``level`` (``self.decoders`` is a ``ModuleDict``)."""
+        decoder = self.decoders[level]
+        assert isinstance(decoder, Decoder)
+        return decoder
+
     def _ready(self) -> torch.dtype:
         """Cast the networks to the compute dtype once (after a device move); return it."""
         dtype = self._compute_dtype()
@@ -300,9 +307,11 @@ class StyleTransfer(nn.Module):
         """Statistics of a style image at ``levels`` for ``transform`` (``FeatureStats`` for
         AdaIN, ``CovarianceStats`` for WCT), from the cache when seen before (``key``: see
         :meth:`StyleStatsCache.get_or_compute`)."""
-        of = CovarianceStats.of if transform == "wct" else FeatureStats.of
+        of: Callable[[Tensor], FeatureStats | CovarianceStats] = (
+            CovarianceStats.of if transform == "wct" else FeatureStats.of
+        )
 
-        def compute(image: Tensor, missing: list[str]) -> dict:
+        def compute(image: Tensor, missing: list[str]) -> dict[str, FeatureStats | CovarianceStats]:
             features = self.encoder(self._prepare(image), missing)
             return {level: of(features[level]) for level in missing}
 
@@ -390,9 +399,9 @@ class StyleTransfer(nn.Module):
                 "style_scale": check_style_scale(style_scale),
             }
             return self._stylize_large(content, styles, options, control)
-        preset = self.resolve_passes(levels, preset)
+        chosen = self.resolve_passes(levels, preset)
         if alpha == 0.0:
-            preset = preset.last_pass()  # every pass is anchored to the photo
+            chosen = chosen.last_pass()  # every pass is anchored to the photo
         weights = self._check_arguments(content, styles, style_weights, alpha, masks)
         style_scale = check_style_scale(style_scale)
         given_styles = list(styles)
@@ -410,9 +419,9 @@ class StyleTransfer(nn.Module):
             else [to_device(m, self.device, torch.float32) for m in masks],
         )
         self._ready()
-        total, done = preset.passes, 0
-        for stage_index, stage in enumerate(preset.stages):
-            size = stage_size(tuple(content.shape[-2:]), stage.factor)
+        total, done = chosen.passes, 0
+        for stage_index, stage in enumerate(chosen.stages):
+            size = stage_size((content.shape[-2], content.shape[-1]), stage.factor)
             photo = resize(state["source"], size)
             if "previous" in state:
                 start = next_stage_start(photo, state["previous"], state["previous_photo"])
@@ -425,7 +434,7 @@ class StyleTransfer(nn.Module):
             prepared = f"side={max(size)}|scale={style_scale!r}|luminance={preserve_color}"
             stats = [
                 self.style_stats(
-                    style, stage.levels, preset.transform, key=self._host_key(given, prepared)
+                    style, stage.levels, chosen.transform, key=self._host_key(given, prepared)
                 )
                 for style, given in zip(stage_styles, given_styles, strict=True)
             ]
@@ -434,7 +443,7 @@ class StyleTransfer(nn.Module):
                 stage_masks = [resize(mask, size) for mask in state["masks"]]
             state.set(stats=stats, stage_masks=stage_masks, photo=photo)
             image = self._stage(
-                start, stage.levels, preset.transform, state, weights, alpha, control, done, total
+                start, stage.levels, chosen.transform, state, weights, alpha, control, done, total
             )
             if image is None:  # every image was cancelled
                 return content[:0]
@@ -445,7 +454,7 @@ class StyleTransfer(nn.Module):
         rows = wanted_rows(control, total, total)
         if rows is not None:
             state.take(rows)
-        output = state["previous"].float().clamp(0.0, 1.0).contiguous()
+        output: Tensor = state["previous"].float().clamp(0.0, 1.0).contiguous()
         if preserve_color:
             output = with_chroma_of(output, state["content"])
         return output
@@ -487,7 +496,8 @@ class StyleTransfer(nn.Module):
         per image, in turn; ``control`` is asked before each step (and at the end) with
         the steps of every image counted, and the images it drops stop there."""
         batch = content.shape[0]
-        kept, outputs = list(range(batch)), {}
+        kept = list(range(batch))
+        outputs: dict[int, Tensor] = {}
         total = done = 0
         for index in range(batch):
             if index not in kept:
@@ -511,7 +521,11 @@ class StyleTransfer(nn.Module):
 
     @staticmethod
     def _still_wanted(
-        control: StepControl | None, done: int, total: int, kept: list[int], outputs: dict
+        control: StepControl | None,
+        done: int,
+        total: int,
+        kept: list[int],
+        outputs: dict[int, Tensor],
     ) -> list[int]:
         rows = wanted_rows(control, done, total)
         if rows is None:
@@ -572,7 +586,7 @@ class StyleTransfer(nn.Module):
                 else:
                     scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
                     matrix = torch.diag_embed(scale)
-                image = self.decoders[level].forward_linear(features, matrix, shift)
+                image = self._decoder(level).forward_linear(features, matrix, shift)
                 continue
             labels = None
             if state["stage_masks"] is not None:
@@ -610,7 +624,7 @@ class StyleTransfer(nn.Module):
         alpha: float,
     ) -> Tensor:
         """A folded relu1_1 WCT pass without the full-size map (:mod:`models.adain.banded`)."""
-        banded = BandedRelu11(self.encoder, self.decoders["relu1_1"])
+        banded = BandedRelu11(self.encoder, self._decoder("relu1_1"))
         padded = banded.padded_input(image)
         grid = banded.grid_features(padded, grid_stride(*image.shape[-2:]))
         matrix, shift = wct_affine(grid, level_stats, weights=weights, alpha=alpha, scratch=True)

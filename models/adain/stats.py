@@ -13,11 +13,15 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, cast
 
 import torch
 from torch import Tensor
 
 from norms.functional import channel_mean_std
+
+if TYPE_CHECKING:
+    from models.adain.whitening import CovarianceStats
 
 #: AdaIN's epsilon: added to every variance before the square root.
 EPS = 1e-5
@@ -58,8 +62,9 @@ def mix(stats: Sequence[FeatureStats], weights: Sequence[float], batch: int) -> 
     summing to 1.
     """
     expanded = [item.expand(batch) for item in stats]
-    mean = sum(w * item.mean for w, item in zip(weights, expanded, strict=True))
-    std = sum(w * item.std for w, item in zip(weights, expanded, strict=True))
+    # sums of tensors (typed ``Tensor | Literal[0]``: the start value of ``sum``)
+    mean = cast(Tensor, sum(w * item.mean for w, item in zip(weights, expanded, strict=True)))
+    std = cast(Tensor, sum(w * item.std for w, item in zip(weights, expanded, strict=True)))
     return FeatureStats(mean, std)
 
 
@@ -67,12 +72,13 @@ def content_key(image: Tensor) -> str:
     """sha256 of an image tensor's shape, dtype and bytes (the cache key of its statistics)."""
     data = image.detach().to("cpu").contiguous()
     digest = hashlib.sha256(f"{tuple(data.shape)}|{data.dtype}|".encode())
-    digest.update(memoryview(data.view(torch.uint8).numpy()))  # no copy of the bytes
+    digest.update(data.view(torch.uint8).numpy().data)  # a memoryview: no copy of the bytes
     return digest.hexdigest()
 
 
 class StyleStatsCache:
-    """Least-recently-used cache of :class:`FeatureStats` per (image content, level, mode).
+    """Least-recently-used cache of :class:`FeatureStats` (or WCT's
+    :class:`~models.adain.whitening.CovarianceStats`) per (image content, level, mode).
 
     Args:
         capacity: entries kept (one entry is one style image at one level); 0 disables.
@@ -82,7 +88,9 @@ class StyleStatsCache:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, str, str], FeatureStats] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str, str], FeatureStats | CovarianceStats] = (
+            OrderedDict()
+        )
         self.hits = 0
         self.misses = 0
 
@@ -97,10 +105,10 @@ class StyleStatsCache:
         image: Tensor,
         levels: Iterable[str],
         mode: str,
-        compute: Callable[[Tensor, list[str]], dict[str, FeatureStats]],
+        compute: Callable[[Tensor, list[str]], dict[str, FeatureStats | CovarianceStats]],
         *,
         key: str | None = None,
-    ) -> dict[str, FeatureStats]:
+    ) -> dict[str, FeatureStats | CovarianceStats]:
         """Statistics of ``image`` at ``levels``; only the missing levels are computed.
 
         Args:
@@ -117,7 +125,7 @@ class StyleStatsCache:
             self.misses += len(levels)
             return compute(image, levels)
         key = content_key(image) if key is None else key
-        found = {}
+        found: dict[str, FeatureStats | CovarianceStats] = {}
         for level in levels:
             entry = self._entries.get((key, level, mode))
             if entry is not None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -145,7 +146,8 @@ def adain_losses(
         ).mean()
         for name in levels
     )
-    return content_loss, style_loss
+    # a sum of tensors (typed ``Tensor | Literal[0]``: the start value of ``sum``)
+    return content_loss, cast(Tensor, style_loss)
 
 
 def train(config: TrainConfig, encoder: VGGEncoder, *, progress: bool = True) -> list[float]:
@@ -190,7 +192,7 @@ def train(config: TrainConfig, encoder: VGGEncoder, *, progress: bool = True) ->
         )
         loss = config.content_weight * content_loss + config.style_weight * style_loss
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # Tensor.backward is unannotated in torch
         optimizer.step()
         schedule.step()
         history.append(float(loss.detach()))
@@ -204,7 +206,13 @@ def train(config: TrainConfig, encoder: VGGEncoder, *, progress: bool = True) ->
     return history
 
 
-def _save_checkpoint(config, decoder, optimizer, schedule, step: int) -> None:
+def _save_checkpoint(
+    config: TrainConfig,
+    decoder: Decoder,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+    step: int,
+) -> None:
     state = {key.removeprefix("layers."): value for key, value in decoder.state_dict().items()}
     save_state_dict(state, config.decoder_path, metadata={"level": config.level, "step": str(step)})
     extras = {"step": step, "optimizer": optimizer.state_dict(), "schedule": schedule.state_dict()}
@@ -212,7 +220,12 @@ def _save_checkpoint(config, decoder, optimizer, schedule, step: int) -> None:
     save_training_state(extras, Path(config.out_dir) / STATE_FILE)
 
 
-def _load_checkpoint(config, decoder, optimizer, schedule) -> int:
+def _load_checkpoint(
+    config: TrainConfig,
+    decoder: Decoder,
+    optimizer: torch.optim.Optimizer,
+    schedule: torch.optim.lr_scheduler.LRScheduler,
+) -> int:
     state_path = Path(config.out_dir) / STATE_FILE
     if not state_path.is_file() or not config.decoder_path.is_file():
         raise FileNotFoundError(f"nothing to resume in {config.out_dir} (no {STATE_FILE})")

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -82,8 +83,9 @@ def mix_covariance(
     ``mu = sum_k w_k mu_k``, ``root = sum_k w_k root_k``, so that
     ``WCT(c, mix) = sum_k w_k WCT(c, s_k)``."""
     expanded = [item.expand(batch) for item in stats]
-    mean = sum(w * item.mean for w, item in zip(weights, expanded, strict=True))
-    root = sum(w * item.root for w, item in zip(weights, expanded, strict=True))
+    # sums of tensors (typed ``Tensor | Literal[0]``: the start value of ``sum``)
+    mean = cast(Tensor, sum(w * item.mean for w, item in zip(weights, expanded, strict=True)))
+    root = cast(Tensor, sum(w * item.root for w, item in zip(weights, expanded, strict=True)))
     return CovarianceStats(mean, root)
 
 

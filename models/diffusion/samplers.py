@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -64,10 +64,16 @@ def _pairs(alpha_bar: Tensor, steps: int) -> list[tuple[int, float, float]]:
     return [(t, values[i], values[i + 1]) for i, t in enumerate(grid)]
 
 
-def _controlled(control: StepControl | None, done: int, total: int, state: tuple) -> tuple:
+_State = TypeVar("_State", bound=tuple[Any, ...])
+
+
+def _controlled(control: StepControl | None, done: int, total: int, state: _State) -> _State:
     """``state`` (per-row values, batch first) restricted to the rows ``control`` keeps."""
     rows = wanted_rows(control, done, total)
-    return state if rows is None else take_rows(state, rows)
+    if rows is None:
+        return state
+    kept: _State = take_rows(state, rows)  # a tuple of the same kind
+    return kept
 
 
 def ddpm(
@@ -188,7 +194,7 @@ def dpm_solver_pp_2m(
         a_s, s_s = math.sqrt(ab_s), math.sqrt(1 - ab_s)
         h = math.log(a_s / s_s) - math.log(a_t / s_t)
         direction = x0
-        if previous_x0 is not None:
+        if previous_x0 is not None and previous_h is not None:  # set together
             r = previous_h / h
             direction = (1 + 1 / (2 * r)) * x0 - (1 / (2 * r)) * previous_x0
         x = (s_s / s_t) * x - a_s * math.expm1(-h) * direction

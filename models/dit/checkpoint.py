@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
-from safetensors.torch import load_file, safe_open
+from safetensors import safe_open
+from safetensors.torch import load_file
 
 from models.checkpoints import save_state_dict
 from models.dit.config import DiTConfig
@@ -30,7 +32,7 @@ def save_dit(path: str | Path, model: DiT, **info: object) -> Path:
     return save_state_dict(state, path, metadata=metadata)
 
 
-def read_metadata(path: str | Path) -> tuple[DiTConfig, dict]:
+def read_metadata(path: str | Path) -> tuple[DiTConfig, dict[str, Any]]:
     """The config and the ``info`` dict of a checkpoint, without loading its tensors."""
     with safe_open(str(path), framework="pt") as handle:
         metadata = handle.metadata() or {}

@@ -114,7 +114,8 @@ class TimestepEmbedder(nn.Module):
         )
 
     def forward(self, t: Tensor) -> Tensor:
-        return self.mlp(timestep_embedding(t, self.frequency_dim))
+        embedding: Tensor = self.mlp(timestep_embedding(t, self.frequency_dim))
+        return embedding
 
 
 class Mlp(nn.Sequential):
@@ -140,7 +141,8 @@ class SelfAttention(nn.Module):
         qkv = self.qkv(x).reshape(b, t, 3, self.num_heads, d // self.num_heads)
         q, k, v = qkv.permute(2, 0, 3, 1, 4)  # each (B, H, T, d/H)
         y = F.scaled_dot_product_attention(q, k, v)  # (B, H, T, d/H)
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        out: Tensor = self.out(y.transpose(1, 2).reshape(b, t, d))
+        return out
 
 
 class CrossAttention(nn.Module):
@@ -165,7 +167,8 @@ class CrossAttention(nn.Module):
         kv = self.kv(context).reshape(b, context.shape[1], 2, heads, head_dim)
         k, v = kv.permute(2, 0, 3, 1, 4)  # each (B, H, L, d/H)
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
-        return self.out(y.transpose(1, 2).reshape(b, t, d))
+        out: Tensor = self.out(y.transpose(1, 2).reshape(b, t, d))
+        return out
 
 
 #: Builds an affine norm over the last dim: ``norm_layer(num_features, eps=...)``.
@@ -200,9 +203,10 @@ class DiTBlock(nn.Module):
     def forward(self, x: Tensor, c: Tensor, context: Tensor | None, mask: Tensor | None) -> Tensor:
         attn_mod, mlp_mod = self.adaln(c)
         x = x + attn_mod.gate[:, None] * self.attn(self.adaln.normalize(x, attn_mod))
-        if self.cross_attn is not None:
+        if self.cross_attn is not None and self.cross_norm is not None:  # both or neither
             x = x + self.cross_attn(self.cross_norm(x), context, mask)
-        return x + mlp_mod.gate[:, None] * self.mlp(self.adaln.normalize(x, mlp_mod))
+        out: Tensor = x + mlp_mod.gate[:, None] * self.mlp(self.adaln.normalize(x, mlp_mod))
+        return out
 
 
 class FinalLayer(nn.Module):
@@ -214,7 +218,8 @@ class FinalLayer(nn.Module):
         self.linear = nn.Linear(config.width, config.patch_size**2 * config.in_channels)
 
     def forward(self, x: Tensor, c: Tensor) -> Tensor:
-        return self.linear(self.norm(x, c))
+        out: Tensor = self.linear(self.norm(x, c))
+        return out
 
 
 class DiT(nn.Module):
@@ -270,10 +275,12 @@ class DiT(nn.Module):
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
         for layer in (self.t_embedder.mlp[0], self.t_embedder.mlp[2]):
+            assert isinstance(layer, nn.Linear)
             nn.init.normal_(layer.weight, std=0.02)
         nn.init.normal_(self.null_pooled, std=self.config.text_dim**-0.5)
         nn.init.normal_(self.null_token, std=0.02)
         for block in self.blocks:
+            assert isinstance(block, DiTBlock)
             block.adaln.reset_parameters()
             if block.cross_attn is not None:
                 nn.init.zeros_(block.cross_attn.out.weight)
@@ -328,7 +335,7 @@ class DiT(nn.Module):
         """
         if self.text_tokens is None:
             return None
-        context = self.text_tokens(tokens)
+        context: Tensor = self.text_tokens(tokens)
         if self.text_position is not None:
             index = torch.arange(tokens.shape[1], device=tokens.device)
             index = index.clamp_max(self.config.text_positions - 1)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -106,7 +107,7 @@ class TextToImage:
         default_steps: int = 25,
         default_guidance_scale: float = 4.0,
         source: str | None = None,
-        info: dict | None = None,
+        info: dict[str, Any] | None = None,
         plan_layout: bool = True,
         precision: str = "auto",
     ) -> None:
@@ -136,7 +137,7 @@ class TextToImage:
 
     @classmethod
     def from_checkpoint(
-        cls, path: str | Path, *, device: torch.device | str = "cpu", **kwargs
+        cls, path: str | Path, *, device: torch.device | str = "cpu", **kwargs: Any
     ) -> TextToImage:
         """Load a ``.safetensors`` written by ``atelier train-dit``."""
         config, info = read_metadata(path)
@@ -152,7 +153,7 @@ class TextToImage:
         *,
         device: torch.device | str = "cpu",
         filename: str = DEFAULT_CHECKPOINT,
-        **kwargs,
+        **kwargs: Any,
     ) -> TextToImage:
         """Load ``filename`` from the first folder of ``search_path`` that holds it
         (:func:`models.hub.resolve`, as for every weights file).
@@ -358,7 +359,7 @@ class TextToImage:
             background=EMPTY_CANVAS,
         )
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """What is loaded: checkpoint, architecture, training info and defaults."""
         return {
             "name": "dit",

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load_file
@@ -106,7 +107,7 @@ class Trainer:
         config: TrainConfig,
         *,
         encoder: TextEncoder,
-        dataset: Dataset | None = None,
+        dataset: Dataset[tuple[torch.Tensor, str]] | None = None,
         device: torch.device | str = "cpu",
         model_config: DiTConfig | None = None,
     ) -> None:
@@ -179,7 +180,7 @@ class Trainer:
                 prediction=self.model_config.prediction,
                 generator=self.generator,
             )
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # Tensor.backward is unannotated in torch
         if self.config.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
@@ -191,10 +192,11 @@ class Trainer:
     @torch.no_grad()
     def _update_ema(self) -> None:
         decay = min(self.config.ema_decay, (1 + self.step) / (10 + self.step))
-        ema_params = list(self.ema.parameters())
-        torch._foreach_lerp_(ema_params, list(self.model.parameters()), 1.0 - decay)
+        ema_params: list[torch.Tensor] = list(self.ema.parameters())
+        model_params: list[torch.Tensor] = list(self.model.parameters())
+        torch._foreach_lerp_(ema_params, model_params, 1.0 - decay)
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.state_dict(),
             "ema": self.ema.state_dict(),
@@ -205,7 +207,7 @@ class Trainer:
             "model_config": self.model_config.to_json(),
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: dict[str, Any]) -> None:
         if DiTConfig.from_json(state["model_config"]) != self.model_config:
             raise ValueError("the saved state is for a different model configuration")
         saved = state["train_config"]

@@ -9,6 +9,7 @@ from torch.utils.data import Dataset
 from models.shapes.render import render
 from models.shapes.scenes import sample_scene
 from models.shapes.splits import SPLITS, check_split
+from models.shapes.vocab import Scene
 
 
 def to_tensor(image: np.ndarray) -> torch.Tensor:
@@ -16,7 +17,7 @@ def to_tensor(image: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(image).permute(2, 0, 1).to(torch.float32).div_(255.0)
 
 
-class ShapesDataset(Dataset):
+class ShapesDataset(Dataset[tuple[torch.Tensor, str]]):
     """Procedural captioned shapes, 32x32 RGB, 1 to 3 objects on black.
 
     Item ``i`` is drawn from a generator seeded with ``(seed, split, i)``, so it is the
@@ -42,7 +43,7 @@ class ShapesDataset(Dataset):
     def __len__(self) -> int:
         return self.length
 
-    def scene(self, index: int):
+    def scene(self, index: int) -> Scene:
         """The :class:`~models.shapes.vocab.Scene` behind item ``index``."""
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} out of range for length {self.length}")

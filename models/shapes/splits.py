@@ -83,8 +83,8 @@ def sample_caption(
         return ParsedCaption(tuple(specs))
     pairs = _draw_pairs(rng, split, 2)
     relation = RELATIONS[rng.integers(len(RELATIONS))]
-    specs = tuple(ObjectSpec(c, s, size=_maybe(rng, 0.3, SIZES)) for c, s in pairs)
-    return ParsedCaption(specs, relation)
+    pair = tuple(ObjectSpec(c, s, size=_maybe(rng, 0.3, SIZES)) for c, s in pairs)
+    return ParsedCaption(pair, relation)
 
 
 #: Seed stream of :func:`eval_prompts` per split (the held-out list predates the option).

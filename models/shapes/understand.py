@@ -41,19 +41,26 @@ as of commit dd75519), and could not say which words it ignored. No parser libra
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 from models.shapes.captions import ObjectSpec, ParsedCaption, compose_caption
 from models.shapes.vocab import COLOURS, GRID, POSITIONS, SHAPES
 
 _INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
 
+#: A lexicon entry's value, by kind: a count, row or column (int; "another" for that
+#: determiner), a size or colour (str), a shape or relation with its flag (plural, "its"),
+#: or nothing.
+_Value: TypeAlias = int | str | tuple[str, bool] | None
 
-def _entries() -> dict[tuple[str, ...], tuple[str, object]]:
+
+def _entries() -> dict[tuple[str, ...], tuple[str, _Value]]:
     """The lexicon: word sequence -> (kind, value)."""
-    lexicon: dict[tuple[str, ...], tuple[str, object]] = {}
+    lexicon: dict[tuple[str, ...], tuple[str, _Value]] = {}
 
-    def add(kind: str, value: object, *phrases: str) -> None:
+    def add(kind: str, value: _Value, *phrases: str) -> None:
         for phrase in phrases:
             lexicon[tuple(phrase.split())] = (kind, value)
 
@@ -117,10 +124,25 @@ class _Item:
     """A lexicon match over tokens ``start:end``."""
 
     kind: str
-    value: object
+    value: _Value
     start: int
     end: int
     text: str
+
+    def number(self) -> int:
+        """The value of a count, row or column."""
+        assert isinstance(self.value, int)
+        return self.value
+
+    def word(self) -> str:
+        """The value of a size or colour."""
+        assert isinstance(self.value, str)
+        return self.value
+
+    def flagged(self) -> tuple[str, bool]:
+        """The value of a shape (name, plural) or relation (name, "its")."""
+        assert isinstance(self.value, tuple)
+        return self.value
 
 
 def _tokens(items: list[_Item]) -> set[int]:
@@ -185,6 +207,17 @@ class _Object:
     place_tokens: set[int] = field(default_factory=set)
 
 
+#: What :func:`_group` makes of the items: noun phrases, places and the loose items.
+_Element: TypeAlias = _Phrase | _Place | _Item
+
+
+def _phrase_at(elements: Sequence[_Element], index: int) -> _Phrase:
+    """``elements[index]``, known to be a noun phrase."""
+    phrase = elements[index]
+    assert isinstance(phrase, _Phrase)
+    return phrase
+
+
 @dataclass(frozen=True)
 class Understanding:
     """What a prompt was read as.
@@ -225,9 +258,9 @@ def _lex(tokens: list[str]) -> list[_Item]:
     return items
 
 
-def _group(items: list[_Item]) -> list[object]:
+def _group(items: list[_Item]) -> list[_Element]:
     """Items -> noun phrases, places and the remaining items (fillers dropped)."""
-    out: list[object] = []
+    out: list[_Element] = []
     i = 0
     while i < len(items):
         item = items[i]
@@ -246,9 +279,9 @@ def _group(items: list[_Item]) -> list[object]:
                     break
                 place.items.append(part)
                 if part.kind == "row":
-                    place.rows.add(part.value)
+                    place.rows.add(part.number())
                 elif part.kind == "col":
-                    place.cols.add(part.value)
+                    place.cols.add(part.number())
                 elif part.kind == "mid":
                     place.mid = True
                 i += 1
@@ -260,7 +293,7 @@ def _group(items: list[_Item]) -> list[object]:
     return out
 
 
-def _read_phrase(items: list[_Item], i: int, out: list[object]) -> int:
+def _read_phrase(items: list[_Item], i: int, out: list[_Element]) -> int:
     """Read one noun phrase from ``items[i]``; append it (or its loose items) to ``out``."""
     phrase = _Phrase([])
     start = i
@@ -276,15 +309,15 @@ def _read_phrase(items: list[_Item], i: int, out: list[object]) -> int:
             if item.value == "another":
                 phrase.another, phrase.count = True, 1
             elif kind != "the":
-                phrase.count = item.value
+                phrase.count = item.number()
             phrase.definite = phrase.definite or kind == "the"
         elif kind == "size" and phrase.size is None:
-            phrase.size = item.value
+            phrase.size = item.word()
         elif kind == "colour" and phrase.colour is None:
-            phrase.colour = item.value
+            phrase.colour = item.word()
         elif kind == "shape":
             phrase.items.append(item)
-            phrase.shape = item.value[0]
+            phrase.shape = item.flagged()[0]
             phrase.count = phrase.count or 1
             out.append(phrase)
             return i + 1
@@ -377,16 +410,17 @@ class _Reader:
                 if phrase.size and obj.size != phrase.size:
                     obj.size = None if obj.size else phrase.size
                 return index
+        assert phrase.colour is not None  # every caller checks it
         self.objects.append(_Object(phrase.colour, shape, count, phrase.size))
         return len(self.objects) - 1
 
     # --------------------------------------------------------------- sentences
-    def read(self, elements: list[object], offset: int) -> None:
+    def read(self, elements: list[_Element], offset: int) -> None:
         """One sentence: ``elements`` with global indices ``offset + i``."""
         phrases = [i for i, e in enumerate(elements) if isinstance(e, _Phrase)]
         for i in phrases:
-            if not elements[i].pronoun:
-                self.resolve(offset + i, elements[i])
+            if not _phrase_at(elements, i).pronoun:
+                self.resolve(offset + i, _phrase_at(elements, i))
         for i, element in enumerate(elements):
             if isinstance(element, _Item) and element.kind == "rel":
                 self._relate(elements, offset, i, phrases)
@@ -394,28 +428,30 @@ class _Reader:
             if isinstance(element, _Place):
                 self._place(elements, offset, i, phrases)
         for i in phrases:  # a pronoun nothing used still names an object
-            if elements[i].pronoun and offset + i not in self.resolved:
-                self.resolve(offset + i, elements[i])
+            if _phrase_at(elements, i).pronoun and offset + i not in self.resolved:
+                self.resolve(offset + i, _phrase_at(elements, i))
 
-    def _relate(self, elements: list[object], offset: int, r: int, phrases: list[int]) -> None:
-        name, implied_it = elements[r].value
+    def _relate(self, elements: list[_Element], offset: int, r: int, phrases: list[int]) -> None:
+        relation = elements[r]
+        assert isinstance(relation, _Item)  # a "rel" item
+        name, implied_it = relation.flagged()
         before = [i for i in phrases if i < r]
         after = [i for i in phrases if i > r]
         subject = before[-1] if before else (after[1] if len(after) > 1 else None)
         obj = None if implied_it else (after[0] if after else None)
         if subject is None:
             return
-        a = self.resolve(offset + subject, elements[subject])
+        a = self.resolve(offset + subject, _phrase_at(elements, subject))
         if a is None:
             return
         if obj is not None:
-            b = self.resolve(offset + obj, elements[obj], exclude=a)
+            b = self.resolve(offset + obj, _phrase_at(elements, obj), exclude=a)
         else:  # "B with A to its left", "B ... A above": the object before A
             earlier = [o for pos, o in reversed(self.mentions) if o != a]
             b = earlier[0] if earlier else None
         if b is None or a == b:
             return
-        tokens = _tokens([elements[r]])
+        tokens = _tokens([relation])
         if name == "beside":
             self.beside = (a, b, tokens)
         elif self.relation is None:
@@ -425,8 +461,9 @@ class _Reader:
         else:
             self.dropped_relations.append(tokens)
 
-    def _place(self, elements: list[object], offset: int, p: int, phrases: list[int]) -> None:
+    def _place(self, elements: list[_Element], offset: int, p: int, phrases: list[int]) -> None:
         place = elements[p]
+        assert isinstance(place, _Place)
         before = [i for i in phrases if i < p]
         after = [i for i in phrases if i > p]
         if before and before[-1] == p - 1:
@@ -439,7 +476,7 @@ class _Reader:
             target = before[-1]
         else:
             return
-        phrase = elements[target]
+        phrase = _phrase_at(elements, target)
         obj = self.resolve(offset + target, phrase)
         if obj is None:
             return
@@ -459,19 +496,21 @@ class _Reader:
     # --------------------------------------------------------------- the result
     def finish(self) -> ParsedCaption | None:
         singles = [i for i, o in enumerate(self.objects) if o.count == 1]
-        for obj, place in self.sides:
-            other = 1 - obj
-            claim = (obj, place.side(), other)
+        for subject, place in self.sides:
+            other = 1 - subject
+            side = place.side()
+            assert side is not None  # only places with a side are kept in self.sides
+            claim = (subject, side, other)
             if self.relation is None and len(self.objects) == 2 and len(singles) == 2:
                 self.relation = claim
                 self.relation_tokens = place.tokens
                 self.used |= place.tokens
-                if self.beside is not None and {obj, other} == set(self.beside[:2]):
+                if self.beside is not None and {subject, other} == set(self.beside[:2]):
                     self.used |= self.beside[2]
-            elif self.relation in (claim, (other, _INVERSE[claim[1]], obj)):
+            elif self.relation in (claim, (other, _INVERSE[claim[1]], subject)):
                 self.used |= place.tokens  # restates the relation
             else:
-                self._set_position(obj, place)
+                self._set_position(subject, place)
         kept: list[int] = []
         total = 0
         for index, obj in enumerate(self.objects):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from numbers import Integral, Real
+from typing import Literal, overload
 
 
 def real(
@@ -23,12 +24,15 @@ def real(
 
     ``open_low`` excludes ``low`` itself (``(low, high]``). Booleans are not numbers here.
     """
-    in_range = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
-    if in_range and low is not None:
-        in_range = value > low if open_low else value >= low
-    if in_range and high is not None:
-        in_range = value <= high
-    if not in_range:
+    # ``numbers.Real`` declares only ``<`` and ``<=`` in the stubs: ``not number <= low``
+    # is ``number > low`` and ``not number < low`` is ``number >= low`` (finite numbers).
+    number = value if isinstance(value, Real) and not isinstance(value, bool) else None
+    in_range = number is not None and math.isfinite(number)
+    if number is not None and in_range and low is not None:
+        in_range = not number <= low if open_low else not number < low
+    if number is not None and in_range and high is not None:
+        in_range = number <= high
+    if number is None or not in_range:
         if low == 0.0 and high is None:
             kind = "positive" if open_low else "non-negative"
         else:
@@ -38,16 +42,21 @@ def real(
                 "inf" if high is None else high,
             )
         raise ValueError(f"{name} must be a finite number, {kind}; got {value!r}")
-    return float(value)
+    return float(number)
 
 
 def positive_int(name: str, value: object) -> int:
     """``value`` when it is an int ``>= 1`` (booleans excluded)."""
-    if not (isinstance(value, Integral) and not isinstance(value, bool) and value >= 1):
+    # ``not value < 1`` is ``value >= 1``: ``numbers.Integral`` declares only ``<``, ``<=``.
+    if not (isinstance(value, Integral) and not isinstance(value, bool) and not value < 1):
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return int(value)
 
 
+@overload
+def eps(value: object, *, positive: bool = ..., allow_none: Literal[False] = ...) -> float: ...
+@overload
+def eps(value: object, *, positive: bool = ..., allow_none: bool) -> float | None: ...
 def eps(value: object, *, positive: bool = False, allow_none: bool = False) -> float | None:
     """A variance epsilon: ``>= 0`` (``> 0`` with ``positive``); ``None`` only if allowed.
 

@@ -201,6 +201,7 @@ def _batch_norm_reference(
             momentum,
         )
     else:
+        assert running_mean is not None and running_var is not None  # checked above
         mean, var = _channel_view(running_mean, x), _channel_view(running_var, x)
     return _normalize(x, mean, var, weight, bias, eps)
 

@@ -31,7 +31,7 @@ def dynamic_tanh(
     for name, param in (("weight", weight), ("bias", bias)):
         if param is not None:
             try:
-                torch.broadcast_shapes(param.shape, x.shape)
+                torch.broadcast_shapes(param.shape, x.shape)  # type: ignore[no-untyped-call]  # unannotated in torch
             except RuntimeError:
                 raise ValueError(
                     f"{name} of shape {tuple(param.shape)} does not broadcast to {tuple(x.shape)}"

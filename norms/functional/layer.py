@@ -307,11 +307,12 @@ def instance_norm(
     param_view = (1, channels) + (1,) * (x.dim() - 2)
     if use_input_stats:
         mean, var = moments(x, range(2, x.dim()))  # (B, C, 1, ...)
-        if running_mean is not None:
+        if running_mean is not None and running_var is not None:  # both or neither
             _update_running(
                 running_mean, running_var, mean, var * spatial / (spatial - 1), momentum
             )
     else:
+        assert running_mean is not None and running_var is not None  # checked above
         mean = running_mean.to(acc_dtype(x.dtype)).view(param_view)
         var = running_var.to(mean.dtype).view(param_view)
     scale = torch.rsqrt(var + eps)

@@ -83,7 +83,7 @@ def _check_args(
             raise ValueError(f"{name} must have shape ({channels},), got {tuple(t.shape)}")
     if (running_mean is None) != (running_var is None):
         raise ValueError("running_mean and running_var must be given together")
-    if running_mean is not None:
+    if running_mean is not None and running_var is not None:  # both or neither
         want = "(C,)" if stats == "sequence" else "(L, C)"
         ok_dim = running_mean.dim() == (1 if stats == "sequence" else 2)
         if (
@@ -158,13 +158,15 @@ def sequence_batch_norm(
         mean = xw.sum(reduce, keepdim=True) / safe_count
         centred = torch.where(valid, xw - mean, 0.0)
         var = (centred * centred).sum(reduce, keepdim=True) / safe_count
-        if running_mean is not None:
+        if running_mean is not None and running_var is not None:  # both or neither
             _update_sequence_stats(running_mean, running_var, mean, var, count, momentum)
-    elif stats == "sequence":
-        mean, var = running_mean.to(work), running_var.to(work)
     else:
-        rows = _frame_rows(x.shape[1], running_mean.shape[0], x.device)
-        mean, var = running_mean.to(work)[rows], running_var.to(work)[rows]  # (T, C)
+        assert running_mean is not None and running_var is not None  # checked above
+        if stats == "sequence":
+            mean, var = running_mean.to(work), running_var.to(work)
+        else:
+            rows = _frame_rows(x.shape[1], running_mean.shape[0], x.device)
+            mean, var = running_mean.to(work)[rows], running_var.to(work)[rows]  # (T, C)
     y = (xw - mean) * torch.rsqrt(var + eps)
     if weight is not None:
         y = y * weight.to(work)

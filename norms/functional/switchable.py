@@ -92,6 +92,7 @@ def _bn_moments(
             running_mean, running_var, batch_mean.flatten(), batch_var.flatten(), count, momentum
         )
         return batch_mean, batch_var
+    assert running_mean is not None and running_var is not None  # checked: eval needs them
     work = batch_mean.dtype
     return _channel_view(running_mean.to(work), x), _channel_view(running_var.to(work), x)
 
@@ -183,7 +184,6 @@ def switchable_norm_reference(
     ln_moments = moments(x, (1, *spatial_dims))
     bn_mean, bn_var = moments(x, (0, *spatial_dims))
     bn_moments = _bn_moments(x, bn_mean, bn_var, running_mean, running_var, training, momentum)
-    branches = (in_moments, ln_moments, bn_moments)
-    mean = _mix(mean_weight, tuple(m for m, _ in branches))
-    var = _mix(var_weight, tuple(v for _, v in branches))
+    mean = _mix(mean_weight, (in_moments[0], ln_moments[0], bn_moments[0]))
+    var = _mix(var_weight, (in_moments[1], ln_moments[1], bn_moments[1]))
     return _normalize(x, mean, var, weight, bias, eps)

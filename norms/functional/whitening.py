@@ -78,7 +78,8 @@ def feature_covariance(
     dtype = torch.promote_types(features.dtype, torch.float32)
     batch, channels = features.shape[:2]
     if features.dim() == 4:
-        stride = grid_stride(*features.shape[-2:], max_positions)
+        height, width = features.shape[-2:]
+        stride = grid_stride(height, width, max_positions)
         grid = features.permute(0, 2, 3, 1)[:, ::stride, ::stride]  # (B, h, w, C)
         flat = grid.reshape(batch, -1, channels).to(dtype)  # (B, n, C)
     else:
@@ -106,7 +107,8 @@ def symmetric_power(matrix: Tensor, power: float, floor: float = EIGEN_FLOOR) ->
     values, vectors = torch.linalg.eigh(matrix.double())
     kept = values > floor
     powered = torch.where(kept, values.clamp_min(floor) ** power, torch.zeros_like(values))
-    return (vectors * powered.unsqueeze(-2)) @ vectors.transpose(-1, -2)
+    result: Tensor = (vectors * powered.unsqueeze(-2)) @ vectors.transpose(-1, -2)
+    return result
 
 
 def whitening_coloring_affine(

@@ -32,6 +32,7 @@ channel block holds whole groups); statistics are in float32 whatever the input 
 from __future__ import annotations
 
 import math
+from typing import Literal, overload
 
 import torch
 import triton
@@ -185,7 +186,8 @@ def _spatial_strides(x: Tensor) -> tuple[int, int, int] | None:
         flat = x.view(x.shape[0], x.shape[1], -1)
     except RuntimeError:
         return None
-    return flat.stride()
+    b_stride, c_stride, s_stride = flat.stride()
+    return b_stride, c_stride, s_stride
 
 
 def supports(x: Tensor, num_groups: int) -> bool:
@@ -218,6 +220,30 @@ def _chunking(batch: int, blocks_c: int, spatial: int, block_s: int) -> tuple[in
     return length, math.ceil(spatial / length)
 
 
+@overload
+def _run(
+    x: Tensor,
+    num_groups: int,
+    eps: float,
+    *,
+    scale: Tensor | None,
+    shift: Tensor | None,
+    apply: Literal[True],
+    block_s: int | None = None,
+    chunk_length: int | None = None,
+) -> Tensor: ...
+@overload
+def _run(
+    x: Tensor,
+    num_groups: int,
+    eps: float,
+    *,
+    scale: Tensor | None,
+    shift: Tensor | None,
+    apply: Literal[False],
+    block_s: int | None = None,
+    chunk_length: int | None = None,
+) -> tuple[Tensor, Tensor]: ...
 def _run(
     x: Tensor,
     num_groups: int,
@@ -232,7 +258,9 @@ def _run(
     batch, channels = x.shape[:2]
     spatial = math.prod(x.shape[2:])
     group = channels // num_groups
-    b_stride, c_stride, s_stride = _spatial_strides(x)
+    x_strides = _spatial_strides(x)
+    assert x_strides is not None  # supports(x) holds
+    b_stride, c_stride, s_stride = x_strides
     default_s, block_c = _blocks(x, group, c_stride, s_stride)
     block_s = block_s or default_s
     blocks_c = math.ceil(channels / block_c)
@@ -249,7 +277,9 @@ def _run(
     dummy = means
     if apply:
         y = torch.empty_like(x)  # keeps x's memory format
-        y_strides = _spatial_strides(y)
+        y_layout = _spatial_strides(y)
+        assert y_layout is not None  # x's layout
+        y_strides = y_layout
         stats_mean = stats_std = dummy
     else:
         y, y_strides = dummy, (0, 0, 0)

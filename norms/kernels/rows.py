@@ -88,15 +88,21 @@ def _launch(
     y = torch.empty_like(x)
     modulate = shift is not None
     dummy = x  # never read when its flag is off
+    shift_arg = scale_arg = dummy
+    modulation_stride = 0
+    if shift is not None:
+        assert scale is not None  # shift and scale come together
+        shift_arg, scale_arg = shift.contiguous(), scale.contiguous()
+        modulation_stride = width if shift.shape[0] > 1 else 0
     block = triton.next_power_of_2(width)
     _row_norm_kernel[(rows,)](
         x,
         y,
         dummy if weight is None else weight,
-        shift.contiguous() if modulate else dummy,
-        scale.contiguous() if modulate else dummy,
+        shift_arg,
+        scale_arg,
         rows_per_sample,
-        width if modulate and shift.shape[0] > 1 else 0,
+        modulation_stride,
         width,
         eps,
         CENTER=center,

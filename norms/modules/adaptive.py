@@ -98,9 +98,10 @@ class ConditionalInstanceNorm(nn.Module):
         self.num_features = _args.positive_int("num_features", num_features)
         self.num_styles = _args.positive_int("num_styles", num_styles)
         self.eps = _args.eps(eps, positive=True)
-        factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(num_styles, num_features, **factory))
-        self.bias = nn.Parameter(torch.empty(num_styles, num_features, **factory))
+        self.weight = nn.Parameter(
+            torch.empty(num_styles, num_features, device=device, dtype=dtype)
+        )
+        self.bias = nn.Parameter(torch.empty(num_styles, num_features, device=device, dtype=dtype))
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -147,13 +148,22 @@ class _ConditionProjection(nn.Module):
 
     def reset_parameters(self) -> None:
         """Zero the projection, so every shift / scale / gate starts at 0."""
-        nn.init.zeros_(self.proj[1].weight)
-        nn.init.zeros_(self.proj[1].bias)
+        nn.init.zeros_(self._linear().weight)
+        nn.init.zeros_(self._linear().bias)
+
+    def _linear(self) -> nn.Linear:
+        """The projection's ``Linear`` (``proj[1]``)."""
+        linear = self.proj[1]
+        assert isinstance(linear, nn.Linear)
+        return linear
 
     def _chunks(self, c: Tensor) -> tuple[Tensor, ...]:
         if c.dim() != 2 or c.shape[1] != self.cond_features:
             raise ValueError(f"condition must be (B, {self.cond_features}), got {tuple(c.shape)}")
-        return self.proj(c).chunk(self.proj[1].out_features // self.num_features, dim=1)
+        chunks: tuple[Tensor, ...] = self.proj(c).chunk(
+            self._linear().out_features // self.num_features, dim=1
+        )
+        return chunks
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, cond_features={self.cond_features}, eps={self.eps}"

@@ -34,6 +34,12 @@ class RunningStatsNorm(nn.Module):
             (``num_batches_tracked`` stays ``torch.long``).
     """
 
+    weight: nn.Parameter | None
+    bias: nn.Parameter | None
+    running_mean: Tensor | None
+    running_var: Tensor | None
+    num_batches_tracked: Tensor | None
+
     def __init__(
         self,
         num_features: int,
@@ -52,17 +58,16 @@ class RunningStatsNorm(nn.Module):
         _args.momentum(momentum)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        factory = {"device": device, "dtype": dtype}
         if affine:
-            self.weight = nn.Parameter(torch.empty(num_features, **factory))
-            self.bias = nn.Parameter(torch.empty(num_features, **factory))
+            self.weight = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
+            self.bias = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
         if track_running_stats:
             shape = stats_shape or (num_features,)
-            self.register_buffer("running_mean", torch.zeros(shape, **factory))
-            self.register_buffer("running_var", torch.ones(shape, **factory))
+            self.register_buffer("running_mean", torch.zeros(shape, device=device, dtype=dtype))
+            self.register_buffer("running_var", torch.ones(shape, device=device, dtype=dtype))
             self.register_buffer(
                 "num_batches_tracked", torch.tensor(0, dtype=torch.long, device=device)
             )
@@ -75,14 +80,16 @@ class RunningStatsNorm(nn.Module):
     def reset_running_stats(self) -> None:
         """Running mean 0, running variance 1, batch count 0."""
         if self.track_running_stats:
-            self.running_mean.zero_()
-            self.running_var.fill_(1.0)
-            self.num_batches_tracked.zero_()
+            running_mean, running_var, num_batches_tracked = self._tracked_buffers()
+            running_mean.zero_()
+            running_var.fill_(1.0)
+            num_batches_tracked.zero_()
 
     def reset_parameters(self) -> None:
         """Reset the running statistics, ``weight`` to ones and ``bias`` to zeros."""
         self.reset_running_stats()
         if self.affine:
+            assert self.weight is not None and self.bias is not None  # affine holds both
             nn.init.ones_(self.weight)
             nn.init.zeros_(self.bias)
 
@@ -93,10 +100,19 @@ class RunningStatsNorm(nn.Module):
         """This step's averaging factor; counts the batch when the buffers are updated."""
         if not (self.training and self.track_running_stats):
             return 0.0 if self.momentum is None else self.momentum
-        self.num_batches_tracked.add_(1)
+        num_batches_tracked = self._tracked_buffers()[2]
+        num_batches_tracked.add_(1)
         if self.momentum is None:
-            return 1.0 / float(self.num_batches_tracked)
+            return 1.0 / float(num_batches_tracked)
         return self.momentum
+
+    def _tracked_buffers(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``running_mean``, ``running_var``, ``num_batches_tracked``; with running stats."""
+        running_mean, running_var = self.running_mean, self.running_var
+        num_batches_tracked = self.num_batches_tracked
+        assert running_mean is not None and running_var is not None  # track_running_stats
+        assert num_batches_tracked is not None
+        return running_mean, running_var, num_batches_tracked
 
     def _buffers_to_update(self) -> tuple[Tensor | None, Tensor | None]:
         """The buffers a batch-statistics step writes to (``None`` when not tracking)."""
@@ -173,7 +189,8 @@ class BatchNorm(RunningStatsNorm):
         """``E_train[x^2] = running_var + running_mean^2``, the second moment the buffers hold."""
         if not self.track_running_stats:
             return None
-        return self.running_var + self.running_mean**2
+        running_mean, running_var, _ = self._tracked_buffers()
+        return running_var + running_mean**2
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
@@ -184,10 +201,11 @@ class BatchNorm(RunningStatsNorm):
                 x, running_mean, running_var, self.weight, self.bias, True, momentum, self.eps
             )
         if self.eval_mix:
+            running_mean, running_var, _ = self._tracked_buffers()
             return fb.batch_norm_eval_mix(
                 x,
-                self.running_mean,
-                self.running_var,
+                running_mean,
+                running_var,
                 self.eval_mix,
                 self.weight,
                 self.bias,
@@ -313,10 +331,11 @@ class BatchRenorm(RunningStatsNorm):
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
         momentum = self._step_momentum()
+        running_mean, running_var, _ = self._tracked_buffers()
         return fb.batch_renorm(
             x,
-            self.running_mean,
-            self.running_var,
+            running_mean,
+            running_var,
             self.weight,
             self.bias,
             self.training,

@@ -44,16 +44,20 @@ class DynamicTanh(nn.Module):
         self.num_features = _args.positive_int("num_features", num_features)
         self.alpha_init = _args.real("alpha_init", alpha_init, low=0.0, open_low=True)
         self.channels_first, self.elementwise_affine = channels_first, elementwise_affine
-        factory = {"device": device, "dtype": dtype}
-        self.alpha = nn.Parameter(torch.empty(1, **factory))
+        self.alpha = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
         affine = elementwise_affine
-        self.weight = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
-        self.bias = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
+        self.weight = (
+            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
+        )
+        self.bias = (
+            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.constant_(self.alpha, self.alpha_init)
         if self.elementwise_affine:
+            assert self.weight is not None and self.bias is not None  # affine holds both
             nn.init.ones_(self.weight)
             nn.init.zeros_(self.bias)
 
@@ -63,8 +67,9 @@ class DynamicTanh(nn.Module):
             raise ValueError(
                 f"expected {self.num_features} features at dim {dim}, got {tuple(x.shape)}"
             )
-        weight, bias = self.weight, self.bias
-        if self.channels_first and weight is not None:
+        weight: Tensor | None = self.weight
+        bias: Tensor | None = self.bias
+        if self.channels_first and weight is not None and bias is not None:  # both or neither
             view = (self.num_features,) + (1,) * (x.dim() - 2)
             weight, bias = weight.view(view), bias.view(view)
         return dynamic_tanh(x, self.alpha, weight, bias)

@@ -50,11 +50,11 @@ class _TrailingNorm(nn.Module):
                 f"channels_first normalises one dim (C,), got num_features={num_features!r}"
             )
         self.eps, self.channels_first = eps, channels_first
-        factory = {"device": device, "dtype": dtype}
+        shape = self.normalized_shape
         self.weight = (
-            nn.Parameter(torch.empty(self.normalized_shape, **factory)) if weight else None
+            nn.Parameter(torch.empty(shape, device=device, dtype=dtype)) if weight else None
         )
-        self.bias = nn.Parameter(torch.empty(self.normalized_shape, **factory)) if bias else None
+        self.bias = nn.Parameter(torch.empty(shape, device=device, dtype=dtype)) if bias else None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -99,6 +99,8 @@ class LayerNorm(_TrailingNorm):
     Shape:
         - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
     """
+
+    eps: float  # never None here (RMSNorm's may be)
 
     def __init__(
         self,
@@ -180,6 +182,8 @@ class LpNorm(_TrailingNorm):
         - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
     """
 
+    eps: float  # never None here (RMSNorm's may be)
+
     def __init__(
         self,
         num_features: int | Sequence[int],
@@ -249,13 +253,17 @@ class GroupNorm(nn.Module):
                 f"num_groups must divide num_features={num_features}, got {num_groups}"
             )
         self.eps, self.affine = _args.eps(eps), affine
-        factory = {"device": device, "dtype": dtype}
-        self.weight = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
-        self.bias = nn.Parameter(torch.empty(num_features, **factory)) if affine else None
+        self.weight = (
+            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
+        )
+        self.bias = (
+            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
+        )
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         if self.affine:
+            assert self.weight is not None and self.bias is not None  # affine holds both
             nn.init.ones_(self.weight)
             nn.init.zeros_(self.bias)
 

@@ -151,11 +151,20 @@ class BatchNormRNN(nn.Module):
             )
         self.input_size, self.hidden_size = input_size, hidden_size
         self.nonlinearity, self.norm_weight_init = nonlinearity, norm_weight_init
-        factory = {"device": device, "dtype": dtype}
-        self.input_proj = nn.Linear(input_size, hidden_size, bias=False, **factory)  # W
-        self.hidden_proj = nn.Linear(hidden_size, hidden_size, bias=False, **factory)  # U
+        self.input_proj = nn.Linear(  # W
+            input_size, hidden_size, bias=False, device=device, dtype=dtype
+        )
+        self.hidden_proj = nn.Linear(  # U
+            hidden_size, hidden_size, bias=False, device=device, dtype=dtype
+        )
         self.norm = SequenceBatchNorm(
-            hidden_size, stats=stats, max_len=max_len, eps=eps, momentum=momentum, **factory
+            hidden_size,
+            stats=stats,
+            max_len=max_len,
+            eps=eps,
+            momentum=momentum,
+            device=device,
+            dtype=dtype,
         )
         self.reset_parameters()
 
@@ -164,6 +173,7 @@ class BatchNormRNN(nn.Module):
         self.input_proj.reset_parameters()
         nn.init.orthogonal_(self.hidden_proj.weight)
         self.norm.reset_parameters()
+        assert self.norm.weight is not None  # the norm is affine
         nn.init.constant_(self.norm.weight, self.norm_weight_init)
 
     def forward(

@@ -70,6 +70,7 @@ class WeightNorm(nn.Module):
 
     def _norm(self, v: Tensor) -> Tensor:
         keep = _kept_dim(self.dim, v.dim())
+        norm: Tensor  # Tensor.norm is unannotated in torch
         if keep is None:
             norm = v.norm(2, dtype=acc_dtype(v.dtype))  # () like torch's whole-tensor g
         else:
@@ -115,7 +116,7 @@ def weight_norm(module: nn.Module, name: str = "weight", dim: int | None = 0) ->
         raise ValueError(f"{type(module).__name__} has no parameter named {name!r}")
     _kept_dim(dim, param.dim())
     parametrize.register_parametrization(module, name, WeightNorm(dim))
-    module.register_load_state_dict_pre_hook(_LegacyWeightNormKeys(name))
+    module.register_load_state_dict_pre_hook(_LegacyWeightNormKeys(name))  # type: ignore[no-untyped-call]  # unannotated in torch
     return module
 
 
