@@ -25,7 +25,7 @@ Here the map is made twice, each time in a form that never holds all of it:
 Below the grid limit (``s = 1``) the covariance reads the whole map, so the pipeline
 runs the whole-map pass there (:meth:`models.adain.pipeline.StyleTransfer._banded_fits`).
 The result is the whole-map pass's to float rounding (``tests/models/adain/test_adain_banded.py``).
-``benchmarks/banded_pass.py`` on one 2-core CPU (15 interleaved calls): at 512 x 512 the
+The experiment script of commit 0be32e8, on one 2-core CPU (15 interleaved calls): at 512 x 512 the
 banded pass took 107.6 ms, the whole-map pass 136.6 ms on a channels-last image (what
 ``fast=True`` and the service run) and 298.0 ms on a contiguous one; at 1024 x 1024,
 371.2 against 441.0 and 1078.4 ms; at 256 x 256 (``s = 1``), 56.2 against 51.9 and 65.8.

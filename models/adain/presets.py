@@ -9,11 +9,11 @@ Presets (chosen on the development images, ``docs/style-transfer.md``):
   full size: of the measured pyramids within ~10 % of the previous one's time (relu3_1
   -> relu2_1 at 1/4, relu2_1 -> relu1_1 at 1/2) on 3:2 photos and inside issue 3's
   mean/std test, the one with the lowest 1/2-scale worst pair on the development star field
-  (`benchmarks/pyramid_variants.py --preset quality`).
+  (the pyramid comparison of commit b3c7d49).
 - ``realtime``: relu3_1 at 1/8, relu2_1 at 1/4, relu1_1 at 1/2 and at full size: the
   best-scoring measured pyramid that keeps every development median and worst pair
   under the peer's at <= 0.8x its time (the margin the evaluation's run-to-run spread
-  needs under the 1x target; `benchmarks/pyramid_variants.py`).
+  needs under the 1x target; the same comparison).
 
 Cost per pixel of the photo (encoder + decoder at a level: relu3_1 ~223 kMAC, relu2_1
 ~113 kMAC, relu1_1 ~3.5 kMAC per pixel of the image it runs on): for 512 x 512, quality

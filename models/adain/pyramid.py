@@ -26,7 +26,7 @@ kernel's Fourier transform is its gain on the residual: at 1/4 and 3/8 cycles pe
 pixel (half and three quarters of the coarse grid's Nyquist frequency) the bilinear
 kernel (``sinc^2 f``) passes 0.81 and 0.62, the bicubic one 0.99 and 0.81. The finest
 strokes a stage lays down are in that band, and the next stage, whose levels see less,
-cannot put back what the upsampling took (``docs/style-transfer.md``, seventh session).
+cannot put back what the upsampling took (``docs/style-transfer.md``, the pyramid).
 
 The style is resized for each stage to a longer side of ``style_scale`` times the
 stage's (:func:`style_at`): at ``style_scale = 1`` its features keep the size they

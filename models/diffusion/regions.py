@@ -6,7 +6,7 @@ image with the *other* regions hidden behind an empty canvas at the current nois
 and the image's prediction blends the regions' predictions by per-pixel weights. This is
 layout-grounded generation in the spirit of MultiDiffusion (Bar-Tal et al. 2023) and
 LLM-grounded diffusion (Lian et al. 2023). Hiding the other regions is what keeps objects
-from going missing (``benchmarks/dit_layout_ablation.py``): a call that sees another
+from going missing (the ablation in docs/text-to-image.md, commit 8cf890d): a call that sees another
 region's object seems to take it for its own and leave its cell empty.
 
 For image ``n`` and its regions ``m`` (``owner[m] = n``), at timestep ``t``:
