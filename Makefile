@@ -10,12 +10,18 @@ SHARED_WEIGHTS := $(abspath ../shared/weights)
 ifneq ($(wildcard $(SHARED_WEIGHTS)),)
 export ATELIER_WEIGHTS_DIR ?= $(SHARED_WEIGHTS)
 endif
+# The sample photos and paintings the page offers (GET /samples), from the same place.
+SHARED_IMAGES := $(abspath ../shared/images)
+ifneq ($(wildcard $(SHARED_IMAGES)),)
+export ATELIER_SAMPLES_DIR ?= $(SHARED_IMAGES)
+endif
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 # Debian packages the tests use: a real Redis for the job store's tests, headless
-# Chromium for the page's test. Installed when missing (as root, with apt); without them
-# those tests are skipped with the reason.
+# Chromium for the page's tests. Installed when missing (as root, with apt); without them
+# those tests are skipped with the reason. (axe-core, for the page's accessibility test,
+# comes with the dev extra: the PyPI package axe-core-python ships axe.min.js.)
 DEBIAN_PACKAGES := redis-server chromium chromium-driver
 
 .PHONY: test serve lint install system-deps clean

@@ -49,7 +49,7 @@ from service.jobs.store import JobStore, StoreLimits
 from service.jobs.webhooks import WebhookDispatcher, WebhookPolicy, WebhookSettings
 from service.keys import KeyRing
 from service.metrics import Metrics
-from service.routes import generate, health, jobs, models, openai_images, page, stylize
+from service.routes import generate, health, jobs, models, openai_images, page, samples, stylize
 from service.routes.jobs import ResultCache
 from service.workers.loading import build_pools, load_models
 from service.workers.registry import MODELS, AnyModelEntry
@@ -420,7 +420,7 @@ def create_app(
 
     app.include_router(health.router)
     if api:
-        for module in (page, models, stylize, generate, jobs, openai_images):
+        for module in (page, samples, models, stylize, generate, jobs, openai_images):
             app.include_router(module.router)
         app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     if settings.cors_origins:

@@ -358,6 +358,12 @@ class Settings(BaseSettings):
     load_models: str = Field(
         default="adain,dit", description="Comma list of models to load at startup."
     )
+    samples_dir: Path | None = Field(
+        default=None,
+        description="A folder of sample images the page offers to try at once: photos in "
+        "its content/ folder, paintings in its style/ folder (PNG, JPEG, WebP; served "
+        "at /samples without a key). Unset or missing: the page shows no samples.",
+    )
     log_level: str = "info"
 
     def device_list(self) -> list[str]:

@@ -206,12 +206,12 @@ def test_the_page_names_the_key_in_use_and_lists_its_jobs(browser, fakes, tmp_pa
         _wait_for(
             browser, lambda d: d.find_element(By.ID, "generate-status").text.startswith("Done")
         )
-        rows = _wait_for(
+        cards = _wait_for(
             browser,
-            lambda d: [r for r in d.find_elements(By.CSS_SELECTOR, "#jobs-body tr")
-                       if "succeeded" in r.text] or None,
+            lambda d: [c for c in d.find_elements(By.CSS_SELECTOR, "#jobs-list .card")
+                       if "succeeded" in c.text] or None,
         )  # fmt: skip
-        assert len(rows) == 1 and "generate" in rows[0].text
+        assert len(cards) == 1 and "Text to image" in cards[0].text
 
 
 def test_a_print_size_photo_is_painted_by_tiles_from_the_page(browser, tmp_path):
