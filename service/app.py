@@ -40,10 +40,10 @@ from service.errors import (
     ShuttingDown,
     install_error_handlers,
 )
+from service.execution.runner import JobRunner, reap_forever, worker_name
 from service.images import DecodeSlots, PreparationBudget
 from service.jobs.feeds import JobFeeds
 from service.jobs.redis_store import RedisJobStore
-from service.jobs.runner import JobRunner, reap_forever, worker_name
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.store import JobStore, StoreLimits
 from service.jobs.webhooks import WebhookDispatcher, WebhookPolicy, WebhookSettings

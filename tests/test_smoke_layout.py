@@ -61,3 +61,138 @@ def test_samplers_know_nothing_of_the_dit():
             for alias in node.names
         }
         assert not any(m.startswith("models.dit") for m in modules), path
+
+
+# ------------------------------------------------------------- inside the service
+#: The service's layers, lowest first. A module imports only from layers below its own,
+#: or from its own package: the job store and the worker pools know nothing of each
+#: other (the executor joins them), nothing below the routes reads a request, and only
+#: the app assembles the routes. Every module of ``service/`` must be placed here.
+SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
+    (  # the foundation: one module each, free to import one another
+        "service.auth",
+        "service.batching",
+        "service.config",
+        "service.errors",
+        "service.images",
+        "service.keys",
+        "service.metrics",
+        "service.model_types",
+        "service.priorities",
+        "service.protocol",
+    ),
+    ("service.jobs", "service.workers"),  # the durable queue; the models and batchers
+    ("service.catalog",),  # where each model is served
+    ("service.execution",),  # how work runs: now, as a job, or waited for
+    ("service.routes",),
+    ("service.app",),
+    ("service.cli",),
+)
+
+
+def _is_module(name: str) -> bool:
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _service_modules() -> dict[str, set[str]]:
+    """Every module of ``service/`` and the ``service`` modules it imports (at any depth
+    of its code: function-level imports count; ``from p import m`` imports ``p.m``)."""
+    found: dict[str, set[str]] = {}
+    for path in (ROOT / "service").rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        imported: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                for alias in node.names:
+                    name = f"{node.module}.{alias.name}"
+                    imported.add(name if _is_module(name) else node.module)
+        found[module] = {name for name in imported if name.startswith("service.")}
+    return found
+
+
+def _place(module: str) -> tuple[int, str] | None:
+    """``(layer, package)`` of a service module (the package: the layer entry it falls
+    under), or ``None`` for a name that is no module of a placed package."""
+    for layer, packages in enumerate(SERVICE_LAYERS):
+        for package in packages:
+            if module == package or module.startswith(package + "."):
+                return layer, package
+    return None
+
+
+def _upward_imports(modules: dict[str, set[str]]) -> list[str]:
+    """``importer -> imported`` for every import that does not run down the layers."""
+    wrong = []
+    for module, imported in sorted(modules.items()):
+        here = _place(module)
+        if here is None:
+            continue
+        for name in sorted(imported):
+            there = _place(name)
+            if there is None or there[1] == here[1]:
+                continue
+            if there[0] > here[0] or (there[0] == here[0] and here[0] > 0):
+                wrong.append(f"{module} -> {name}")
+    return wrong
+
+
+def test_every_service_module_has_a_layer():
+    unplaced = [m for m in _service_modules() if m != "service" and _place(m) is None]
+    assert not unplaced, f"place these in SERVICE_LAYERS: {unplaced}"
+
+
+def test_service_imports_only_run_down_its_layers():
+    """No import runs upward: jobs and workers never import each other (nor execution,
+    the catalog or the routes), execution never imports the routes, and no module but
+    the app (and the CLI above it) imports the routes."""
+    assert not _upward_imports(_service_modules())
+
+
+def test_the_layer_check_sees_a_wrong_import():
+    """The check above can fail: a pool that reached into the job records (as it once
+    did for the priorities), a store that ran work, a route imported from below."""
+    modules = {
+        "service.workers.pool": {"service.jobs.records"},
+        "service.jobs.sqlite_store": {"service.execution.work"},
+        "service.execution.executor": {"service.routes.deps"},
+        "service.catalog": {"service.routes.generate"},
+        "service.priorities": {"service.errors"},  # the foundation's own: fine
+    }
+    assert _upward_imports(modules) == [
+        "service.catalog -> service.routes.generate",
+        "service.execution.executor -> service.routes.deps",
+        "service.jobs.sqlite_store -> service.execution.work",
+        "service.workers.pool -> service.jobs.records",
+    ]
+
+
+def _cycle(modules: dict[str, set[str]]) -> list[str]:
+    """One import cycle among ``modules`` (``[a, b, ..., a]``), or ``[]``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(module: str) -> list[str]:
+        state[module] = 1
+        path.append(module)
+        for name in sorted(modules.get(module, ())):
+            if state.get(name) == 1:
+                return [*path[path.index(name) :], name]
+            if name in modules and name not in state and (found := visit(name)):
+                return found
+        path.pop()
+        state[module] = 2
+        return []
+
+    for module in sorted(modules):
+        if module not in state and (found := visit(module)):
+            return found
+    return []
+
+
+def test_service_modules_import_one_another_in_no_cycle():
+    assert not _cycle(_service_modules())
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]

@@ -17,22 +17,20 @@ how far its batch got.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import Any, TypeVar
+
+from service.priorities import BACKGROUND
 
 QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
 FINAL_STATES = frozenset({SUCCEEDED, FAILED, CANCELLED})
-
-#: Work a client waits for on an open connection (a synchronous request that runs
-#: through the queue) goes before background work (``Prefer: respond-async`` jobs).
-INTERACTIVE, BACKGROUND = "interactive", "background"
-PRIORITIES = (INTERACTIVE, BACKGROUND)
 
 
 def new_job_id() -> str:
@@ -179,6 +177,17 @@ def _span(start: float | None, end: float | None, now: float) -> float | None:
 
 # ------------------------------------------------------------------------ framing
 _MAGIC = b"ATL1"
+T = TypeVar("T")
+
+#: Bytes above which (de)serializing a job's input or result runs off the event loop.
+OFF_LOOP_BYTES = 256 * 1024
+
+
+async def off_loop_if_large(size: int, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, on a worker thread when ``size`` bytes make it worth the hop."""
+    if size > OFF_LOOP_BYTES:
+        return await asyncio.to_thread(fn, *args)
+    return fn(*args)
 
 
 def pack(header: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:

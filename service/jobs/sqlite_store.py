@@ -23,11 +23,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from service.jobs.records import (
-    BACKGROUND,
     CANCELLED,
     FAILED,
     FINAL_STATES,
-    INTERACTIVE,
     QUEUED,
     RUNNING,
     SUCCEEDED,
@@ -52,6 +50,7 @@ from service.jobs.store import (
     lost_error,
     work_topic,
 )
+from service.priorities import BACKGROUND
 
 logger = logging.getLogger("atelier.jobs.sqlite")
 T = TypeVar("T")
@@ -810,6 +809,3 @@ class SqliteJobStore(JobStore):
                 " WHERE id = ?",
                 (json.dumps(webhook), lease, due_at, job_id),
             )
-
-
-__all__ = ["INTERACTIVE", "SqliteJobStore"]

@@ -1,8 +1,11 @@
-"""Thin HTTP handlers: parse and validate, answer now or as a job, encode the answer.
+"""Thin HTTP handlers: parse and validate into work, hand it to the request's executor
+(``service.execution``: now, as a job, or waited for), encode the answer.
 
-- ``deps``: the shared dependencies (``Annotated`` aliases);
-- ``answer``: how validated work is answered (here, or through the job queue);
-- ``disconnect``: work cancelled when its client goes away;
-- one module per group of routes: ``generate``, ``stylize``, ``openai_images``,
-  ``jobs``, ``models``, ``health``, ``page``.
+- ``deps``: the shared dependencies (``Annotated`` aliases), the request's executor
+  among them;
+- one module per group of routes: ``generate``, ``stylize`` (``stylize_video``: a clip
+  as content), ``openai_images``, ``jobs``, ``models``, ``health``, ``page``, ...
+
+Only ``service.app`` imports the routes; nothing below them reads the request or the
+application's state.
 """

@@ -1,6 +1,10 @@
-"""The routes' shared dependencies, as ``Annotated`` aliases: settings and deadlines, the
-job store, the model catalog, the caller's key, and the request headers every work
-route reads (``Prefer``, ``Idempotency-Key``) with the caller's rate limit.
+"""The routes' shared dependencies, as ``Annotated`` aliases: settings, the job store,
+the model catalog, the caller's key, the request's executor (how its work runs), and
+the request headers every work route reads (``Prefer``, ``Idempotency-Key``) with the
+caller's rate limit.
+
+This is where a request meets the application's state (``request.app.state``): what
+lies below the routes is handed what it needs, and reads none of it itself.
 
 They are ``async def``: FastAPI runs a plain ``def`` dependency on a worker thread, a
 thread hop per request for reading an attribute.
@@ -8,15 +12,17 @@ thread hop per request for reading an attribute.
 
 from __future__ import annotations
 
-import time
+from functools import partial
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from starlette.types import Receive
 
 from service.auth import Caller
 from service.catalog import ModelCatalog
 from service.config import Settings
-from service.errors import DeadlineExceeded, Overloaded, ValidationFailed
+from service.errors import Overloaded, ValidationFailed
+from service.execution.executor import Executor
 from service.jobs.store import JobStore
 
 
@@ -26,20 +32,6 @@ async def app_settings(request: Request) -> Settings:
 
 
 SettingsDep = Annotated[Settings, Depends(app_settings)]
-
-
-def deadline_of(request: Request, settings: Settings) -> float:
-    """The ``time.monotonic()`` at which the request's ``request_timeout_s`` runs out."""
-    return time.monotonic() + remaining_seconds(request, settings)
-
-
-def remaining_seconds(request: Request, settings: Settings) -> float:
-    """What is left of ``request_timeout_s`` since the request arrived (504 when none)."""
-    started = getattr(request.state, "started", None) or time.monotonic()
-    left = settings.request_timeout_s - (time.monotonic() - started)
-    if left <= 0:
-        raise DeadlineExceeded(f"no time left of the {settings.request_timeout_s:g} s deadline")
-    return left
 
 
 async def job_store(request: Request) -> JobStore:
@@ -61,6 +53,33 @@ async def caller(request: Request) -> Caller:
 StoreDep = Annotated[JobStore, Depends(job_store)]
 CatalogDep = Annotated[ModelCatalog, Depends(catalog)]
 CallerDep = Annotated[Caller, Depends(caller)]
+
+
+async def disconnected(receive: Receive) -> None:
+    """Return once the client has gone (the request's body is read already: its
+    ``receive`` then only answers ``http.disconnect``, when the connection closes)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def executor(
+    request: Request, settings: SettingsDep, store: StoreDep, who: CallerDep
+) -> Executor:
+    """The request's executor: the app's job store, job runner and preparation budget,
+    with the request's caller, arrival time and connection (its work is cancelled when
+    the client goes)."""
+    return Executor(
+        settings,
+        store,
+        request.app.state.runner,
+        request.app.state.preparation,
+        caller=who,
+        started=getattr(request.state, "started", None),
+        client_gone=partial(disconnected, request.receive),
+    )
+
+
+ExecutorDep = Annotated[Executor, Depends(executor)]
 
 
 def wants_async(request: Request) -> bool:

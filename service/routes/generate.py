@@ -1,8 +1,10 @@
 """``POST /v1/generate``: a prompt in, base64 PNGs and their seeds out.
 
-With ``Prefer: respond-async`` the same request starts a job (202, see
-``service.routes.jobs``). A client that disconnects cancels its images; a request whose
-cost (steps x images) is over ``max_image_steps`` is refused with 422.
+The request is validated into a :class:`~service.execution.generate.GenerateWork` that
+the request's executor runs (``service.execution.executor``): with ``Prefer:
+respond-async`` it starts a job (202, see ``service.routes.jobs``). A client that
+disconnects cancels its images; a request whose cost (steps x images) is over
+``max_image_steps`` is refused with 422.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
 from service.errors import ValidationFailed, error_responses
+from service.execution.executor import Accepted, Submission
+from service.execution.generate import GenerateWork
 from service.jobs.webhooks import WebhookEvent
-from service.jobs.work import GenerateWork
-from service.routes.answer import Submission, answer, check_webhook, fingerprint
 from service.routes.deps import (
     CatalogDep,
+    ExecutorDep,
     IdempotencyKey,
     RateLimited,
     RespondAsync,
     SettingsDep,
 )
+from service.routes.jobs import job_accepted
 
 router = APIRouter(prefix="/v1", tags=["generate"])
 
@@ -121,6 +125,7 @@ async def generate(
     request: Request,
     settings: SettingsDep,
     models: CatalogDep,
+    executor: ExecutorDep,
     respond_async: RespondAsync,
     idempotency_key: IdempotencyKey,
     accept: Annotated[str | None, Header()] = None,
@@ -142,20 +147,18 @@ async def generate(
             f"server's budget of {settings.max_image_steps} image-steps per request "
             "(max_image_steps); ask for fewer steps or images"
         )
-    webhook = await check_webhook(body.webhook, body.webhook_events, settings)
+    webhook = await executor.webhook(body.webhook, body.webhook_events)
     seeds = consecutive_seeds(body.seed, body.num_images)
     work = GenerateWork(body.prompt, body.negative_prompt, tuple(seeds), options)
-    identity = body.model_dump_json(by_alias=True)
-    submission = Submission(
+    submission = Submission.of(
         respond_async=respond_async,
-        idempotency=None
-        if idempotency_key is None
-        else (idempotency_key, fingerprint(request.url.path, identity)),
+        idempotency_key=idempotency_key,
+        identity=[request.url.path, body.model_dump_json(by_alias=True)],
         webhook=webhook,
     )
-    result = await answer(request, work, served, submission)
-    if isinstance(result, Response):
-        return result
+    result = await executor.submit(work, served, submission)
+    if isinstance(result, Accepted):
+        return job_accepted(result.job)
     if body.num_images == 1 and accept is not None and "image/png" in accept:
         seed = str(result.fields["seeds"][0])
         return Response(result.images[0], media_type="image/png", headers={"X-Seed": seed})

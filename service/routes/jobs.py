@@ -31,15 +31,25 @@ from service.errors import (
     json_error_responses,
 )
 from service.jobs.feeds import JobFeeds
-from service.jobs.records import JobRecord, JobResult
+from service.jobs.records import JobRecord, JobResult, off_loop_if_large
 from service.jobs.store import JobStore, job_topic
-from service.jobs.work import off_loop_if_large
 from service.routes.deps import CallerDep, StoreDep
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
 #: How long ``DELETE`` waits for a running job to stop before it answers 202.
 CANCEL_WAIT_S = 2.0
+
+
+def job_accepted(job: JobRecord) -> JSONResponse:
+    """How a work route answers work that became a background job: ``202 Accepted``
+    with the job, where to follow it (``Location``) and ``Preference-Applied:
+    respond-async`` (RFC 7240)."""
+    return JSONResponse(
+        job.public(),
+        status_code=202,
+        headers={"Location": f"/v1/jobs/{job.id}", "Preference-Applied": "respond-async"},
+    )
 
 
 async def job_of(job_id: str, store: StoreDep, who: CallerDep) -> JobRecord:

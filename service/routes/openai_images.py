@@ -36,7 +36,13 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
 
 from service.errors import ErrorBody, ServiceError, error_responses
-from service.routes.deps import CatalogDep, IdempotencyKey, RateLimited, SettingsDep
+from service.routes.deps import (
+    CatalogDep,
+    ExecutorDep,
+    IdempotencyKey,
+    RateLimited,
+    SettingsDep,
+)
 from service.routes.generate import GenerateRequest, GenerateResponse, generate
 
 #: OpenAI request fields that are accepted (typed as OpenAI types them) and do nothing here.
@@ -224,6 +230,7 @@ async def create_images(
     request: Request,
     settings: SettingsDep,
     models: CatalogDep,
+    executor: ExecutorDep,
     idempotency_key: IdempotencyKey,
 ) -> ImagesResponse:
     served = await models.lookup("dit")
@@ -239,6 +246,7 @@ async def create_images(
         request,
         settings,
         models,
+        executor,
         respond_async=False,
         idempotency_key=idempotency_key,
         accept=None,

@@ -1,11 +1,14 @@
 """``POST /v1/stylize``: multipart upload in, stylised image out.
 
-With ``Prefer: respond-async`` the same request starts a job (202, see
-``service.routes.jobs``). A client that disconnects cancels its work; a request whose
-cost bound (:func:`stylize_cost`) is over its budget is refused with 422 before anything
-is decoded: ``max_stylize_pixel_passes`` for a request answered at once (over it, but
-within the job budget, the 422 says to send it as a job), ``max_job_stylize_pixel_passes``
-for a job. Sizes above 1024 px are painted by print-size octaves (``models.adain.large``).
+The request is validated into a :class:`~service.execution.stylize.StylizeWork` (a
+video: :class:`~service.execution.video.StylizeVideoWork`) that the request's executor
+runs (``service.execution.executor``): with ``Prefer: respond-async`` it starts a job
+(202, see ``service.routes.jobs``). A client that disconnects cancels its work; a
+request whose cost bound (:func:`stylize_cost`) is over its budget is refused with 422
+before anything is decoded: ``max_stylize_pixel_passes`` for a request answered at once
+(over it, but within the job budget, the 422 says to send it as a job),
+``max_job_stylize_pixel_passes`` for a job. Sizes above 1024 px are painted by
+print-size octaves (``models.adain.large``).
 """
 
 from __future__ import annotations
@@ -26,19 +29,18 @@ from models.images import check_output_side
 from models.video import looks_like_video
 from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
+from service.execution.executor import Accepted, Submission
+from service.execution.stylize import StylizeWork
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
-from service.jobs.work import StylizeWork
-from service.routes.answer import Submission, answer, check_webhook, fingerprint
 from service.routes.deps import (
-    CallerDep,
     CatalogDep,
+    ExecutorDep,
     IdempotencyKey,
     RateLimited,
     RespondAsync,
     SettingsDep,
-    StoreDep,
-    deadline_of,
 )
+from service.routes.jobs import job_accepted
 from service.routes.stylize_video import video_work
 
 router = APIRouter(prefix="/v1", tags=["stylize"])
@@ -180,11 +182,12 @@ def _submission(
 ) -> Submission:
     """The request's submission; with an ``Idempotency-Key``, its fingerprint is the
     route, the fields (JSON) and every upload's bytes."""
-    idempotency = None
-    if idempotency_key is not None:
-        key_fields = json.dumps(fields, sort_keys=True)
-        idempotency = (idempotency_key, fingerprint(request.url.path, key_fields, *uploads))
-    return Submission(respond_async=respond_async, idempotency=idempotency, webhook=hook)
+    return Submission.of(
+        respond_async=respond_async,
+        idempotency_key=idempotency_key,
+        identity=[request.url.path, json.dumps(fields, sort_keys=True), *uploads],
+        webhook=hook,
+    )
 
 
 @router.post(
@@ -218,8 +221,7 @@ async def stylize(
     request: Request,
     settings: SettingsDep,
     models: CatalogDep,
-    store: StoreDep,
-    who: CallerDep,
+    executor: ExecutorDep,
     respond_async: RespondAsync,
     idempotency_key: IdempotencyKey,
     content: Annotated[UploadFile, File(description="The photo.")],
@@ -315,26 +317,21 @@ async def stylize(
     if video:
         is_video = await run_in_threadpool(looks_like_video, video)
     if is_video:
-        if not respond_async:
-            raise ValidationFailed(
-                "content: a video always runs as a job; send it with the header "
-                "'Prefer: respond-async' and fetch the result from the job's result_url",
-                code="send_as_job",
-            )
+        executor.require_job(respond_async, "content: a video")
         if mask is not None:
             raise ValidationFailed("mask: masks are not supported for a video")
         events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
-        hook = await check_webhook(webhook, events, settings)
-        await store.check_admission(who.name, who.max_jobs)
+        hook = await executor.webhook(webhook, events)
+        await executor.check_admission(respond_async)
         styles = [await upload.read() for upload in style]
         clip = await video_work(
-            request,
             video=video,
             styles=styles,
             options=options,
             size=size,
             served=served,
-            decoding=_decoding(request, settings, deadline_of(request, settings)),
+            settings=settings,
+            decoding=_decoding(request, settings, executor.deadline()),
         )
         submission = _submission(
             request,
@@ -344,9 +341,9 @@ async def stylize(
             uploads=[video, *styles],
             hook=hook,
         )
-        answered = await answer(request, clip, served, submission)
-        assert isinstance(answered, Response)  # a job: always answered 202
-        return answered
+        accepted = await executor.submit(clip, served, submission)
+        assert isinstance(accepted, Accepted)  # a video: always a job
+        return job_accepted(accepted.job)
     del video
     await content.seek(0)
     size = DEFAULT_SIZE if size is None else size
@@ -368,14 +365,12 @@ async def stylize(
         except ValueError as exc:
             raise ValidationFailed(f"mask: {exc}") from None
     events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
-    hook = await check_webhook(webhook, events, settings)
-    if respond_async:  # refuse before anything is decoded
-        await store.check_admission(who.name, who.max_jobs)
-    deadline = deadline_of(request, settings)
+    hook = await executor.webhook(webhook, events)
+    await executor.check_admission(respond_async)  # refuse before anything is decoded
+    deadline = executor.deadline()
     style_side = styles_side(size)
     weight = size * size * (1 + (0 if mask is None else len(mask))) + len(style) * style_side**2
-    preparation = request.app.state.preparation
-    async with preparation.hold(weight, deadline) as handed_off:
+    async with executor.preparing(weight, deadline):  # given back once the work is handed off
         uploads = [await content.read(), *[await upload.read() for upload in style]]
         mask_bytes = None if mask is None else [await upload.read() for upload in mask]
         content_image, style_images, mask_images = await run_in_threadpool(
@@ -409,7 +404,7 @@ async def stylize(
             uploads=[*uploads, *(mask_bytes or [])],
             hook=hook,
         )
-        result = await answer(request, work, served, submission, handed_off)
-    if isinstance(result, Response):
-        return result
+        result = await executor.submit(work, served, submission)
+    if isinstance(result, Accepted):
+        return job_accepted(result.job)
     return Response(result.images[0], media_type=result.media_type)

@@ -3,7 +3,7 @@
 The route sniffs the upload (:func:`models.video.looks_like_video`); a clip is opened and
 counted off the event loop within ``video_probe_timeout_s`` (:func:`models.video.probe`),
 checked against the video limits, and stored whole as the job's input with its styles;
-the worker stylises it chunk by chunk (:mod:`service.jobs.video_work`). The result is the
+the worker stylises it chunk by chunk (:mod:`service.execution.video`). The result is the
 same container at the same frame rate, fetched from ``GET /v1/jobs/{id}/result``.
 """
 
@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
 from models.adain.large import styles_side
@@ -21,8 +20,8 @@ from models.video import VideoError, VideoInfo, fit_size, probe
 from service.catalog import Served
 from service.config import Settings
 from service.errors import BadVideo, UnsupportedMediaType, ValidationFailed
+from service.execution.video import StylizeVideoWork
 from service.images import Decoding
-from service.jobs.video_work import StylizeVideoWork
 
 
 def video_size(info: VideoInfo, size: int | None, settings: Settings) -> tuple[int, int]:
@@ -93,17 +92,16 @@ async def probe_upload(data: bytes, settings: Settings) -> VideoInfo:
 
 
 async def video_work(
-    request: Request,
     *,
     video: bytes,
     styles: list[bytes],
     options: dict[str, Any],
     size: int | None,
     served: Served,
+    settings: Settings,
     decoding: Decoding,
 ) -> StylizeVideoWork:
     """Check the clip and decode the styles into the job's work."""
-    settings: Settings = request.app.state.settings
     info = await probe_upload(video, settings)
     frame_size = video_size(info, size, settings)
     check_clip(info, frame_size, settings)

@@ -13,7 +13,7 @@ batches, and the batcher's errors become API errors. Each model's entry point
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -21,6 +21,7 @@ import torch
 
 from models.control import StepControl
 from service.batching import (
+    DEADLINE,
     Batcher,
     Closed,
     DeviceGate,
@@ -30,12 +31,13 @@ from service.batching import (
 )
 from service.config import Settings
 from service.errors import DeadlineExceeded, Overloaded, RejectedByModel, ShuttingDown
-from service.jobs.records import BACKGROUND, INTERACTIVE, PRIORITIES
 from service.metrics import Metrics
 from service.model_types import BatchJob
+from service.priorities import BACKGROUND, INTERACTIVE, PRIORITIES
 
 ModelT = TypeVar("ModelT")
 JobT = TypeVar("JobT", bound=BatchJob)
+T = TypeVar("T")
 
 #: One batched forward, ``run(model, jobs, control)``: one ``(3, H, W)`` result per job
 #: that ``control`` kept (the ``models.control.StepControl`` contract).
@@ -174,6 +176,22 @@ class WorkerPool(Generic[ModelT, JobT]):
             if is_out_of_memory(exc):
                 raise Overloaded(f"{self.name}: out of memory, retry later") from exc
             raise
+
+
+async def all_or_nothing(*submissions: Awaitable[T]) -> list[T]:
+    """Await every submission (e.g. one :meth:`WorkerPool.submit` per image of a
+    request); the first failure cancels the others and is raised (so one image past
+    its deadline stops its siblings too, which the batcher counts as a deadline)."""
+    tasks = [asyncio.ensure_future(submission) for submission in submissions]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except DeadlineExceeded:
+        for task in tasks:
+            task.cancel(DEADLINE)
+        raise
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 #: A pool of some model kind. Pools are kept by model name (the settings name the

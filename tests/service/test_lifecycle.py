@@ -18,9 +18,10 @@ from service_fakes import FakeTextToImage, make_settings
 from models.adain.presets import get_preset
 from models.shapes.understand import understand
 from service.errors import ClientClosedRequest, DeadlineExceeded
+from service.execution.executor import unless_gone
 from service.metrics import Metrics
 from service.model_types import GenerateOptions
-from service.routes.disconnect import unless_disconnected
+from service.routes.deps import disconnected
 from service.workers.pool import WorkerPool
 from service.workers.text_to_image import GenerateJob, run_generate
 
@@ -213,7 +214,9 @@ def test_a_disconnect_cancels_the_work_and_raises_499():
         pool = _pool(model, max_batch_size=1)
         pool.start()
         connection = _Connection()
-        waiting = asyncio.ensure_future(unless_disconnected(connection, pool.submit(_job(7))))
+        waiting = asyncio.ensure_future(
+            unless_gone(pool.submit(_job(7)), disconnected(connection.receive))
+        )
         await _thread_wait(lambda: model.wait_for_steps(1))
         connection.gone.set()
         with pytest.raises(ClientClosedRequest) as info:

@@ -207,7 +207,7 @@ def test_frames_of_a_result_are_not_all_equal(client_factory, clip):
 def test_a_stream_that_breaks_mid_clip_fails_its_job_as_bad_video():
     from models.video import VideoError
     from service.errors import BadVideo
-    from service.jobs.video_work import _next_chunk
+    from service.execution.video import _next_chunk
 
     def broken():
         yield from ()

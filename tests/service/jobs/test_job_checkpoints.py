@@ -23,10 +23,8 @@ from redis_server import RedisMissing, RedisServer
 from service.errors import StoreUnavailable
 from service.jobs.breaker import BULK_BYTES_PER_S
 from service.jobs.records import (
-    BACKGROUND,
     CANCELLED,
     FAILED,
-    INTERACTIVE,
     QUEUED,
     SUCCEEDED,
     JobRecord,
@@ -35,6 +33,7 @@ from service.jobs.records import (
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.store import JobStore, StoreLimits
+from service.priorities import BACKGROUND, INTERACTIVE
 
 pytestmark = pytest.mark.timeout(60)
 LEASE = 0.3

@@ -15,10 +15,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from service.jobs.records import (
-    BACKGROUND,
     CANCELLED,
     FAILED,
-    INTERACTIVE,
     QUEUED,
     RUNNING,
     SUCCEEDED,
@@ -37,6 +35,7 @@ from service.jobs.store import (
     StoreLimits,
     job_topic,
 )
+from service.priorities import BACKGROUND, INTERACTIVE
 
 pytestmark = pytest.mark.timeout(60)
 LEASE = 0.3

@@ -14,7 +14,7 @@ import corpus
 import pytest
 from service_fakes import FakeTextToImage, wait_until
 
-from service.routes import answer
+from service.execution import executor
 
 pytestmark = pytest.mark.timeout(60)
 ASYNC = {"Prefer": "respond-async"}
@@ -55,7 +55,7 @@ def test_a_request_waiting_for_a_job_run_here_costs_a_create_and_a_finish(
     whose worker has room costs the store one create and one finish: the create leases
     the job to this worker (no claim), the request does not read the job it just
     created, and it gets the result from the finish that wrote it."""
-    monkeypatch.setattr(answer, "REREAD_S", 600.0)  # no re-read for a slow machine
+    monkeypatch.setattr(executor, "REREAD_S", 600.0)  # no re-read for a slow machine
     client = client_factory(**(_on_redis(request) if backend == "redis" else {}))
     store = client.app.state.store
     if backend == "redis":
@@ -150,7 +150,7 @@ def test_a_request_waiting_for_a_job_run_elsewhere_reads_only_its_result(
     """On an API replica without models, a synchronous request's job runs on another
     replica's worker; woken by its finish, the request reads the result once, and never
     the job's record."""
-    monkeypatch.setattr(answer, "REREAD_S", 600.0)  # no re-read for a slow machine
+    monkeypatch.setattr(executor, "REREAD_S", 600.0)  # no re-read for a slow machine
     shared = _on_redis(request)
     api, worker = client_factory(**shared, load_models=""), client_factory(**shared)
     for client in (api, worker):

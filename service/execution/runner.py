@@ -39,15 +39,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service.errors import InternalError, ResultTooLarge, ServiceError
-from service.jobs.kinds import work_from_payload
+from service.execution.kinds import work_from_payload
+from service.execution.work import Checkpoint, Progress, Work
 from service.jobs.records import (
-    BACKGROUND,
     CANCELLED,
     FAILED,
-    INTERACTIVE,
     SUCCEEDED,
     JobRecord,
     JobResult,
+    off_loop_if_large,
 )
 from service.jobs.store import (
     Claim,
@@ -58,8 +58,8 @@ from service.jobs.store import (
     late_error,
     work_topic,
 )
-from service.jobs.work import Checkpoint, Progress, Work, off_loop_if_large
 from service.metrics import Metrics
+from service.priorities import BACKGROUND, INTERACTIVE
 from service.workers.pool import AnyWorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")

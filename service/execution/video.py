@@ -39,8 +39,9 @@ from models.flow import FlowEstimator
 from models.temporal import StageBlend
 from models.video import VideoError, VideoInfo, assemble, encode_segment, frame_chunks
 from service.errors import BadVideo, DeadlineExceeded
+from service.execution.stylize import from_png, to_float, to_png
+from service.execution.work import Checkpoint, Progress, Work
 from service.jobs.records import JobResult, pack
-from service.jobs.work import Checkpoint, Progress, Work, _png, _to_float, _unpng
 from service.model_types import StyleTransferModel
 from service.workers.pool import WorkerPool
 from service.workers.style_transfer import StylizeItem, VideoChunk
@@ -67,6 +68,7 @@ class StylizeVideoWork(Work):
     kind: ClassVar[str] = "stylize_video"
     model: ClassVar[str] = "adain"
     long: ClassVar[bool] = True
+    encodes_images: ClassVar[bool] = True
 
     video: bytes
     info: VideoInfo
@@ -96,7 +98,7 @@ class StylizeVideoWork(Work):
             "options": self.options,
             "parameters": self.request_parameters,
         }
-        return pack(header, [self.video, *(_png(style) for style in self.styles)])
+        return pack(header, [self.video, *(to_png(style) for style in self.styles)])
 
     @classmethod
     def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeVideoWork:
@@ -106,7 +108,7 @@ class StylizeVideoWork(Work):
             blobs[0],
             VideoInfo(**fields),
             (header["size"][0], header["size"][1]),
-            tuple(_unpng(blob) for blob in blobs[1:]),
+            tuple(from_png(blob) for blob in blobs[1:]),
             header["options"],
             header["parameters"],
         )
@@ -126,7 +128,7 @@ class StylizeVideoWork(Work):
         report = None if progress is None else progress.reporter(0)
         if report is not None:
             report(state.frames_done, self.info.frames)
-        styles = [_to_float(style)[None] for style in self.styles]
+        styles = [to_float(style)[None] for style in self.styles]
         estimator = FlowEstimator()
         chunks = frame_chunks(self.video, CHUNK_FRAMES, size=self.size, start=state.frames_done)
         saving = checkpoint is not None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from service.execution.generate import GenerateWork
+from service.execution.stylize import StylizeWork
+from service.execution.video import StylizeVideoWork
+from service.execution.work import Work
 from service.jobs.records import unpack
-from service.jobs.video_work import StylizeVideoWork
-from service.jobs.work import GenerateWork, StylizeWork, Work
 
 WORK_KINDS: dict[str, type[Work]] = {
     kind.kind: kind for kind in (GenerateWork, StylizeWork, StylizeVideoWork)

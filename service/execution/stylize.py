@@ -1,0 +1,209 @@
+"""Style-transfer work: one photo stylised, at once or by print-size steps.
+
+A photo above the base (``models.adain.large.BASE_SIDE``) is painted by print-size
+steps, each a batcher item of its own, ``STEPS_IN_FLIGHT`` at a time. The 8-bit
+images travel in a job's payload as PNGs (:func:`to_png`, :func:`from_png`), which
+the video work uses for its styles too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import time
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, ClassVar
+
+import torch
+from PIL import Image
+
+from models.adain.large import BASE_SIDE
+from models.images import encode_image, mask_from_rgb, pil_to_uint8
+from service.errors import DeadlineExceeded
+from service.execution.work import Checkpoint, Progress, Work
+from service.jobs.records import JobResult, pack
+from service.model_types import StyleTransferModel
+from service.workers.pool import WorkerPool, all_or_nothing
+from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
+
+#: Print-size steps of one job submitted at once: two keep a device busy between them
+#: (the next is queued while one runs) without holding a queue's places.
+STEPS_IN_FLIGHT = 2
+
+
+def to_float(image: torch.Tensor) -> torch.Tensor:
+    """``(3, H, W)`` uint8 (any strides) -> contiguous float32 in [0, 1], one copy."""
+    out = torch.empty(image.shape, dtype=torch.float32)
+    return out.copy_(image).div_(255.0)
+
+
+def to_png(image: torch.Tensor) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image.permute(1, 2, 0).numpy()).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def from_png(data: bytes) -> torch.Tensor:
+    with Image.open(io.BytesIO(data)) as image:
+        return pil_to_uint8(image)
+
+
+@dataclass(frozen=True, eq=False)
+class StylizeWork(Work):
+    """One stylisation: decoded 8-bit images and the options.
+
+    Shape:
+        - content: ``(3, H, W)`` uint8
+        - styles: each ``(3, h_i, w_i)`` uint8
+        - masks: each ``(3, H, W)`` uint8 (read as their channel mean), or ``None``
+    """
+
+    kind: ClassVar[str] = "stylize"
+    model: ClassVar[str] = "adain"
+    encodes_images: ClassVar[bool] = True
+
+    content: torch.Tensor
+    styles: tuple[torch.Tensor, ...]
+    masks: tuple[torch.Tensor, ...] | None
+    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset, style_scale
+    format: str
+    request_parameters: dict[str, Any]
+    quality: int | None = None  # JPEG's and WebP's
+
+    @property
+    def parts(self) -> int:
+        return 1
+
+    @property
+    def print_size(self) -> bool:
+        """Larger than the base: painted by print-size steps (``models.adain.large``)."""
+        return max(self.content.shape[-2:]) > BASE_SIDE
+
+    @property
+    def unit(self) -> str:
+        """AdaIN passes; a print-size job counts tiles (its base and each octave's
+        statistics count one tile each)."""
+        return "tile" if self.print_size else "pass"
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return self.request_parameters
+
+    def job(self) -> StylizeJob:
+        weights = self.options["style_weights"]
+        return StylizeJob(
+            content=to_float(self.content),
+            styles=tuple(to_float(style) for style in self.styles),
+            style_weights=None if weights is None else tuple(weights),
+            alpha=self.options["alpha"],
+            preserve_color=self.options["preserve_color"],
+            masks=None
+            if self.masks is None
+            else tuple(mask_from_rgb(to_float(mask)) for mask in self.masks),
+            preset=self.options["preset"],
+            style_scale=self.options.get("style_scale", 1.0),  # jobs queued before it existed
+        )
+
+    def to_payload(self) -> bytes:
+        images = [self.content, *self.styles, *(self.masks or ())]
+        header = {
+            "kind": self.kind,
+            "styles": len(self.styles),
+            "masks": None if self.masks is None else len(self.masks),
+            "options": self.options,
+            "format": self.format,
+            "quality": self.quality,
+            "parameters": self.request_parameters,
+        }
+        return pack(header, [to_png(image) for image in images])
+
+    @classmethod
+    def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeWork:
+        images = [from_png(blob) for blob in blobs]
+        styles = header["styles"]
+        masks = None if header["masks"] is None else tuple(images[1 + styles :])
+        return cls(
+            images[0],
+            tuple(images[1 : 1 + styles]),
+            masks,
+            header["options"],
+            header["format"],
+            header["parameters"],
+            header.get("quality"),  # jobs stored before it existed
+        )
+
+    async def run(
+        self,
+        pool: WorkerPool[StyleTransferModel, StylizeItem],
+        *,
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+        checkpoint: Checkpoint | None = None,
+    ) -> JobResult:
+        if self.print_size:
+            image = await self._run_print_size(pool, priority, timeout_s, progress, owner)
+        else:
+            image = await pool.submit(
+                self.job(),
+                priority=priority,
+                timeout_s=timeout_s,
+                on_progress=None if progress is None else progress.reporter(0),
+                owner=owner,
+            )
+        parameters = {**self.request_parameters, **pool.provenance()}
+        data, media_type = await asyncio.to_thread(
+            partial(encode_image, quality=self.quality), image, self.format, parameters
+        )
+        return JobResult([data], media_type, {"parameters": parameters})
+
+    async def _run_print_size(
+        self,
+        pool: WorkerPool[StyleTransferModel, StylizeItem],
+        priority: str,
+        timeout_s: float | None,
+        progress: Progress | None,
+        owner: str,
+    ) -> torch.Tensor:
+        """Every step of a print-size stylisation through the pool's batcher, phase by
+        phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
+        counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        weights = self.options["style_weights"]
+        session = await asyncio.to_thread(
+            pool.model.print_stylization,
+            self.content,
+            [to_float(style)[None] for style in self.styles],
+            style_weights=None if weights is None else tuple(weights),
+            alpha=self.options["alpha"],
+            preserve_color=self.options["preserve_color"],
+            preset=self.options["preset"],
+            style_scale=self.options.get("style_scale", 1.0),
+        )
+        report = None if progress is None else progress.reporter(0)
+        done = 0
+        for phase in session.phases():
+            for start in range(0, len(phase), STEPS_IN_FLIGHT):
+                group = phase[start : start + STEPS_IN_FLIGHT]
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise DeadlineExceeded("the job's deadline passed")
+                results = await all_or_nothing(
+                    *(
+                        pool.submit(
+                            PrintStep(session, step),
+                            priority=priority,
+                            timeout_s=left,
+                            owner=owner,
+                        )
+                        for step in group
+                    )
+                )
+                for step, result in zip(group, results, strict=True):
+                    await asyncio.to_thread(session.accept, step, result)
+                done += len(group)
+                if report is not None:
+                    report(done, session.steps)
+        return session.result()
