@@ -11,7 +11,8 @@ each shared sample photo (``--images``), ``--seconds`` at 24 fps, at each ``--si
 - ``gram``: the Gram style loss of every sixth frame against the painting
   (``models.adain.metrics.gram_style_loss`` on a float32 encoder), mean;
 - ``fps``: frames stylised per second (the model and, for the clip path, its flow and
-  blending; decoding and encoding are the same for both and left out);
+  blending; decoding and encoding are the same for both and left out), the two taking
+  turns chunk by chunk so that other load on the machine falls on both alike;
 - ratios ours / per-frame: targets warp <= 0.5, gram within 10 %, fps >= 0.8.
 
 ``--rss``: instead, the whole job path (decode, stylise, encode, assemble) on a generated
@@ -120,23 +121,43 @@ def shapes_clip(frames: int, size: tuple[int, int], seed: int = 0) -> torch.Tens
 
 
 # -------------------------------------------------------------------- methods
-def per_frame(model, clip, style, preset) -> tuple[torch.Tensor, float]:
-    """Each frame stylised on its own (the same pyramid, nothing carried)."""
-    outputs, start = [], time.perf_counter()
-    for frame in clip:
-        blend = StageBlend(0.0)
-        blend.begin([None])
-        outputs.append(stylize_chunk(model, frame[None], [style], {"preset": preset}, blend))
-    return torch.cat(outputs), time.perf_counter() - start
+def per_frame(model, chunks, style, preset) -> Iterator[torch.Tensor]:
+    """Each frame stylised on its own (the same pyramid, nothing carried), a chunk at a
+    time."""
+    for frames in chunks:
+        outputs = []
+        for frame in frames:
+            blend = StageBlend(0.0)
+            blend.begin([None])
+            outputs.append(stylize_chunk(model, frame[None], [style], {"preset": preset}, blend))
+        yield torch.cat(outputs)
 
 
-def clip_path(model, clip, style, preset, strength) -> tuple[torch.Tensor, float]:
-    """The clip path: chunks of ``CHUNK_FRAMES`` through :func:`stylize_clip`."""
-    chunks = (clip[i : i + CHUNK_FRAMES] for i in range(0, clip.shape[0], CHUNK_FRAMES))
-    start = time.perf_counter()
-    run = stylize_clip(model, chunks, [style], {"preset": preset}, strength=strength)
-    outputs = [frames for frames, _ in run]
-    return torch.cat(outputs), time.perf_counter() - start
+def side_by_side(model, clip, style, preset, strength) -> dict[str, tuple[torch.Tensor, float]]:
+    """Per-frame stylisation and the clip path (chunks of ``CHUNK_FRAMES`` through
+    :func:`stylize_clip`) on the same frames, chunk by chunk in turn, so that whatever
+    else loads the machine loads both alike: each one's frames and seconds."""
+
+    def chunks():
+        return (clip[i : i + CHUNK_FRAMES] for i in range(0, clip.shape[0], CHUNK_FRAMES))
+
+    runs = {
+        "per-frame": per_frame(model, chunks(), style, preset),
+        "ours": (
+            frames
+            for frames, _ in stylize_clip(
+                model, chunks(), [style], {"preset": preset}, strength=strength
+            )
+        ),
+    }
+    outputs: dict[str, list[torch.Tensor]] = {name: [] for name in runs}
+    seconds = dict.fromkeys(runs, 0.0)
+    for _ in range(0, clip.shape[0], CHUNK_FRAMES):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            outputs[name].append(next(run))
+            seconds[name] += time.perf_counter() - start
+    return {name: (torch.cat(outputs[name]), seconds[name]) for name in runs}
 
 
 # -------------------------------------------------------------------- metrics
@@ -197,8 +218,8 @@ def compare(args) -> None:
         for clip_name, clip, speed in clips:
             motions = motions_of(clip, speed)
             for preset in args.presets.split(","):
-                alone, alone_s = per_frame(model, clip, style, preset)
-                ours, ours_s = clip_path(model, clip, style, preset, args.strength)
+                done = side_by_side(model, clip, style, preset, args.strength)
+                (alone, alone_s), (ours, ours_s) = done["per-frame"], done["ours"]
                 row = {
                     "warp": (warp_error(ours, motions), warp_error(alone, motions)),
                     "gram": (gram(encoder, ours, style), gram(encoder, alone, style)),

@@ -12,9 +12,10 @@ land elsewhere. :class:`StageBlend` pulls, after each stage ``k``, every frame's
 with ``f_b`` frame ``t``'s backward flow from the inputs (:mod:`models.flow`), resized
 to the stage, ``M_t`` its forward-backward reliability mask, the exponential a guard
 where the warped input does not match (lighting, flow errors; mean over the channels,
-inputs in ``[0, 1]``), and ``beta_k`` the blend's strength at the coarse stages (1/8 and
-1/4 of the frame's size) and zero at the finer ones. ``O_{t-1}^k`` is itself blended, so a stable region keeps its strokes as it
-moves, and an occluded or new region takes the fresh stylisation at once; the later,
+inputs in ``[0, 1]``), and ``beta_k`` the blend's strength (:func:`stage_strength`: full
+at the coarse stages, 1/8 and 1/4 of the frame's size, a share of it at 1/2, zero at full
+size; the warp of ``O_{t-1}^k`` bicubic). ``O_{t-1}^k`` is itself blended, so a stable
+region keeps its strokes as it moves, and an occluded or new region takes the fresh stylisation at once; the later,
 finer passes paint their detail anew on a start that moved with the content (blending
 only the final output instead stabilises as much but blurs the strokes:
 docs/style-transfer.md has the figures).
@@ -38,12 +39,16 @@ from models.flow import FlowEstimator, inside, reliable_mask, to_hwc, warp
 #: (1080p fits; a frame's memory is that of one photo of its size).
 MAX_FRAME_SIDE = 2048
 
-#: The blend's strength, and the stages it blends: those at most this factor of the
-#: frame's size (both presets: 1/8 and 1/4). Chosen with benchmarks/video.py: blending
-#: the 1/2 stage too halved the warping error again but cost 4-16 % of Gram style loss
-#: (docs/style-transfer.md).
+#: The blend's strength at the coarse stages (at most 1/4 of the frame's size: both
+#: presets' 1/8 and 1/4).
 BLEND_STRENGTH = 0.9
 BLENDED_FACTOR = 0.25
+#: The blend at a stage between 1/4 and full size (both presets' 1/2 stage), as a
+#: fraction of :data:`BLEND_STRENGTH`; the full-size stage is never blended. Chosen with
+#: benchmarks/video.py (docs/style-transfer.md): on the slow pans where the coarse
+#: stages alone left 0.55x per-frame's warping error, 0.3 brought it to 0.27-0.33x for
+#: +4-8 % of Gram style loss; at the full strength it cost 4-16 %.
+HALF_STAGE_SHARE = 0.3
 #: The photometric guard's ``gamma`` (Lai et al.'s mask uses 50 on [0, 1] inputs).
 PHOTOMETRIC_GAMMA = 50.0
 
@@ -88,22 +93,34 @@ class FrameMotion:
         if (height, width) == size:
             return self
         h, w = size
-        flow = cv2.resize(self.backward, (w, h), interpolation=cv2.INTER_AREA)
+        # averaged when shrunk, interpolated when enlarged (the 1/2 stage of a motion
+        # estimated at 1/4)
+        mode = cv2.INTER_AREA if h <= height else cv2.INTER_LINEAR
+        flow = cv2.resize(self.backward, (w, h), interpolation=mode)
         flow[..., 0] *= w / width
         flow[..., 1] *= h / height
-        weight = cv2.resize(self.weight, (w, h), interpolation=cv2.INTER_AREA)
+        weight = cv2.resize(self.weight, (w, h), interpolation=mode)
         # a stage pixel whose match falls outside the stage's frame has nothing to carry
         # (the area average would blend in the border a little: streaks at an edge)
         return FrameMotion(flow, weight * inside(flow))
 
 
+def stage_strength(strength: float, factor: float) -> float:
+    """The blend's ``beta_k`` at a stage of ``factor`` of the frame's size: ``strength`` at
+    the coarse stages (at most :data:`BLENDED_FACTOR`), :data:`HALF_STAGE_SHARE` of it
+    between those and full size, zero at full size (the finest detail is painted anew)."""
+    if factor <= BLENDED_FACTOR:
+        return strength
+    return strength * HALF_STAGE_SHARE if factor < 1.0 else 0.0
+
+
 class StageBlend:
-    """Flow-guided blending inside the pyramid: after each coarse stage (a factor of at
-    most ``max_factor`` of the frame's size), every frame's image is pulled towards the
-    previous frame's image of the same stage, carried along the motion
-    (:class:`FrameMotion` resized to the stage), with strength ``strength``. Stabilising
-    the coarse stages keeps the large strokes in place as the content moves; the finer
-    passes then paint their detail anew on a start that moved with the content.
+    """Flow-guided blending inside the pyramid: after each stage below full size, every
+    frame's image is pulled towards the previous frame's image of the same stage,
+    carried along the motion (:class:`FrameMotion` resized to the stage), with the
+    stage's strength (:func:`stage_strength` of ``strength``). Stabilising the coarse
+    stages keeps the large strokes in place as the content moves; the finer passes then
+    paint their detail anew on a start that moved with the content.
 
     The carried image of each blended stage is kept as 8-bit (:attr:`carried`,
     ``(3, h, w)`` uint8 per stage index): the state a chunk hands to the next, exactly as a resumed
@@ -111,15 +128,11 @@ class StageBlend:
     """
 
     def __init__(
-        self,
-        strength: float = BLEND_STRENGTH,
-        max_factor: float = BLENDED_FACTOR,
-        carried: dict[int, torch.Tensor] | None = None,
+        self, strength: float = BLEND_STRENGTH, carried: dict[int, torch.Tensor] | None = None
     ) -> None:
         if not 0.0 <= strength < 1.0:
             raise ValueError(f"strength must be in [0, 1), got {strength}")
         self.strength = strength
-        self.max_factor = max_factor
         self.carried: dict[int, torch.Tensor] = dict(carried or {})
         self._motions: list[FrameMotion | None] = []
 
@@ -139,17 +152,21 @@ class StageBlend:
         is carried on."""
         if len(self._motions) != image.shape[0]:
             raise ValueError(f"{image.shape[0]} frames but {len(self._motions)} motions given")
-        strength = self.strength if factor <= self.max_factor else 0.0
+        strength = stage_strength(self.strength, factor)
+        blended_stage = stage_strength(1.0, factor) > 0.0  # carried even at strength 0
         size = (image.shape[-2], image.shape[-1])
         for index, motion in enumerate(self._motions):
             previous = self.carried.get(stage)
             if strength > 0.0 and motion is not None and previous is not None:
                 moved = motion.at(size)
-                carried = warp(to_hwc(previous).astype(np.float32) / 255.0, moved.backward)
+                # bicubic: the carried image moves by a fraction of a pixel at every frame,
+                # and bilinear sampling would blur it a little more each time
+                source = to_hwc(previous).astype(np.float32) / 255.0
+                carried = warp(source, moved.backward, cubic=True)
                 frame = image[index].permute(1, 2, 0).float().cpu().numpy()
                 blended = frame + (strength * moved.weight)[..., None] * (carried - frame)
                 image[index] = torch.from_numpy(blended).permute(2, 0, 1).to(image)
-            if factor <= self.max_factor:  # only what a later frame blends with
+            if blended_stage:  # only what a later frame blends with
                 quantised = (image[index].float().clamp(0, 1) * 255 + 0.5).to(torch.uint8)
                 self.carried[stage] = quantised.cpu().clone()
         return image

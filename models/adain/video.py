@@ -39,7 +39,7 @@ class ClipState:
     """How far a clip got: ``frames_done`` frames stylised; the last input frame as
     :func:`~models.temporal.shrink` gives it (``(3, h, w)`` uint8, ``None`` before the
     first); each blended stage's last image (:attr:`StageBlend.carried`, ``(3, h_k, w_k)``
-    uint8 by stage index). A 720p clip's state is about 0.4 MB."""
+    uint8 by stage index). A 720p clip's state is about 1.1 MB."""
 
     frames_done: int = 0
     last_input: Tensor | None = None

@@ -18,7 +18,7 @@ from models.flow import (
     warp,
     warping_error,
 )
-from models.temporal import FrameMotion, StageBlend
+from models.temporal import HALF_STAGE_SHARE, FrameMotion, StageBlend, stage_strength
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -79,19 +79,35 @@ def _still_motion(shape: tuple[int, int]) -> FrameMotion:
     return FrameMotion(np.zeros((*shape, 2), np.float32), np.ones(shape, np.float32))
 
 
-def test_a_still_frame_is_pulled_towards_the_previous_one_at_the_coarse_stages_only():
-    blend = StageBlend(strength=0.75, max_factor=0.25)
+def test_stage_strength_is_full_at_the_coarse_stages_a_share_at_the_half_none_at_full_size():
+    assert stage_strength(0.8, 0.125) == stage_strength(0.8, 0.25) == 0.8
+    assert stage_strength(0.8, 0.5) == pytest.approx(0.8 * HALF_STAGE_SHARE)
+    assert 0.0 < HALF_STAGE_SHARE < 1.0
+    assert stage_strength(0.8, 1.0) == 0.0
+
+
+def test_a_still_frame_is_pulled_towards_the_previous_one_by_each_stages_strength():
+    blend = StageBlend(strength=0.75)
     first = torch.full((1, 3, 8, 8), 0.2)
     blend.begin([None])
-    assert torch.equal(blend.after_stage(0, 0.125, first.clone()), first)
-    assert torch.equal(blend.after_stage(1, 0.5, first.clone()), first)
-    carried = blend.carried[0].float() / 255  # 8-bit, as a resumed run reads it back
+    for stage, factor in enumerate((0.125, 0.5, 1.0)):
+        assert torch.equal(blend.after_stage(stage, factor, first.clone()), first)
+    carried = {stage: blend.carried[stage].float() / 255 for stage in (0, 1)}  # 8-bit
     blend.begin([_still_motion((8, 8))])
-    second = blend.after_stage(0, 0.125, torch.full((1, 3, 8, 8), 1.0))
-    torch.testing.assert_close(second, 1.0 + 0.75 * (carried[None] - 1.0))
-    fine = blend.after_stage(1, 0.5, torch.full((1, 3, 8, 8), 1.0))  # above max_factor
-    torch.testing.assert_close(fine, torch.full((1, 3, 8, 8), 1.0))
-    assert set(blend.carried) == {0}  # a stage it never blends is not carried
+    for stage, factor in enumerate((0.125, 0.5)):
+        pulled = blend.after_stage(stage, factor, torch.full((1, 3, 8, 8), 1.0))
+        beta = stage_strength(0.75, factor)
+        torch.testing.assert_close(pulled, 1.0 + beta * (carried[stage][None] - 1.0))
+    full = blend.after_stage(2, 1.0, torch.full((1, 3, 8, 8), 1.0))
+    torch.testing.assert_close(full, torch.full((1, 3, 8, 8), 1.0))
+    assert set(blend.carried) == {0, 1}  # the full-size stage is never carried
+
+
+def test_motion_is_enlarged_to_a_finer_stage_with_its_vectors_scaled():
+    motion = FrameMotion(np.full((10, 15, 2), 1.0, np.float32), np.ones((10, 15), np.float32))
+    large = motion.at((20, 30))
+    assert large.backward.shape == (20, 30, 2)
+    np.testing.assert_allclose(large.backward[5:15, 5:25], 2.0, rtol=1e-6)
 
 
 def test_motion_is_resized_to_a_stage_with_its_vectors_scaled():
