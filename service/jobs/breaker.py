@@ -26,9 +26,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TypeVar
 
 from service.errors import StoreFull, StoreUnavailable
+from service.jobs.shared import stop_task
 
 T = TypeVar("T")
 
@@ -39,6 +41,7 @@ logger = logging.getLogger("atelier.jobs")
 BULK_BYTES_PER_S = 20 * 1024 * 1024
 
 
+@dataclass(eq=False)
 class Breaker:
     """See the module's text.
 
@@ -50,23 +53,16 @@ class Breaker:
         clock: monotonic seconds (tests pass their own).
     """
 
-    def __init__(
-        self,
-        name: str,
-        probe: Callable[[], Awaitable[object]],
-        *,
-        call_timeout_s: float = 1.0,
-        probe_interval_s: float = 0.5,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
-        self.name = name
-        self.probe = probe
-        self.call_timeout_s = call_timeout_s
-        self.probe_interval_s = probe_interval_s
-        self.clock = clock
-        self.opened_at: float | None = None
-        self.reason = ""
-        self._prober: asyncio.Task[None] | None = None
+    name: str
+    probe: Callable[[], Awaitable[object]]
+    _: KW_ONLY
+    call_timeout_s: float = 1.0
+    probe_interval_s: float = 0.5
+    clock: Callable[[], float] = time.monotonic
+    #: when it opened (on ``clock``), None while closed, and why
+    opened_at: float | None = field(default=None, init=False)
+    reason: str = field(default="", init=False)
+    _prober: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
 
     @property
     def is_open(self) -> bool:
@@ -132,10 +128,7 @@ class Breaker:
         )
 
     async def close(self) -> None:
-        if self._prober is not None:
-            self._prober.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._prober
+        await stop_task(self._prober)
 
 
 def _discard(work: Awaitable[object]) -> None:

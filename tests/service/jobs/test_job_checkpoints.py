@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 
 import pytest
-from redis_server import RedisMissing, RedisServer
+from redis_server import RedisServer
 
 from service.errors import StoreUnavailable
 from service.jobs.breaker import BULK_BYTES_PER_S
@@ -278,10 +278,7 @@ def stalled_store(request, tmp_path):
     server: RedisServer | None = None
     held = threading.Event()
     if request.param == "redis":
-        try:
-            server = RedisServer(tmp_path / "redis").start()
-        except RedisMissing as exc:
-            pytest.skip(str(exc))
+        server = request.getfixturevalue("own_redis")
     stores: list[JobStore] = []
 
     async def open_() -> JobStore:
@@ -308,8 +305,6 @@ def stalled_store(request, tmp_path):
 
     yield open_, stall, resume
     resume()
-    if server is not None:
-        server.stop(kill=True)
 
 
 async def _timed(work: Awaitable[object]) -> float:

@@ -24,7 +24,7 @@ import httpx
 import numpy as np
 import pytest
 from PIL import Image
-from redis_server import RedisMissing, RedisServer, free_port
+from redis_server import RedisServer, free_port
 from service_fakes import FakeTextToImage
 
 pytestmark = pytest.mark.timeout(180)
@@ -191,13 +191,9 @@ def test_sigterm_drains_answers_reads_and_hands_unfinished_work_back(tmp_path):
 
 # ----------------------------------------------------------------- replicas on Redis
 @pytest.fixture
-def redis_url(tmp_path):
-    try:
-        server = RedisServer(tmp_path / "redis").start()
-    except RedisMissing as exc:
-        pytest.skip(str(exc))
-    yield server
-    server.stop()
+def redis_url(own_redis: RedisServer) -> RedisServer:
+    """The replicas' own redis-server (a test stops it)."""
+    return own_redis
 
 
 def _on_redis(server: RedisServer, tmp_path: Path, name: str) -> dict[str, str]:

@@ -511,17 +511,12 @@ def test_jobs_outlive_the_store_object_and_changes_reach_another(open_store):
     assert woke and seen.state == RUNNING
 
 
-def test_every_pooled_connection_recovers_when_redis_comes_back(tmp_path):
+def test_every_pooled_connection_recovers_when_redis_comes_back(own_redis):
     """A Redis restart leaves every pooled connection stale. Once it is back, each call
     reconnects and is retried, so concurrent calls all succeed at once (the client
     had been given the synchronous client's retry policy, under which the asyncio
     client retried nothing, and one in several calls after a restart answered 503)."""
-    from redis_server import RedisMissing, RedisServer
-
-    try:
-        server = RedisServer(tmp_path / "redis").start()
-    except RedisMissing as exc:
-        pytest.skip(str(exc))
+    server = own_redis
 
     async def scenario():
         store = RedisJobStore(server.url, StoreLimits(), prefix="restart:")
@@ -535,7 +530,4 @@ def test_every_pooled_connection_recovers_when_redis_comes_back(tmp_path):
         finally:
             await store.close()
 
-    try:
-        assert asyncio.run(scenario()) == {}
-    finally:
-        server.stop()
+    assert asyncio.run(scenario()) == {}

@@ -11,7 +11,6 @@ import time
 
 import pytest
 from fastapi.testclient import TestClient
-from redis_server import RedisMissing, RedisServer
 from service_fakes import Fakes, make_settings
 
 from service.app import create_app
@@ -119,36 +118,24 @@ def test_a_full_sqlite_disk_is_a_507_and_a_read_only_one_a_503(tmp_path, monkeyp
     asyncio.run(scenario())
 
 
-@pytest.fixture
-def paused_redis(tmp_path):
-    try:
-        server = RedisServer(tmp_path / "redis").start()
-    except RedisMissing as exc:
-        pytest.skip(str(exc))
-    yield server
-    if server.process is not None and server.process.poll() is None:
-        os.kill(server.process.pid, signal.SIGCONT)
-    server.stop(kill=True)
-
-
 def _timed(call):
     start = time.monotonic()
     response = call()
     return response, time.monotonic() - start
 
 
-def test_a_paused_redis_gets_fast_503s_and_the_service_recovers_by_itself(paused_redis):
+def test_a_paused_redis_gets_fast_503s_and_the_service_recovers_by_itself(own_redis):
     """SIGSTOP of the app's Redis: the first call waits about the call timeout, later ones
     answer 503 at once, /readyz names the store within its budget, /healthz and a
     synchronous request that needs no store still work; after SIGCONT the breaker closes
     by itself and jobs are answered again."""
-    settings = make_settings(redis_url=paused_redis.url, redis_prefix="outage:")
+    settings = make_settings(redis_url=own_redis.url, redis_prefix="outage:")
     with TestClient(create_app(settings, model_entries=Fakes().entries())) as client:
         job = client.post(
             "/v1/generate", json={"prompt": "x", "steps": 2}, headers={"Prefer": "respond-async"}
         ).json()
         assert client.get("/readyz").status_code == 200
-        os.kill(paused_redis.process.pid, signal.SIGSTOP)
+        os.kill(own_redis.process.pid, signal.SIGSTOP)
         try:
             probe, probe_s = _timed(lambda: client.get("/readyz"))  # the first call: its budget
             assert probe.status_code == 503 and probe_s < 1.0
@@ -173,7 +160,7 @@ def test_a_paused_redis_gets_fast_503s_and_the_service_recovers_by_itself(paused
             sync = client.post("/v1/generate", json={"prompt": "a red circle", "steps": 2})
             assert sync.status_code == 200  # needs no store
         finally:
-            os.kill(paused_redis.process.pid, signal.SIGCONT)
+            os.kill(own_redis.process.pid, signal.SIGCONT)
         deadline = time.monotonic() + 10
         while client.get("/readyz").status_code != 200:
             assert time.monotonic() < deadline, "the breaker never closed"

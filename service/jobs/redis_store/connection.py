@@ -1,0 +1,190 @@
+"""The Redis connection every role of :class:`~service.jobs.redis_store.RedisJobStore`
+stands on: the client, the breaker around each command, the scripts, and the listener
+that forwards the ``changes`` channel to the hub."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service.errors import StoreFull, StoreUnavailable
+from service.jobs.changes import ChangeHub
+from service.jobs.records import JobRecord
+from service.jobs.roles import Backend, BackendOptions
+from service.jobs.shared import StoreLimits
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+logger = logging.getLogger("atelier.jobs.redis")
+
+#: What every script starts with: the key prefix, the server's clock, and how a change
+#: is announced (each script is atomic on the server and timed by its clock, so
+#: replicas need not agree on the time).
+PRELUDE = r"""
+local p = ARGV[1]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+local function changed(topic) redis.call('PUBLISH', p .. 'changes', topic) end
+"""
+
+_NOW = r"""
+return tostring(now)
+"""
+
+
+def pairs(raw: list[Any]) -> dict[bytes, bytes]:
+    """``HGETALL``'s flat list from a script as a dict."""
+    return dict(zip(raw[::2], raw[1::2], strict=True))
+
+
+def text(value: bytes | str) -> str:
+    """A reply of the client (bytes: it does not decode) as text."""
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class RedisBackend(Backend):
+    """The connection to the Redis (or Valkey) server at ``url``.
+
+    Args:
+        url: ``redis://host:port/db`` (``rediss://`` for TLS).
+        limits: the store's bounds.
+        hub: where change notifications go.
+        prefix: the key prefix (several deployments can share one server).
+        timeout_s: a command's socket timeout (then ``StoreUnavailable``).
+        options: :class:`~service.jobs.roles.BackendOptions`.
+    """
+
+    shared = True
+    name = "the job store (Redis)"
+
+    def __init__(
+        self,
+        url: str,
+        limits: StoreLimits,
+        hub: ChangeHub | None = None,
+        *,
+        prefix: str = "atelier:",
+        timeout_s: float = 5.0,
+        **options: Unpack[BackendOptions],
+    ) -> None:
+        super().__init__(limits, hub, **options)
+        self.url = url
+        self.prefix = prefix
+        self._redis = aioredis.Redis.from_url(
+            url,
+            socket_timeout=timeout_s,
+            socket_connect_timeout=min(timeout_s, 2.0),
+            retry=Retry(ExponentialBackoff(cap=0.2, base=0.02), 2),
+            retry_on_error=[RedisConnectionError, RedisTimeoutError],
+            health_check_interval=10,
+        )
+        self._scripts: dict[str, AsyncScript] = {}
+        self._listening = asyncio.Event()
+
+    # ----------------------------------------------------------------- lifecycle
+    async def _open(self) -> None:
+        """Nothing: the client connects on its first command."""
+
+    async def _shut(self) -> None:
+        await self._redis.aclose()
+
+    async def now(self) -> float:
+        return float(await self._script(_NOW))
+
+    async def listening(self, timeout: float = 10.0) -> bool:
+        """Whether the change listener is subscribed (tests wait on it)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self._listening.wait()
+        return self._listening.is_set()
+
+    async def _hear_others(self) -> None:
+        """Forward the ``changes`` channel to the hub; reconnect while Redis is away.
+
+        Each (re)subscription wakes every waiter, so changes made while this process was
+        not listening are read again.
+        """
+        backoff = 0.1
+        channel = f"{self.prefix}changes"
+        while True:
+            pubsub = self._redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(channel)
+                self._listening.set()
+                self.hub.notify_all()
+                backoff = 0.1
+                while True:
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        self.hub.notify(text(message["data"]))
+            except (RedisError, OSError) as exc:
+                self._listening.clear()
+                logger.warning(
+                    "job change listener lost Redis; retrying", extra={"error": str(exc)}
+                )
+                self.hub.notify_all()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+            finally:
+                # typed in some redis-py releases, not in others: called through Any
+                close: Any = pubsub.aclose
+                with contextlib.suppress(Exception):
+                    await close()
+
+    # ------------------------------------------------------------------- commands
+    async def _call(self, work: Awaitable[Any], *, payload_bytes: int = 0) -> Any:
+        """Await a command through the breaker (``payload_bytes`` it moves add to its
+        time); the client types its replies loosely (bytes, as it does not decode), so
+        they are ``Any`` here and typed where they are read."""
+        self.breaker.refuse_if_open(work)
+        return await self.breaker.call(self._mapped(work), payload_bytes=payload_bytes)
+
+    async def _mapped(self, work: Awaitable[Any]) -> Any:
+        try:
+            return await work
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailable(f"the job store (Redis) is unavailable: {exc}") from exc
+        except ResponseError as exc:
+            if str(exc).startswith(("MISCONF", "OOM", "READONLY")):
+                raise StoreFull(f"the job store (Redis) refuses writes: {exc}") from exc
+            raise
+
+    async def _probe(self) -> None:
+        await self._redis.ping()
+
+    async def _script(self, source: str, *args: Any) -> Any:
+        """Run the script ``source`` (after :data:`PRELUDE`) with ``args`` after the
+        prefix; registered on first use (the client loads it on the server when the
+        server does not know it)."""
+        script = self._scripts.get(source)
+        if script is None:
+            script = self._scripts[source] = self._redis.register_script(PRELUDE + source)
+        size = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
+        return await self._call(script(args=[self.prefix, *args]), payload_bytes=size)
+
+    def _key(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    # -------------------------------------------------------------------- records
+    def _alive(self, raw: dict[bytes, bytes]) -> JobRecord | None:
+        """A job hash as its record (None: missing, or finished past ``ttl_s``)."""
+        if not raw:
+            return None
+        record = JobRecord.from_fields(raw)
+        return None if self.limits.expired(record.finished_at, time.time()) else record
+
+    async def _read(self, job_id: str) -> JobRecord | None:
+        return self._alive(await self._call(self._redis.hgetall(self._key("job", job_id))))

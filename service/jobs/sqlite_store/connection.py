@@ -1,0 +1,226 @@
+"""The SQLite connection every role of :class:`~service.jobs.sqlite_store.SqliteJobStore`
+stands on: the schema, the store's own thread, the breaker around each call, write
+transactions, the job rows, and the poll that hears other processes' writes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from service.errors import StoreFull, StoreUnavailable
+from service.jobs.changes import ChangeHub
+from service.jobs.records import JobRecord
+from service.jobs.roles import Backend, BackendOptions
+from service.jobs.shared import StoreLimits
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+T = TypeVar("T")
+
+COLUMNS = list(JobRecord.__dataclass_fields__)
+_INTEGER = {"parts", "step", "total", "attempts", "input_bytes", "result_bytes", "cancel_requested"}
+_REAL = {"created_at", "started_at", "finished_at", "deadline_at"}
+
+
+def _column(name: str) -> str:
+    kind = "INTEGER" if name in _INTEGER else "REAL" if name in _REAL else "TEXT"
+    return f"{name} {kind}"
+
+
+def db_value(value: Any) -> Any:
+    """A record field as SQLite stores it: ``None`` as NULL, dicts as JSON."""
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return value
+
+
+#: Every role's tables (``jobs`` and ``blobs``, ``owners``, ``idempotency`` and
+#: ``checkpoints``: the queue, with the outbox's ``webhook_*`` columns; ``tokens``: the
+#: rate limits; ``workers`` and ``models``: the directory).
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS jobs (
+    {", ".join(_column(name) for name in COLUMNS)},
+    seq INTEGER NOT NULL,
+    lease_until REAL,
+    webhook_due REAL,
+    webhook_progress_next REAL,
+    PRIMARY KEY (id)
+);
+CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, model, priority, owner, seq);
+CREATE INDEX IF NOT EXISTS jobs_owner ON jobs (owner, seq);
+CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at);
+CREATE INDEX IF NOT EXISTS jobs_webhook ON jobs (webhook_due);
+CREATE TABLE IF NOT EXISTS blobs (
+    id TEXT NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (id, kind)
+);
+CREATE TABLE IF NOT EXISTS owners (
+    model TEXT NOT NULL, priority TEXT NOT NULL, owner TEXT NOT NULL,
+    last_served INTEGER NOT NULL, PRIMARY KEY (model, priority, owner)
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    owner TEXT NOT NULL, key TEXT NOT NULL, fingerprint TEXT NOT NULL, job_id TEXT NOT NULL,
+    expires_at REAL NOT NULL, PRIMARY KEY (owner, key)
+);
+CREATE TABLE IF NOT EXISTS workers (id TEXT PRIMARY KEY, models TEXT NOT NULL, expires_at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS models (name TEXT PRIMARY KEY, details TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS tokens (owner TEXT PRIMARY KEY, tat REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS checkpoints (
+    job_id TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (job_id, name)
+);
+"""
+
+
+class SqliteBackend(Backend):
+    """The database file ``path`` (created with its folder when missing).
+
+    All database work runs on one thread of this store's own, never on the event loop.
+
+    Args:
+        path: the database file.
+        limits: the store's bounds.
+        hub: where change notifications go.
+        poll_s: how often other processes' writes are looked for.
+        clock: Unix seconds (tests move it).
+        options: :class:`~service.jobs.roles.BackendOptions`.
+    """
+
+    shared = False
+
+    def __init__(
+        self,
+        path: Path,
+        limits: StoreLimits,
+        hub: ChangeHub | None = None,
+        *,
+        poll_s: float = 0.2,
+        clock: Callable[[], float] = time.time,
+        **options: Unpack[BackendOptions],
+    ) -> None:
+        super().__init__(limits, hub, **options)
+        self.path = Path(path)
+        self.poll_s = poll_s
+        self._clock = clock
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-jobs")
+        self._connection: sqlite3.Connection | None = None
+        self._data_version = -1
+
+    # ----------------------------------------------------------------- lifecycle
+    async def _open(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._run(self._connect)
+
+    async def _shut(self) -> None:
+        if self._connection is not None:
+            await self._mapped(self._connection.close)
+        self._executor.shutdown(wait=True)
+
+    def _connect(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        db.row_factory = sqlite3.Row
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute("PRAGMA busy_timeout=10000")
+        db.executescript(SCHEMA)
+        self._connection = db
+        self._data_version = self._version()
+
+    async def now(self) -> float:
+        return self._clock()
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        if self._connection is None:
+            raise StoreUnavailable("the job database is not open")
+        return self._connection
+
+    def _version(self) -> int:
+        version: int = self._db.execute("PRAGMA data_version").fetchone()[0]
+        return version
+
+    async def _hear_others(self) -> None:
+        """Wake every waiter when another process has written (``data_version`` moved,
+        polled every ``poll_s``)."""
+        while True:
+            await asyncio.sleep(self.poll_s)
+            try:
+                version = await self._run(self._version)
+            except StoreUnavailable:
+                continue
+            if version != self._data_version:
+                self._data_version = version
+                self.hub.notify_all()
+
+    def _notify_soon(self, topic: str) -> None:
+        """From the store's thread: the hub lives on the event loop."""
+        self._loop.call_soon_threadsafe(self.hub.notify, topic)
+
+    # ---------------------------------------------------------------------- calls
+    async def _run(self, fn: Callable[..., T], *args: Any, payload_bytes: int | None = None) -> T:
+        """``fn(*args)`` on the database's thread, through the breaker (the bytes among
+        ``args`` add to its time, or ``payload_bytes``: what a read is given time for)."""
+        if payload_bytes is None:
+            payload_bytes = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
+        return await self.breaker.call(self._mapped(fn, *args), payload_bytes=payload_bytes)
+
+    async def _mapped(self, fn: Callable[..., T], *args: Any) -> T:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._executor, fn, *args)
+        except sqlite3.OperationalError as exc:
+            if "full" in str(exc):  # SQLITE_FULL: "database or disk is full"
+                raise StoreFull(f"the job database cannot write: {exc}") from exc
+            if "readonly" in str(exc):
+                raise StoreUnavailable(f"the job database is read-only: {exc}") from exc
+            raise StoreUnavailable(f"the job database is unavailable: {exc}") from exc
+
+    async def _probe(self) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, lambda: self._db.execute("SELECT 1"))
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction (rolled back on any error)."""
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    # ----------------------------------------------------------------------- rows
+    def _record(self, row: sqlite3.Row) -> JobRecord:
+        return JobRecord.from_fields(
+            {name: "" if row[name] is None else str(row[name]) for name in COLUMNS}
+        )
+
+    def _row(self, db: sqlite3.Connection, job_id: str) -> sqlite3.Row | None:
+        """The job's row (None: missing, or finished past ``ttl_s``)."""
+        row: sqlite3.Row | None = db.execute(
+            "SELECT * FROM jobs WHERE id = ?", (job_id,)
+        ).fetchone()
+        if row is None or self._expired(row):
+            return None
+        return row
+
+    def _expired(self, row: sqlite3.Row) -> bool:
+        return self.limits.expired(row["finished_at"], self._clock())
+
+    def _update(self, db: sqlite3.Connection, job_id: str, **values: Any) -> None:
+        assignments = ", ".join(f"{name} = ?" for name in values)
+        db.execute(
+            f"UPDATE jobs SET {assignments} WHERE id = ?",
+            (*(db_value(v) for v in values.values()), job_id),
+        )
