@@ -31,12 +31,23 @@ Redis is Debian's ``redis-server`` on a free loopback port. Scenarios:
     The same small synchronous generate request on the local pool and through the job
     store (an ``Idempotency-Key`` sends it through the queue), interleaved, on Redis
     and on SQLite. Target: the queue's median cost per job < 5 ms.
+``previews``
+    The same async job with live previews on and off, side by side (``--preview-rounds``
+    rounds, the order alternating), each followed on its event stream as the page
+    follows it: a ``--preview-size`` px quality stylisation and a ``--preview-steps``
+    step generation. Figures: each pair's time from the submit to the ``done`` event and
+    the job's ``running_s``, on/off; the previews each job sent; whether on and off made
+    the same result file; and, in this process, what one preview costs the model's
+    thread (shrink and JPEG, of a full-size stage and of a 32 px estimate), which at two
+    a second bounds the slowdown whatever the noise. Targets: the median on/off ratio
+    <= 1.10 (both kinds); no preview without asking; the same result.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import importlib.util
 import json
 import statistics
@@ -53,6 +64,7 @@ from serve_process import (
     ROOT,
     Check,
     Server,
+    cpu_seconds,
     latency_check,
     p95,
     peak_rss_mb,
@@ -574,6 +586,137 @@ async def queue_overhead(args: argparse.Namespace):
     return {"scenario": "queue-overhead", **results}, checks
 
 
+# ---------------------------------------------------------------------- previews
+PREVIEW_PROMPT = "two green triangles and a yellow circle"
+
+
+async def _job_with_events(
+    client: httpx.AsyncClient, pid: int, kind: str, previews: bool, args: argparse.Namespace, files
+) -> dict:
+    """One async job, followed on its event stream to ``done``: the wall time, the job's
+    ``running_s``, the server's CPU seconds meanwhile, the previews the stream sent and
+    the result file's SHA-256."""
+    cpu = cpu_seconds(pid)
+    started = time.perf_counter()
+    if kind == "generate":
+        body = {"prompt": PREVIEW_PROMPT, "steps": args.preview_steps, "seed": 7}
+        response = await client.post(
+            "/v1/generate", json=body | ({"previews": True} if previews else {}), headers=ASYNC
+        )
+    else:
+        data = {"size": str(args.preview_size)} | ({"previews": "true"} if previews else {})
+        response = await client.post("/v1/stylize", files=files, data=data, headers=ASYNC)
+    response.raise_for_status()
+    job = response.json()["id"]
+    shown = 0
+    async with client.stream("GET", f"/v1/jobs/{job}/events") as stream:
+        async for line in stream.aiter_lines():
+            if line.startswith("event:"):
+                event = line.split(":", 1)[1].strip()
+                shown += event == "preview"
+                if event in ("done", "gone"):
+                    break
+    wall = time.perf_counter() - started
+    cpu = cpu_seconds(pid) - cpu
+    final = await _finished(client, job)
+    if final["state"] != "succeeded":
+        raise RuntimeError(f"{kind} job {final['state']}: {final['error']}")
+    result = (await client.get(f"/v1/jobs/{job}/result")).content
+    return {
+        "wall_s": wall,
+        "running_s": final["running_s"],
+        "cpu_s": cpu,
+        "previews": shown,
+        "sha256": hashlib.sha256(result).hexdigest(),
+    }
+
+
+def _preview_cost_ms(side: int, repeats: int = 20) -> float:
+    """Median milliseconds of one preview (shrink and JPEG) of a ``side`` px picture (the
+    largest stage a ``2 * side`` px job previews; its last stage is the result)."""
+    from service.execution.previews import preview_jpeg
+
+    picture = torch.rand(3, side, side * 3 // 2 if side > 64 else side)
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        preview_jpeg(picture)
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+async def previews(args: argparse.Namespace):
+    """Previews on vs off, interleaved (see the module docstring)."""
+    costs = {"stage_ms": _preview_cost_ms(args.preview_size), "estimate_ms": _preview_cost_ms(32)}
+    print(
+        f"one preview on the model's thread: {costs['stage_ms']:.1f} ms of a "
+        f"{args.preview_size} px stage (a {2 * args.preview_size} px job's largest), "
+        f"{costs['estimate_ms']:.1f} ms of a 32 px estimate (two a second at most: "
+        f"<= {costs['stage_ms'] / 5:.2f} % of the thread's time)"
+    )
+    files = [
+        ("content", ("photo.png", _noise_png(args.preview_size, 1), "image/png")),
+        ("style", ("style.png", _noise_png(256, 2), "image/png")),
+    ]
+    runs: dict[str, dict[bool, list[dict]]] = {
+        kind: {False: [], True: []} for kind in ("stylize", "generate")
+    }
+    with Server(models="adain,dit", weights_dir=args.weights_dir) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+            for kind in runs:  # warm up: the first job of each kind pays for lazy setup
+                await _job_with_events(client, server.pid, kind, True, args, files)
+            for round_ in range(args.preview_rounds):
+                for kind, by in runs.items():
+                    order = (False, True) if round_ % 2 == 0 else (True, False)
+                    for on in order:
+                        run = await _job_with_events(client, server.pid, kind, on, args, files)
+                        by[on].append(run)
+    results: dict[str, dict] = {}
+    checks = []
+    for kind, by in runs.items():
+        off, on = by[False], by[True]
+        pairs = [b["wall_s"] / a["wall_s"] for a, b in zip(off, on, strict=True)]
+        running = [b["running_s"] / a["running_s"] for a, b in zip(off, on, strict=True)]
+        cpu = statistics.median(r["cpu_s"] for r in on) / statistics.median(r["cpu_s"] for r in off)
+        figures = {
+            "wall_s_off": [round(r["wall_s"], 3) for r in off],
+            "wall_s_on": [round(r["wall_s"], 3) for r in on],
+            "ratio_wall_median": statistics.median(pairs),
+            "ratio_running_median": statistics.median(running),
+            "ratio_server_cpu_of_medians": cpu,
+            "server_cpu_s_off": [round(r["cpu_s"], 2) for r in off],
+            "server_cpu_s_on": [round(r["cpu_s"], 2) for r in on],
+            "ratio_of_medians": statistics.median(r["wall_s"] for r in on)
+            / statistics.median(r["wall_s"] for r in off),
+            "previews_on": [r["previews"] for r in on],
+            "previews_off": [r["previews"] for r in off],
+            "same_result": len({r["sha256"] for r in off + on}) == 1,
+        }
+        results[kind] = figures
+        print(
+            f"previews, {kind}: on/off = {figures['ratio_wall_median']:.3f} (median of "
+            f"{len(pairs)} interleaved pairs, submit to done; running_s "
+            f"{figures['ratio_running_median']:.3f}; the server's CPU seconds {cpu:.3f}); "
+            f"off {figures['wall_s_off']} s, on "
+            f"{figures['wall_s_on']} s; previews sent {figures['previews_on']} (on), "
+            f"{figures['previews_off']} (off); same result: {figures['same_result']}"
+        )
+        ratio = figures["ratio_wall_median"]
+        checks += [
+            Check("previews", f"{kind} job with previews on / off", f"{ratio:.3f}x",
+                  "<= 1.10x", ratio <= 1.10),
+            Check("previews", f"{kind}: the server's CPU seconds a job, on / off",
+                  f"{cpu:.3f}x", "reported", True),
+            Check("previews", f"{kind}: previews sent on / off",
+                  f"{min(figures['previews_on'])}-{max(figures['previews_on'])} / "
+                  f"{max(figures['previews_off'])}", ">= 1 / 0",
+                  min(figures["previews_on"]) >= 1 and max(figures["previews_off"]) == 0),
+            Check("previews", f"{kind}: the same result on and off",
+                  str(figures["same_result"]), "True", figures["same_result"]),
+        ]  # fmt: skip
+    return {"scenario": "previews", "one_preview": costs, **results}, checks
+
+
 SCENARIOS = {
     "job-loss": job_loss,
     "async-flood": async_flood,
@@ -581,6 +724,7 @@ SCENARIOS = {
     "event-streams": event_streams,
     "result-reads": result_reads,
     "queue-overhead": queue_overhead,
+    "previews": previews,
 }
 
 
@@ -592,6 +736,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--streams", type=int, default=200, help="event streams of one key")
     group.add_argument("--readers", type=int, default=64, help="concurrent result reads")
     group.add_argument("--pairs", type=int, default=30, help="queue-overhead request pairs")
+    group.add_argument("--preview-rounds", type=int, default=10, help="previews on/off pairs")
+    group.add_argument("--preview-size", type=int, default=512, help="previews' stylize size")
+    group.add_argument("--preview-steps", type=int, default=100, help="previews' DiT steps")
 
 
 __all__ = ["SCENARIOS", "add_arguments"]

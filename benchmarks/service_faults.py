@@ -42,7 +42,7 @@ load hits both alike. Scenarios (``--scenario``, repeatable; default all, in thi
     ``--slow-give-up-s``), valid p95 < 2x idle.
 
 ``job-loss``, ``async-flood``, ``queued-inputs``, ``event-streams``, ``result-reads``,
-``queue-overhead``
+``queue-overhead``, ``previews``
     The job scenarios: see ``job_faults.py``.
 
 ``store-stall``, ``store-full``

@@ -10,7 +10,7 @@ comes from its own seed (:func:`models.diffusion.random.randn`) and no layer mix
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -27,6 +27,52 @@ class StepControl(Protocol):
     """
 
     def __call__(self, done: int, total: int) -> Sequence[int] | None: ...
+
+
+#: A step control's optional hook on the picture as it forms: a control with a ``show``
+#: attribute that is not ``None`` is called ``show(done, total, images)`` after step
+#: ``done - 1`` (``done`` steps are done), where ``images()`` gives the batch's picture so
+#: far, ``(B, 3, h, w)`` in ``[0, 1]`` with the rows the control kept, on the model's
+#: device (a stage of the style-transfer pyramid, a sampler's estimate of the clean
+#: image). The hook calls ``images()`` only when it wants a picture, during the call, and
+#: never changes it in place: a computation gives the same result with or without it.
+#: A control without the hook (or with ``show = None``) costs the computation nothing.
+ShowImages = Callable[[int, int, Callable[[], Tensor]], None]
+
+
+def image_hook(control: StepControl | None) -> ShowImages | None:
+    """``control``'s ``show`` hook (see :data:`ShowImages`), or ``None`` when it has none."""
+    show = getattr(control, "show", None)
+    return show if callable(show) else None
+
+
+class _ConvertedImages:
+    """A step control whose ``show`` hook gets ``convert(images())``."""
+
+    def __init__(
+        self, control: StepControl, show: ShowImages, convert: Callable[[Tensor], Tensor]
+    ) -> None:
+        self._control = control
+        self._show = show
+        self._convert = convert
+
+    def __call__(self, done: int, total: int) -> Sequence[int] | None:
+        return self._control(done, total)
+
+    def show(self, done: int, total: int, images: Callable[[], Tensor]) -> None:
+        self._show(done, total, lambda: self._convert(images()))
+
+
+def converted_images(
+    control: StepControl | None, convert: Callable[[Tensor], Tensor]
+) -> StepControl | None:
+    """``control`` with its ``show`` hook given ``convert`` of the computation's pictures
+    (e.g. a sampler's ``[-1, 1]`` estimate as ``[0, 1]`` images); ``control`` itself when
+    it has no hook."""
+    show = image_hook(control)
+    if control is None or show is None:
+        return control
+    return _ConvertedImages(control, show, convert)
 
 
 def take_rows(value: Any, rows: Tensor) -> Any:

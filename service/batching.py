@@ -38,7 +38,10 @@ Failure policy:
   :class:`BatchControl`, a step control (``models.control.StepControl``) that the model
   asks between its steps; it drops the rows whose caller stopped waiting or whose
   deadline passed, so their work stops within one step while the others go on. The
-  same calls report each item's progress to its ``on_progress`` callback.
+  same calls report each item's progress to its ``on_progress`` callback. When an item
+  of the batch has an ``on_preview`` callback (and only then), the control also has a
+  ``show(done, total, pictures)`` hook for the forward to hand it the batch's pictures
+  as they form (``models.control.ShowImages``); each such item gets its own row's.
 * ``queue_size`` bounds the items waiting (not yet in a forward); past it ``submit``
   raises ``QueueFull`` with a retry-after estimate.
 
@@ -62,6 +65,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, Protocol, TypeVar
 
 ItemT = TypeVar("ItemT")
@@ -124,6 +128,9 @@ class _NullObserver:
 
 
 ProgressCallback = Callable[[int, int], None]
+#: ``on_preview(done, total, picture)``: an item's picture after ``done`` steps, from the
+#: worker thread; ``picture()`` gives it (the forward's own form; only during the call).
+PreviewCallback = Callable[[int, int, Callable[[], Any]], None]
 
 
 class DeviceGate:
@@ -193,6 +200,7 @@ class _Pending:
     enqueued_at: float
     deadline: float = math.inf
     on_progress: ProgressCallback | None = None
+    on_preview: PreviewCallback | None = None
     owner: str = ""
     cost: float = 0.0
     #: why the caller stopped waiting; set on the event loop, read by the worker thread
@@ -233,6 +241,25 @@ class BatchControl:
         self._observer = observer
         self._yield_device = yield_device
         self.rows: list[int] = list(range(len(self._pending)))
+        #: The pictures hook: installed only when an item asked for previews.
+        self.show: Callable[[int, int, Callable[[], Sequence[Any]]], None] | None = None
+        if any(pending.on_preview is not None for pending in self._pending):
+            self.show = self._show
+
+    def _show(self, done: int, total: int, pictures: Callable[[], Sequence[Any]]) -> None:
+        """Hand each item that asked for previews its row of ``pictures()`` (the batch in
+        ``rows`` order), which is read once, and only if a callback asks for it."""
+        batch: list[Sequence[Any]] = []
+
+        def row(position: int) -> Any:
+            if not batch:
+                batch.append(pictures())
+            return batch[0][position]
+
+        for position, index in enumerate(self.rows):
+            callback = self._pending[index].on_preview
+            if callback is not None:
+                callback(done, total, partial(row, position))
 
     def __call__(self, done: int, total: int) -> list[int] | None:
         if self._yield_device is not None and 0 < done < total:
@@ -383,12 +410,15 @@ class Batcher(Generic[ItemT, ResultT]):
         timeout_s: float | None = None,
         on_progress: ProgressCallback | None = None,
         owner: str = "",
+        on_preview: PreviewCallback | None = None,
     ) -> ResultT:
         """Queue ``item`` and wait for its result (or its own exception).
 
         ``on_progress(done, total)`` is called from the worker thread at each step of the
-        forward the item is in. Cancelling the awaiting task (a client that went away)
-        drops the item: from the queue, or from its running forward at the next step.
+        forward the item is in; ``on_preview(done, total, picture)`` (see
+        :data:`PreviewCallback`) sees its picture when the forward shows one. Cancelling
+        the awaiting task (a client that went away) drops the item: from the queue, or
+        from its running forward at the next step.
         ``owner`` is whose work it is, for the fair share.
 
         Raises:
@@ -411,6 +441,7 @@ class Batcher(Generic[ItemT, ResultT]):
             enqueued_at=now,
             deadline=now + timeout_s if timeout_s is not None else math.inf,
             on_progress=on_progress,
+            on_preview=on_preview,
             owner=owner,
             cost=self._cost(item) if self._cost is not None else 0.0,
         )

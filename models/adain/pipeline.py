@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,7 @@ from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.adain.whitening import CovarianceStats, grid_stride, wct_affine, wct_transfer
 from models.checkpoints import load_state_dict
-from models.control import StepControl, take_rows, wanted_rows
+from models.control import StepControl, image_hook, take_rows, wanted_rows
 from models.decoder import Decoder
 from models.devices import bf16_supported, to_device
 from models.hub import Manifest, find_file, resolve
@@ -98,6 +99,14 @@ def pad_to_multiple(image: Tensor, multiple: int) -> tuple[Tensor, tuple[int, in
         return image, (height, width)
     mode = "reflect" if pad_h < height and pad_w < width else "replicate"
     return F.pad(image, (0, pad_w, 0, pad_h), mode=mode), (height, width)
+
+
+def _stage_picture(image: Tensor, content: Tensor | None) -> Tensor:
+    """A stage's image ``(B, 3, h, w)`` as a picture; with ``preserve_color`` (``content``
+    given: the photos at full size) its luma with the photos' chroma at its size."""
+    if content is None:
+        return image
+    return with_chroma_of(image, resize(content, (image.shape[-2], image.shape[-1])))
 
 
 class _Rows:
@@ -370,6 +379,8 @@ class StyleTransfer(nn.Module):
             control: asked before each pass which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there and the
                 output holds the kept ones only, each as it would have been without it.
+                Its ``show`` hook, if any (:data:`~models.control.ShowImages`), is shown
+                each stage's image as the stage finishes.
             blend: the images are consecutive frames of a video: after each stage of
                 the pyramid, each is blended with the previous frame's along the motion
                 (:class:`~models.temporal.StageBlend`, given the frames' motions). A
@@ -420,6 +431,7 @@ class StyleTransfer(nn.Module):
         )
         self._ready()
         total, done = chosen.passes, 0
+        show = image_hook(control)
         for stage_index, stage in enumerate(chosen.stages):
             size = stage_size((content.shape[-2], content.shape[-1]), stage.factor)
             photo = resize(state["source"], size)
@@ -450,6 +462,9 @@ class StyleTransfer(nn.Module):
             if blend is not None:
                 image = blend.after_stage(stage_index, stage.factor, image)
             done += len(stage.levels)
+            if show is not None:  # the stage's picture, to a watcher (a live preview)
+                chroma = state["content"] if preserve_color else None
+                show(done, total, partial(_stage_picture, image, chroma))
             state.set(previous=image, previous_photo=state["photo"])
         rows = wanted_rows(control, total, total)
         if rows is not None:

@@ -9,7 +9,9 @@ clean data (``alpha_bar = 1``), so ``steps`` is exactly the number of model call
 Every sampler takes an optional ``control`` (:class:`~models.control.StepControl`):
 asked before each step, it may drop rows from the batch (a cancelled image), and the
 sampler goes on with the others: ``x``, ``cond``, the per-row generators and its own
-state shrink together, and the result has the kept rows only.
+state shrink together, and the result has the kept rows only. A control with a ``show``
+hook (:data:`~models.control.ShowImages`) is shown ``x0_hat`` after each step but the
+last (the estimate of the clean sample; never computed for it, only handed over).
 
 No step reads anything back from the device: the timestep grid and its coefficients are
 Python numbers computed before the loop, and the noise comes from generators on the
@@ -32,7 +34,7 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor
 
-from models.control import StepControl, take_rows, wanted_rows
+from models.control import ShowImages, StepControl, image_hook, take_rows, wanted_rows
 from models.diffusion.random import Generators, randn
 from models.diffusion.schedules import sampling_timesteps
 
@@ -65,6 +67,12 @@ def _pairs(alpha_bar: Tensor, steps: int) -> list[tuple[int, float, float]]:
 
 
 _State = TypeVar("_State", bound=tuple[Any, ...])
+
+
+def _show(show: ShowImages | None, done: int, total: int, x0: Tensor) -> None:
+    """Hand the estimate ``x0`` after ``done`` of ``total`` steps to ``show``, if any."""
+    if show is not None and done < total:
+        show(done, total, lambda: x0)
 
 
 def _controlled(control: StepControl | None, done: int, total: int, state: _State) -> _State:
@@ -106,11 +114,13 @@ def ddpm(
         control: asked before each step which rows go on (see the module docstring).
     """
     pairs = _pairs(alpha_bar, steps)
+    show = image_hook(control)
     for i, (t, ab_t, ab_s) in enumerate(pairs):
         x, cond, generator = _controlled(control, i, len(pairs), (x, cond, generator))
         if x.shape[0] == 0:
             return x
         _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+        _show(show, i + 1, len(pairs), x0)
         b = 1.0 - ab_t / ab_s
         mean = (math.sqrt(ab_s) * b / (1 - ab_t)) * x0 + (
             math.sqrt(1 - b) * (1 - ab_s) / (1 - ab_t)
@@ -145,11 +155,13 @@ def ddim(
     """
     del generator
     pairs = _pairs(alpha_bar, steps)
+    show = image_hook(control)
     for i, (t, ab_t, ab_s) in enumerate(pairs):
         x, cond = _controlled(control, i, len(pairs), (x, cond))
         if x.shape[0] == 0:
             return x
         eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+        _show(show, i + 1, len(pairs), x0)
         x = math.sqrt(ab_s) * x0 + math.sqrt(1 - ab_s) * eps
     (x,) = _controlled(control, len(pairs), len(pairs), (x,))
     return x
@@ -182,11 +194,13 @@ def dpm_solver_pp_2m(
     del generator
     previous_x0, previous_h = None, None
     pairs = _pairs(alpha_bar, steps)
+    show = image_hook(control)
     for i, (t, ab_t, ab_s) in enumerate(pairs):
         x, cond, previous_x0 = _controlled(control, i, len(pairs), (x, cond, previous_x0))
         if x.shape[0] == 0:
             return x
         _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+        _show(show, i + 1, len(pairs), x0)
         if ab_s >= 1.0:
             (x0,) = _controlled(control, len(pairs), len(pairs), (x0,))
             return x0

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models.control import StepControl
+from models.control import StepControl, converted_images
 from models.devices import autocast_dtype, to_device
 from models.diffusion import (
     SAMPLERS,
@@ -53,6 +53,12 @@ EMPTY_CANVAS = -1.0
 #: checkpoint, 8 prompts, 25 DDPM steps (``benchmarks/gpu_check.py --device cpu
 #: --sections dit``): mean 0.00075, share 0.00004; the GPU check measures CUDA against it.
 BF16_TOLERANCE = {"mean_abs": 0.005, "share_over_0.1": 0.001}
+
+
+def _as_picture(x0: Tensor) -> Tensor:
+    """A sampler's estimate of the clean images, ``[-1, 1]``, as pictures in ``[0, 1]``
+    (what a step control's ``show`` hook is given)."""
+    return ((x0.float() + 1) / 2).clamp(0, 1)
 
 
 def agreement(reference: Tensor, other: Tensor) -> dict[str, float]:
@@ -233,7 +239,9 @@ class TextToImage:
                 Random when ``None``.
             control: asked before each sampler step which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there, and the
-                kept ones come out as they would have without it.
+                kept ones come out as they would have without it. Its ``show`` hook, if
+                any (:data:`~models.control.ShowImages`), is shown the sampler's estimate
+                of the clean images after each step but the last.
 
         Returns:
             ``(N, 3, H, W)`` float32 in ``[0, 1]`` on the CPU; with ``control``, only the
@@ -274,7 +282,7 @@ class TextToImage:
                 steps=options.steps,
                 generator=generators,
                 clip_denoised=True,
-                control=control,
+                control=converted_images(control, _as_picture),
             )
         return ((images.float() + 1) / 2).clamp(0, 1).cpu()
 

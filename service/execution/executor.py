@@ -79,6 +79,9 @@ class Submission:
     respond_async: bool = False
     idempotency: tuple[str, str] | None = None  # (key, fingerprint)
     webhook: dict[str, Any] | None = None
+    #: Live previews in the job's event stream (``service.jobs.previews``): the job's
+    #: parameters say ``"previews": true``. Work answered at once has no stream: none.
+    previews: bool = False
 
     @classmethod
     def of(
@@ -88,13 +91,20 @@ class Submission:
         idempotency_key: str | None,
         identity: Sequence[bytes | str],
         webhook: dict[str, Any] | None = None,
+        previews: bool = False,
     ) -> Submission:
         """The submission of a request; with an ``Idempotency-Key``, the request is
-        known by the :func:`fingerprint` of ``identity`` (its route, fields, uploads)."""
+        known by the :func:`fingerprint` of ``identity`` (its route, fields, uploads;
+        not ``previews``, which changes how the job is watched, not its result)."""
         idempotency = None
         if idempotency_key is not None:
             idempotency = (idempotency_key, fingerprint(*identity))
-        return cls(respond_async=respond_async, idempotency=idempotency, webhook=webhook)
+        return cls(
+            respond_async=respond_async,
+            idempotency=idempotency,
+            webhook=webhook,
+            previews=previews,
+        )
 
 
 @dataclass(frozen=True)
@@ -276,7 +286,9 @@ class Executor:
             priority=priority,
             parts=work.parts,
             unit=work.unit,
-            parameters=work.parameters,
+            parameters={**work.parameters, "previews": True}
+            if submission.previews
+            else work.parameters,
             deadline_at=deadline_at,
             webhook=submission.webhook,
         )

@@ -10,6 +10,7 @@ import torch
 
 from models.dit.options import GenerateOptions
 from models.images import encode_image
+from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import TextToImageModel
@@ -75,6 +76,7 @@ class GenerateWork(Work):
         progress: Progress | None,
         owner: str,
         checkpoint: Checkpoint | None = None,
+        previews: Previews | None = None,
     ) -> JobResult:
         understanding = pool.model.understand(self.prompt)
         jobs = [
@@ -89,6 +91,7 @@ class GenerateWork(Work):
                     timeout_s=timeout_s,
                     on_progress=None if progress is None else progress.reporter(i),
                     owner=owner,
+                    on_preview=None if previews is None else previews.watcher(i),
                 )
                 for i, job in enumerate(jobs)
             )

@@ -9,7 +9,9 @@ interactive work: it takes the device from the other keys' batch at its next ste
 one key's backlog delays another key's job by about a step, not a batch), runs each claimed job
 as a task on the pool, and writes its progress (at most every ``progress_interval_s``,
 the first an interval after the job starts, so a job shorter than that writes none: its
-finish sets ``step = total``) and its result (once). A job that a request of this process waits for needs no claim
+finish sets ``step = total``), its latest live preview when it was asked for them
+(``service.execution.previews``: a checkpoint the store drops when the job ends) and
+its result (once). A job that a request of this process waits for needs no claim
 when there is room for it: :meth:`JobRunner.create` has the store lease it to this
 worker in the write that creates it, and it starts at once.
 
@@ -36,11 +38,14 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from service.errors import InternalError, ResultTooLarge, ServiceError
 from service.execution.kinds import work_from_payload
+from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, Work
+from service.jobs.previews import PREVIEW_CHECKPOINT, wants_previews
 from service.jobs.records import (
     CANCELLED,
     FAILED,
@@ -55,6 +60,7 @@ from service.jobs.store import (
     StoreUnavailable,
     cancel_topic,
     cancelled_error,
+    job_topic,
     late_error,
     work_topic,
 )
@@ -88,6 +94,9 @@ class _Running:
     write_pending: bool = False
     last_write: float = 0.0
     watchers: list[asyncio.Task[None]] = field(default_factory=list)
+    #: The latest preview not yet written, and whether a write of previews is under way.
+    preview: bytes | None = None
+    writing_preview: bool = False
 
 
 class JobRunner:
@@ -291,6 +300,9 @@ class JobRunner:
             # job shorter than the interval writes no progress (its finish sets the total)
             running.last_write = time.monotonic()
             running.progress = Progress(work.parts, lambda: self._progress_changed(record.id))
+            previews = None
+            if wants_previews(record):
+                previews = Previews(partial(self._preview_taken, record.id))
             result = await work.run(
                 self.pools[running.model],
                 priority=INTERACTIVE if running.promoted else record.priority,
@@ -298,6 +310,7 @@ class JobRunner:
                 progress=running.progress,
                 owner=record.owner,
                 checkpoint=StoreCheckpoint(self.store, record.id, self.worker),
+                previews=previews,
             )
         except asyncio.CancelledError as exc:
             reason = exc.args[0] if exc.args else ASKED
@@ -391,6 +404,43 @@ class JobRunner:
         step, total = running.progress.current()
         with contextlib.suppress(StoreUnavailable):
             await self.store.set_progress(job_id, self.worker, step, total)
+
+    # ------------------------------------------------------------------ previews
+    def _preview_taken(self, job_id: str, blob: bytes) -> None:
+        """From the worker thread: a preview of the job (``service.execution.previews``)."""
+        with contextlib.suppress(RuntimeError):  # the loop closed
+            self._loop.call_soon_threadsafe(self._keep_preview, job_id, blob)
+
+    def _keep_preview(self, job_id: str, blob: bytes) -> None:
+        running = self._running.get(job_id)
+        if running is None or running.task is None or running.task.done():
+            return
+        running.preview = blob  # a newer one replaces one not yet written
+        if not running.writing_preview:
+            running.writing_preview = True
+            running.watchers = [task for task in running.watchers if not task.done()]
+            running.watchers.append(self._loop.create_task(self._write_previews(job_id, running)))
+
+    async def _write_previews(self, job_id: str, running: _Running) -> None:
+        """Write the job's latest preview as its checkpoint (the store keeps one, and
+        forgets it when the job ends), then tell the job's event feeds: this process's
+        at once, other processes' with the next progress write (the store announces it).
+        A preview the store cannot take is dropped (the next one may pass)."""
+        try:
+            while running.preview is not None:
+                blob, running.preview = running.preview, None
+                try:
+                    kept = await self.store.put_checkpoint(
+                        job_id, self.worker, PREVIEW_CHECKPOINT, blob
+                    )
+                except StoreUnavailable:
+                    continue
+                if not kept:  # the job is no longer this worker's, or it ended
+                    return
+                self.store.hub.notify(job_topic(job_id))
+                self._schedule_progress(job_id)
+        finally:
+            running.writing_preview = False
 
     # ----------------------------------------------------------------- heartbeat
     async def _heartbeat(self) -> None:

@@ -142,8 +142,9 @@ class StylizeWork(Work):
         progress: Progress | None,
         owner: str,
         checkpoint: Checkpoint | None = None,
+        previews: Previews | None = None,
     ) -> JobResult:
-        if self.print_size:
+        if self.print_size:  # painted in tiles: no previews
             image = await self._run_print_size(pool, priority, timeout_s, progress, owner)
         else:
             image = await pool.submit(
@@ -152,6 +153,7 @@ class StylizeWork(Work):
                 timeout_s=timeout_s,
                 on_progress=None if progress is None else progress.reporter(0),
                 owner=owner,
+                on_preview=None if previews is None else previews.watcher(0),
             )
         parameters = {**self.request_parameters, **pool.provenance()}
         data, media_type = await asyncio.to_thread(

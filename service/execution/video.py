@@ -122,6 +122,7 @@ class StylizeVideoWork(Work):
         progress: Progress | None,
         owner: str,
         checkpoint: Checkpoint | None = None,
+        previews: Previews | None = None,  # a clip shows no previews
     ) -> JobResult:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         state, segments = await _resume(checkpoint)

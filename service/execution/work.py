@@ -26,6 +26,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from service.execution.previews import Previews
 from service.jobs.records import JobResult
 from service.workers.pool import AnyWorkerPool
 
@@ -120,7 +121,10 @@ class Work(ABC):
         progress: Progress | None,
         owner: str,
         checkpoint: Checkpoint | None = None,
+        previews: Previews | None = None,
     ) -> JobResult:
         """Run on ``pool``, the pool of ``model`` (its items go to the ``priority``
         batcher), and encode the answer off the event loop; ``checkpoint``: the job's,
-        when it runs as one (a long work saves its progress there, and resumes)."""
+        when it runs as one (a long work saves its progress there, and resumes);
+        ``previews``: the job's live previews, when it was asked for them (a kind of
+        work that has none ignores it)."""

@@ -3,7 +3,9 @@
 A hundred ``/v1/jobs/{id}/events`` streams of one job cost one store read per change:
 the job's :class:`JobFeed` re-reads it when the store announces a change (or after a
 while, in case an announcement was lost), serializes it once, and every stream sends
-that. :class:`JobFeeds` also bounds the streams of the replica and of each key.
+that. A job submitted with previews (``service.jobs.previews``) has its latest preview
+read with it while it runs, and sent once per new preview, before the job's state.
+:class:`JobFeeds` also bounds the streams of the replica and of each key.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 
 from service.errors import Overloaded, StoreUnavailable
+from service.jobs.previews import PREVIEW_CHECKPOINT, preview_event, wants_previews
+from service.jobs.records import RUNNING
 from service.jobs.store import JobStore, job_topic
 
 #: Seconds between re-reads of a job whose change notification may have been missed.
@@ -28,16 +32,40 @@ class JobFeed:
         self.store = store
         self.job_id = job_id
         self.streams = 0
+        #: The job's latest state event and the version that published it.
         self.latest: tuple[str, str] | None = None
+        self.latest_version = 0
+        #: ``(version, data)`` of the job's latest ``preview`` event, if any.
+        self.preview: tuple[int, str] | None = None
+        self._preview_blob: bytes | None = None
         self.version = 0
         self._changed = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
 
     def _publish(self, event: str, data: str) -> None:
-        self.latest = (event, data)
         self.version += 1
+        if event == "preview":
+            self.preview = (self.version, data)
+        else:
+            self.latest = (event, data)
+            self.latest_version = self.version
         self._changed.set()
         self._changed = asyncio.Event()
+
+    async def _read_preview(self) -> None:
+        """Publish the job's preview if it changed (a store that does not answer: later)."""
+        try:
+            blob = await self.store.checkpoint(self.job_id, PREVIEW_CHECKPOINT)
+        except StoreUnavailable:
+            return
+        if blob is None or blob == self._preview_blob:
+            return
+        self._preview_blob = blob
+        try:
+            data = preview_event(blob)
+        except ValueError:  # not a preview: nothing to show
+            return
+        self._publish("preview", data)
 
     async def run(self) -> None:
         with self.store.hub.watch(job_topic(self.job_id)) as changed:
@@ -50,6 +78,8 @@ class JobFeed:
                 if record is None:
                     self._publish("gone", json.dumps({"id": self.job_id}))
                     return
+                if record.state == RUNNING and wants_previews(record):
+                    await self._read_preview()
                 data = json.dumps(record.public())
                 if self.latest is None or data != self.latest[1]:
                     self._publish("done" if record.finished else "progress", data)

@@ -81,6 +81,11 @@ class GenerateRequest(BaseModel):
         max_length=2,
         description="Which events to deliver: 'completed' (the default), 'progress'.",
     )
+    previews: bool = Field(
+        default=False,
+        description="For a job: 'preview' events in its event stream, a small JPEG of "
+        "the first image's estimate every few sampler steps, at most two a second.",
+    )
 
     @field_validator("prompt")
     @classmethod
@@ -153,8 +158,9 @@ async def generate(
     submission = Submission.of(
         respond_async=respond_async,
         idempotency_key=idempotency_key,
-        identity=[request.url.path, body.model_dump_json(by_alias=True)],
+        identity=[request.url.path, body.model_dump_json(by_alias=True, exclude={"previews"})],
         webhook=webhook,
+        previews=body.previews,
     )
     result = await executor.submit(work, served, submission)
     if isinstance(result, Accepted):

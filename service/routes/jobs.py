@@ -1,16 +1,18 @@
-"""``/v1/jobs``: a job's state and result, its cancel, its event stream; the key's jobs.
+"""``/v1/jobs``: a job's state and result (whole, or as a thumbnail), its cancel, its
+event stream (with live previews when the job was sent with them); the key's jobs.
 
 The job routes answer only the key that made the job: any other key gets the same 404
-as an unknown job (no existence leak). ``GET /v1/jobs`` lists the key's recent jobs and
-``GET /v1/me`` says which key is in use. Event streams are fed by one reader per job per
-replica (``service.jobs.feeds``); they are bounded per key and per replica, and do not
-count against ``max_connections``.
+as an unknown job (no existence leak). ``GET /v1/jobs`` lists the key's recent jobs, a
+page at a time, and ``GET /v1/me`` says which key is in use. Event streams are fed by
+one reader per job per replica (``service.jobs.feeds``); they are bounded per key and
+per replica, and do not count against ``max_connections``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import io
 import json
 import time
 from collections import OrderedDict
@@ -20,10 +22,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.sse import EventSourceResponse, ServerSentEvent
+from PIL import Image
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from service.errors import (
+    ErrorBody,
     JobNotFound,
     JobNotReady,
     RangeNotSatisfiable,
@@ -31,7 +35,7 @@ from service.errors import (
     json_error_responses,
 )
 from service.jobs.feeds import JobFeeds
-from service.jobs.records import JobRecord, JobResult, off_loop_if_large
+from service.jobs.records import JobRecord, JobResult, off_loop_if_large, pack, unpack
 from service.jobs.store import JobStore, job_topic
 from service.routes.deps import CallerDep, StoreDep
 
@@ -213,6 +217,111 @@ async def get_job_result(
     )
 
 
+#: Sides a job's thumbnail may have, and the default (the page's cards ask 256).
+MIN_THUMBNAIL_SIDE, MAX_THUMBNAIL_SIDE, THUMBNAIL_SIDE = 16, 512, 256
+THUMBNAIL_QUALITY = 80
+#: Thumbnails made at once per replica (each decodes a whole result image).
+THUMBNAIL_WORKERS = 2
+
+
+class Thumbnails:
+    """A replica's thumbnails of job results: made once each (a few at a time, off the
+    event loop) and kept in a small cache bounded in bytes."""
+
+    def __init__(self, max_bytes: int = 8 * 1024 * 1024) -> None:
+        self.cache = ResultCache(max_bytes)
+        self.slots = asyncio.Semaphore(THUMBNAIL_WORKERS)
+        self.made = 0
+
+
+def thumbnails_of(request: Request) -> Thumbnails:
+    """The app's thumbnails, made on first use."""
+    held: Thumbnails | None = getattr(request.app.state, "job_thumbnails", None)
+    if held is None:
+        held = request.app.state.job_thumbnails = Thumbnails()
+    return held
+
+
+def make_thumbnail(packed: bytes, index: int, side: int) -> bytes | None:
+    """Image ``index`` of a packed result at most ``side`` px on its longer side, packed
+    with its media type (:func:`~service.jobs.records.pack`): a JPEG, or the image itself
+    when it is that small already; ``None`` when there is no such still image."""
+    result = JobResult.from_bytes(packed)
+    if result.media_type not in STILL_TYPES or index >= len(result.images):
+        return None
+    data = result.images[index]
+    try:
+        with Image.open(io.BytesIO(data)) as image:
+            if max(image.size) <= side:
+                return pack({"media_type": result.media_type}, [data])
+            image.draft("RGB", (side, side))  # a JPEG decodes small
+            small = image.convert("RGB")
+    except (OSError, Image.DecompressionBombError, SyntaxError):
+        return None
+    small.thumbnail((side, side), Image.Resampling.LANCZOS)
+    out = io.BytesIO()
+    small.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
+    return pack({"media_type": "image/jpeg"}, [out.getvalue()])
+
+
+@router.get(
+    "/jobs/{job_id}/thumbnail",
+    summary="A small picture of a succeeded job's image (JPEG, or the image itself when "
+    "it is that small already)",
+    response_class=Response,
+    responses={
+        200: {"content": {"image/jpeg": {}, "image/png": {}, "image/webp": {}}},
+        404: {
+            "description": "no such job; or its result has no such image, or is a video "
+            "(code no_thumbnail)",
+            "model": ErrorBody,
+        },
+        409: {"description": "the job has not succeeded (yet)", "model": ErrorBody},
+        **error_responses(401, 422, 503),
+    },
+)
+async def get_job_thumbnail(
+    request: Request,
+    job: JobDep,
+    store: StoreDep,
+    size: Annotated[
+        int,
+        Query(
+            ge=MIN_THUMBNAIL_SIDE,
+            le=MAX_THUMBNAIL_SIDE,
+            description="The thumbnail's longer side, at most.",
+        ),
+    ] = THUMBNAIL_SIDE,
+    index: Annotated[int, Query(ge=0, description="Which image of the job.")] = 0,
+) -> Response:
+    """What a gallery shows of a job without downloading its result: made once per
+    replica, off the event loop, and cached; browsers may keep it (a result never
+    changes)."""
+    if job.state != "succeeded":
+        raise JobNotReady(f"the job is {job.state}; its thumbnail exists once it succeeded")
+    thumbnails = thumbnails_of(request)
+
+    async def build() -> bytes | None:
+        packed = await store.result(job.id)
+        if packed is None:
+            return None
+        async with thumbnails.slots:
+            made = await run_in_threadpool(make_thumbnail, packed, index, size)
+        thumbnails.made += 1
+        return made
+
+    made = await thumbnails.cache.get(f"{job.id}/{index}/{size}", build)
+    if made is None:
+        raise JobNotFound(
+            f"the job's result has no still image {index} to show small (a video, or fewer images)",
+            code="no_thumbnail",
+        )
+    header, (data,) = unpack(made)
+    return Response(
+        data, media_type=header["media_type"], headers={"Cache-Control": "private, max-age=3600"}
+    )
+
+
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None:
     """The ``[start, stop)`` a single-range ``Range: bytes=a-b`` header asks of ``size``
     bytes (``a-``, ``-n`` too; RFC 9110 14.1.2); ``None`` for no header or one that is
@@ -281,20 +390,43 @@ async def cancel_job(job: JobDep, store: StoreDep) -> Response:
     return JSONResponse(record.public(), status_code=200 if record.finished else 202)
 
 
+#: How far ``GET /v1/jobs`` pages: each page reads the jobs before it too.
+MAX_JOBS_OFFSET = 1000
+
+
 class JobList(BaseModel):
     jobs: list[dict[str, Any]] = Field(description="The key's recent async jobs, newest first.")
+    next_offset: int | None = Field(
+        default=None,
+        description="The offset of the next page (send it as ?offset=), or null after the "
+        "last page (or past the deepest offset, 1000). Offsets count from the newest job: "
+        "a job made meanwhile shifts the pages by one.",
+    )
 
 
 @router.get(
     "/jobs",
-    summary="The calling key's recent async jobs, newest first",
+    summary="The calling key's recent async jobs, newest first, a page at a time",
     response_model=JobList,
-    responses=error_responses(401, 503),
+    responses=error_responses(401, 422, 503),
 )
 async def list_jobs(
-    store: StoreDep, who: CallerDep, limit: Annotated[int, Query(ge=1, le=100)] = 20
+    store: StoreDep,
+    who: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="Jobs in the page.")] = 20,
+    offset: Annotated[
+        int,
+        Query(
+            ge=0, le=MAX_JOBS_OFFSET, description="Jobs to skip: the previous page's next_offset."
+        ),
+    ] = 0,
 ) -> JobList:
-    return JobList(jobs=[job.public() for job in await store.jobs_of(who.name, limit)])
+    jobs = await store.jobs_of(who.name, offset + limit + 1)  # one more: is there a next page?
+    end = offset + limit
+    more = len(jobs) > end and end <= MAX_JOBS_OFFSET
+    return JobList(
+        jobs=[job.public() for job in jobs[offset:end]], next_offset=end if more else None
+    )
 
 
 class Me(BaseModel):
@@ -319,7 +451,8 @@ async def stream_room(request: Request, job: JobDep) -> AsyncIterator[JobRecord]
 
 @router.get(
     "/jobs/{job_id}/events",
-    summary="Server-Sent Events: 'progress' at each change, then one 'done' with the job",
+    summary="Server-Sent Events: 'progress' at each change, then one 'done' with the job; "
+    "'preview' (a small JPEG of the work so far) for a job sent with previews",
     response_class=EventSourceResponse,
     responses=json_error_responses(401, 404, 429, 503),
 )
@@ -332,15 +465,20 @@ async def job_events(
         exempt()  # a long stream must not hold one of max_connections' places
     stop = request.app.state.lifecycle.drain_started
     async with feeds.stream(job.id) as feed:
-        seen = 0
+        seen = sent = sent_preview = 0
         while True:
             await feed.wait(seen, stop)
             if feed.version != seen and feed.latest is not None:
                 seen = feed.version
-                event, data = feed.latest
-                yield ServerSentEvent(event=event, raw_data=data)
-                if event in ("done", "gone"):
-                    return
+                if feed.preview is not None and feed.preview[0] > sent_preview:
+                    sent_preview = feed.preview[0]
+                    yield ServerSentEvent(event="preview", raw_data=feed.preview[1])
+                if feed.latest_version > sent:
+                    sent = feed.latest_version
+                    event, data = feed.latest
+                    yield ServerSentEvent(event=event, raw_data=data)
+                    if event in ("done", "gone"):
+                        return
             elif stop.is_set():
                 # this replica is stopping: the client reconnects (to another replica)
                 yield ServerSentEvent(event="reconnect", raw_data="{}", retry=1000)

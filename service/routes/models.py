@@ -22,6 +22,8 @@ from starlette.concurrency import run_in_threadpool
 from models.adain.large import BASE_SIDE
 from service.errors import error_responses
 from service.routes.deps import SettingsDep
+from service.routes.generate import MAX_NUM_IMAGES
+from service.routes.stylize import MAX_MASK_SIZE
 
 router = APIRouter(prefix="/v1", tags=["models"])
 
@@ -68,6 +70,18 @@ class StylizeLimits(BaseModel):
     max_pixel_passes: int = Field(description="Cost budget of a request answered at once.")
     max_job_pixel_passes: int = Field(description="Cost budget of a job (Prefer: respond-async).")
     max_upload_bytes: int = Field(description="Largest upload body.")
+    max_mask_size: int = Field(
+        description="Largest size (output side) a request with masks may ask for."
+    )
+
+
+class GenerateLimits(BaseModel):
+    """What a generate request may ask of this server."""
+
+    max_image_steps: int = Field(
+        description="Sampler steps x images of one request, at most (its cost)."
+    )
+    max_images: int = Field(description="Images of one request (num_images), at most.")
 
 
 class VideoLimits(BaseModel):
@@ -83,6 +97,7 @@ class VideoLimits(BaseModel):
 class Limits(BaseModel):
     stylize: StylizeLimits
     video: VideoLimits
+    generate: GenerateLimits
 
 
 @router.get(
@@ -101,6 +116,7 @@ async def limits(settings: SettingsDep) -> Limits:
             max_pixel_passes=settings.max_stylize_pixel_passes,
             max_job_pixel_passes=settings.max_job_stylize_pixel_passes,
             max_upload_bytes=settings.max_stylize_upload_bytes,
+            max_mask_size=min(MAX_MASK_SIZE, settings.max_side),
         ),
         video=VideoLimits(
             max_side=settings.max_video_side,
@@ -108,6 +124,9 @@ async def limits(settings: SettingsDep) -> Limits:
             max_frames=settings.max_video_frames,
             max_fps=settings.max_video_fps,
             max_pixels=settings.max_video_pixels,
+        ),
+        generate=GenerateLimits(
+            max_image_steps=settings.max_image_steps, max_images=MAX_NUM_IMAGES
         ),
     )
 

@@ -46,6 +46,9 @@ from service.routes.stylize_video import video_work
 router = APIRouter(prefix="/v1", tags=["stylize"])
 
 MAX_STYLES = 4
+#: Masks choose a style per pixel of the whole photo: up to the base size only (above it,
+#: the photo is painted in print-size tiles).
+MAX_MASK_SIZE = BASE_SIDE
 #: Bytes read to tell a video from a photo (a container's signature; a GIF is read whole
 #: to count its frames).
 SNIFF_BYTES = 16
@@ -179,6 +182,7 @@ def _submission(
     fields: list[object],
     uploads: list[bytes],
     hook: dict[str, Any] | None,
+    previews: bool = False,
 ) -> Submission:
     """The request's submission; with an ``Idempotency-Key``, its fingerprint is the
     route, the fields (JSON) and every upload's bytes."""
@@ -187,6 +191,7 @@ def _submission(
         idempotency_key=idempotency_key,
         identity=[request.url.path, json.dumps(fields, sort_keys=True), *uploads],
         webhook=hook,
+        previews=previews,
     )
 
 
@@ -298,6 +303,14 @@ async def stylize(
             "keeps their size in the painting at the photo's size, 2 doubles it, 0.5 halves it.",
         ),
     ] = 1.0,
+    previews: Annotated[
+        bool,
+        Form(
+            description="For a job: 'preview' events in its event stream, a small JPEG "
+            "(at most 256 px) after each stage of the pyramid, at most two a second. Not "
+            "for a video, nor a size above print_size_above (painted in tiles).",
+        ),
+    ] = False,
 ) -> Response:
     served = await models.lookup("adain")
     if not 1 <= len(style) <= MAX_STYLES:
@@ -358,8 +371,8 @@ async def stylize(
         size, len(style), passes, settings, respond_async=respond_async, style_scale=style_scale
     )
     if mask is not None:
-        if size > BASE_SIDE:
-            raise ValidationFailed(f"mask: masks are supported up to size {BASE_SIDE}")
+        if size > MAX_MASK_SIZE:
+            raise ValidationFailed(f"mask: masks are supported up to size {MAX_MASK_SIZE}")
         try:
             check_masks(len(mask), len(style), weighted=weights is not None)
         except ValueError as exc:
@@ -403,6 +416,7 @@ async def stylize(
             fields=[options, size, format, quality, webhook, webhook_events],
             uploads=[*uploads, *(mask_bytes or [])],
             hook=hook,
+            previews=previews and size <= BASE_SIDE,
         )
         result = await executor.submit(work, served, submission)
     if isinstance(result, Accepted):

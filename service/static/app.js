@@ -4,13 +4,16 @@
 // - Samples (GET /samples: the server's samples folder) to click; one's own photo and
 //   paintings by file picker, drag and drop, or paste, with thumbnails.
 // - Both forms start an async job (Prefer: respond-async, so large sizes are never refused
-//   as too dear for a synchronous answer), follow its progress on the job's Server-Sent
-//   Events (read with fetch, so the API key header goes along) and can cancel it.
+//   as too dear for a synchronous answer) with previews=true, follow its progress on the
+//   job's Server-Sent Events (read with fetch, so the API key header goes along), show
+//   its 'preview' events (small JPEGs of the work so far) until the result replaces
+//   them, and can cancel it.
 // - The result: a before/after slider over the photo; download; use it as the photo;
 //   generate the same again with another seed.
-// - The gallery: the key's recent jobs (GET /v1/jobs, paged) with thumbnails made in
-//   the page and kept in IndexedDB with the inputs this browser sent, so a job reopens
-//   with its parameters (and its images, when they were sent from here).
+// - The gallery: the key's recent jobs (GET /v1/jobs, a page at a time: offset and
+//   next_offset) with thumbnails (GET /v1/jobs/{id}/thumbnail, or made in the page from
+//   a result it has) kept in IndexedDB with the inputs this browser sent, so a job
+//   reopens with its parameters (and its images, when they were sent from here).
 // - An error answer names its field ("size: at most 1024"): it shows next to that field.
 // Requests stay few: the gallery is refreshed at most once a second (every 5 s while a
 // job this page does not follow is unfinished, never while the page is hidden), and a
@@ -294,6 +297,7 @@ async function showLimits() {
     `Above ${stylize.print_size_above} px the photo is painted at its own resolution, ` +
     "tile by tile (progress counts tiles).";
   showCost();
+  showGenerateCost();
 }
 
 // The models' figures the forms use: AdaIN's passes per preset (the cost), the DiT's
@@ -669,14 +673,17 @@ function showCost() {
     stylize.print_size_above,
   );
   const budget = stylize.max_job_pixel_passes;
-  const over = work > budget || size > stylize.max_side;
+  const masksTooLarge = masked() && size > stylize.max_mask_size;
+  const over = work > budget || size > stylize.max_side || masksTooLarge;
   cost.textContent =
     `Cost: ${millions(work)} pixel-passes of the ${millions(budget)} a job may take here` +
     (size > stylize.max_side
       ? `; over this server's largest size (${stylize.max_side} px).`
-      : over
+      : work > budget
         ? ": over the budget; choose a smaller size, fewer paintings or a smaller style scale."
-        : ".");
+        : masksTooLarge
+          ? `; masks work up to ${stylize.max_mask_size} px.`
+          : ".");
   cost.classList.toggle("over", over);
 }
 
@@ -685,20 +692,27 @@ for (const id of ["size", "preset", "style-scale"]) {
   $(id).addEventListener("change", showCost);
 }
 
+// The request's cost in image-steps, and whether it is over the server's max_image_steps.
 function showGenerateCost() {
   const steps = Number($("steps").value) || ditDefaults?.steps;
   const images = Number($("num-images").value) || 1;
-  $("generate-cost").textContent = steps
-    ? `Cost: ${steps} steps x ${images} images = ${steps * images} image-steps.`
+  const cost = $("generate-cost");
+  const budget = limits?.generate?.max_image_steps;
+  const over = Boolean(steps && budget && steps * images > budget);
+  cost.textContent = steps
+    ? `Cost: ${steps} steps x ${images} images = ${steps * images} image-steps` +
+      (over ? `: over this server's budget of ${budget}; ask for fewer steps or images.` : ".")
     : "";
+  cost.classList.toggle("over", over);
 }
 
 for (const id of ["steps", "num-images"]) $(id).addEventListener("input", showGenerateCost);
 
 // ------------------------------------------------------------------ jobs
-// Live previews (issue #41, to come): a job's event stream may carry a small picture of
-// the work so far; it shows in the section's preview <img> until the final image
-// replaces it (the event's form is settled by that work: a data URL, a URL or base64).
+// Live previews: a job sent with previews=true has 'preview' events in its stream,
+// {image: base64 JPEG, media_type, width, height, step, total} (at most two a second);
+// the latest shows in the section's preview <img> until the final image replaces it.
+// (A data URL or {url} would show too.)
 function showPreview(prefix, data) {
   const preview = $(`${prefix}-preview`);
   const src =
@@ -840,6 +854,9 @@ function checkStylize() {
   } else if (paintings.length > 1 && paintings.every((painting) => painting.weight === 0)) {
     fail("style_weights", undefined, "at least one painting needs a weight above 0.");
   }
+  const maskSide = limits?.stylize.max_mask_size;
+  if (masked() && maskSide && Number($("size").value || 512) > maskSide)
+    fail("size", undefined, `masks work up to ${maskSide} px: choose a smaller size, or remove the masks.`);
   if (first) first.focus();
   return first === null;
 }
@@ -975,6 +992,7 @@ $("stylize-form").addEventListener("submit", async (event) => {
     return;
   }
   const form = stylizeForm();
+  form.append("previews", "true"); // the stages' pictures while it works
   const inputs = keptInputs();
   const sentPhoto = photo.blob;
   $("stylize-button").disabled = true;
@@ -990,7 +1008,7 @@ $("stylize-form").addEventListener("submit", async (event) => {
     showStylized(blob, suffix, sentPhoto);
     setStatus(status, "Done.");
     if (blob.type.startsWith("image/") && (job.parameters?.size ?? 0) <= THUMB_MAX_SIDE)
-      saveThumbnail(job.id, blob);
+      saveThumbnail(job.id, blob); // larger: the gallery asks the server for one
   } catch (error) {
     setStatus(status, `Network error: ${error.message ?? error}`, true);
   } finally {
@@ -1079,7 +1097,7 @@ async function generate(body) {
   try {
     const request = {
       method: "POST",
-      body: JSON.stringify(body),
+      body: JSON.stringify({ ...body, previews: true }), // the estimate every few steps
       headers: { "Content-Type": "application/json" },
     };
     const job = await runJob("/v1/generate", request, "generate", {
@@ -1112,16 +1130,28 @@ $("generate-again").addEventListener("click", () => {
 
 // ------------------------------------------------------------------ the gallery
 const PAGE = 8; // cards per page
-const MAX_LISTED = 100; // GET /v1/jobs's most
+const MAX_PAGE = 100; // GET /v1/jobs's largest limit
 const REFRESH_MIN_MS = 1000;
 const POLL_MS = 5000;
-const THUMB_SIDE = 240;
-const THUMB_MAX_SIDE = 2048; // larger results are not fetched for a thumbnail
-let listed = PAGE;
+const THUMB_SIDE = 256; // GET /v1/jobs/{id}/thumbnail?size=
+const THUMB_MAX_SIDE = 2048; // larger results are not made small in the page
+let wanted = PAGE; // cards shown: a page more with each "Show more"
+let listed = []; // the jobs shown, newest first
+let nextOffset = null; // GET /v1/jobs's next_offset after them
 let refreshTimer = null;
 let refreshDue = 0;
 let lastRefresh = 0;
+let listings = 0; // listings asked for so far: an answer to an older one is dropped
+let listsInFlight = 0;
 const thumbUrls = new Map(); // job id -> object URL
+
+// The list says whether it is being updated: aria-busy while a listing is under way,
+// data-pending while one is under way or due (a test waits for neither).
+function showListState() {
+  const list = $("jobs-list");
+  list.setAttribute("aria-busy", String(listsInFlight > 0));
+  list.dataset.pending = String(listsInFlight > 0 || refreshTimer !== null);
+}
 
 // Refresh the gallery after `delay` ms, at most once a second; calls in between merge.
 function refreshJobs(delay = 0) {
@@ -1136,6 +1166,7 @@ function refreshJobs(delay = 0) {
     lastRefresh = Date.now();
     await showJobs();
   }, due - Date.now());
+  showListState();
 }
 
 document.addEventListener("visibilitychange", () => {
@@ -1144,26 +1175,73 @@ document.addEventListener("visibilitychange", () => {
 
 const KIND_NAMES = { stylize: "Style transfer", stylize_video: "Video", generate: "Text to image" };
 
-async function showJobs() {
+// Pages of the key's jobs from `offset` until `count` more are had (or none are left):
+// {jobs, next} (next: the next page's offset, or null), or null after an error (shown).
+async function fetchJobs(offset, count, known = new Set()) {
   const status = $("jobs-status");
-  let jobs;
+  const jobs = [];
+  let next = offset;
   try {
-    const response = await fetch(`/v1/jobs?limit=${listed}`, { headers: authHeaders() });
-    if (!response.ok) {
-      setStatus(status, await errorText(response), true);
-      return;
+    while (next !== null && jobs.length < count) {
+      const limit = Math.min(MAX_PAGE, count - jobs.length);
+      const response = await fetch(`/v1/jobs?limit=${limit}&offset=${next}`, { headers: authHeaders() });
+      if (!response.ok) {
+        setStatus(status, await errorText(response), true);
+        return null;
+      }
+      const page = await response.json();
+      for (const job of page.jobs) {
+        // a job made meanwhile shifts the pages: one seen already is not shown twice
+        if (!known.has(job.id)) jobs.push(job);
+        known.add(job.id);
+      }
+      next = page.next_offset;
     }
-    ({ jobs } = await response.json());
   } catch (error) {
     setStatus(status, `Network error: ${error}`, true);
-    return;
+    return null;
   }
+  return { jobs, next };
+}
+
+// One listing at a time is shown: the latest asked for (an answer that comes after a
+// newer listing was asked for is dropped: it may be older than what is shown).
+async function latestListing(fetching) {
+  const mine = ++listings;
+  listsInFlight += 1;
+  showListState();
+  try {
+    const answer = await fetching();
+    return mine === listings ? answer : null;
+  } finally {
+    listsInFlight -= 1;
+    showListState();
+  }
+}
+
+async function showJobs() {
+  const answer = await latestListing(() => fetchJobs(0, wanted));
+  if (answer) showListed(answer.jobs, answer.next);
+}
+
+// "Show more": the next page only, after the jobs shown.
+async function showMoreJobs() {
+  wanted = listed.length + PAGE;
+  if (nextOffset === null) return;
+  const shown = new Set(listed.map((job) => job.id));
+  const answer = await latestListing(() => fetchJobs(nextOffset, PAGE, shown));
+  if (answer) showListed([...listed, ...answer.jobs], answer.next);
+}
+
+function showListed(jobs, next) {
+  listed = jobs;
+  nextOffset = next;
   const list = $("jobs-list");
   const focusedId = document.activeElement?.closest?.(".card")?.dataset.job;
   list.replaceChildren(...jobs.map(jobCard));
   if (focusedId) list.querySelector(`[data-job="${focusedId}"] button`)?.focus();
-  $("jobs-more").hidden = jobs.length < listed || listed >= MAX_LISTED;
-  setStatus(status, jobs.length ? "" : "No results yet: they show here once a job is sent.");
+  $("jobs-more").hidden = next === null;
+  setStatus($("jobs-status"), jobs.length ? "" : "No results yet: they show here once a job is sent.");
   loadThumbnails(jobs);
   const unfinished = jobs.some(
     (job) => !["succeeded", "failed", "cancelled"].includes(job.state) && !followed.has(job.id),
@@ -1172,10 +1250,7 @@ async function showJobs() {
 }
 
 $("jobs-refresh").addEventListener("click", () => refreshJobs());
-$("jobs-more").addEventListener("click", () => {
-  listed = Math.min(MAX_LISTED, listed + PAGE);
-  refreshJobs();
-});
+$("jobs-more").addEventListener("click", showMoreJobs);
 
 function describeJob(job) {
   const p = job.parameters ?? {};
@@ -1259,8 +1334,8 @@ async function saveThumbnail(id, blob) {
   }
 }
 
-// Thumbnails of the listed cards: from memory, from IndexedDB, or made from the result
-// file (once; not for prints larger than THUMB_MAX_SIDE), two fetches at a time.
+// Thumbnails of the listed cards: from memory, from IndexedDB, or the server's
+// (GET /v1/jobs/{id}/thumbnail: a small JPEG, never the whole result), two at a time.
 let thumbQueue = [];
 let thumbWorkers = 0;
 const thumbPending = new Set(); // job ids being made now
@@ -1299,17 +1374,17 @@ async function thumbFor(job) {
   const kept = await keep.get("thumbs", job.id);
   if (kept?.blob) {
     thumbUrls.set(job.id, URL.createObjectURL(kept.blob));
-  } else if (job.kind === "stylize" && (job.parameters?.size ?? 0) > THUMB_MAX_SIDE) {
-    if (shot()) shot().textContent = "a large print: open it or download it";
-    return;
   } else {
     try {
-      const { blob } = await fetchResult(job);
-      const small = await thumbnailOf(blob);
+      const response = await fetch(`/v1/jobs/${job.id}/thumbnail?size=${THUMB_SIDE}`, {
+        headers: authHeaders(),
+      });
+      if (!response.ok) return; // the card keeps its words
+      const small = await response.blob();
       thumbUrls.set(job.id, URL.createObjectURL(small));
       await keep.put("thumbs", job.id, { blob: small });
     } catch {
-      return; // the card keeps its words
+      return;
     }
   }
   shot()?.replaceChildren(thumbImage(job, thumbUrls.get(job.id)));
@@ -1347,6 +1422,10 @@ async function deleteJob(job, button) {
     if (thumbUrls.has(job.id)) URL.revokeObjectURL(thumbUrls.get(job.id));
     thumbUrls.delete(job.id);
     card.remove();
+    if (listed.some((shown) => shown.id === job.id)) {
+      listed = listed.filter((shown) => shown.id !== job.id);
+      if (nextOffset !== null) nextOffset -= 1; // the pages after it moved up by one
+    }
     setStatus(status, "Deleted.");
   } else {
     setStatus(status, "Cancelled.");

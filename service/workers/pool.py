@@ -26,6 +26,7 @@ from service.batching import (
     Closed,
     DeviceGate,
     Expired,
+    PreviewCallback,
     ProgressCallback,
     QueueFull,
 )
@@ -143,10 +144,14 @@ class WorkerPool(Generic[ModelT, JobT]):
         timeout_s: float | None = None,
         on_progress: ProgressCallback | None = None,
         owner: str = "",
+        on_preview: PreviewCallback | None = None,
     ) -> torch.Tensor:
         """Run ``job`` on the least-loaded device and return its result.
 
-        ``on_progress(done, total)`` hears of each step (from the worker thread).
+        ``on_progress(done, total)`` hears of each step (from the worker thread);
+        ``on_preview(done, total, picture)`` sees the job's picture as it forms, when the
+        model shows it (``models.control.ShowImages``; ``picture()``: ``(3, h, w)`` in
+        ``[0, 1]``); without it the model is not shown anything.
         Cancelling the awaiting task stops the job: dropped from the queue, or from its
         running batch at the next step. ``owner`` is whose work it is (fair share).
 
@@ -163,6 +168,7 @@ class WorkerPool(Generic[ModelT, JobT]):
                 timeout_s=timeout_s,
                 on_progress=on_progress,
                 owner=owner,
+                on_preview=on_preview,
             )
         except QueueFull as exc:
             raise Overloaded(str(exc), retry_after_s=exc.retry_after_s) from exc

@@ -7,6 +7,7 @@ import torch
 
 from models.adain import StyleTransfer
 from models.adain.presets import PRESETS
+from models.control import converted_images, image_hook
 from models.diffusion import SAMPLERS, Regions, get_schedule, regional_denoiser
 from models.dit.pipeline import TextToImage
 
@@ -137,3 +138,58 @@ def test_realtime_stylize_drops_images_in_both_of_its_stages(style_model, at, pe
     ]
     assert control.calls[-1][2] == [0, 2]
     torch.testing.assert_close(kept, full[[0, 2]], rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------- the show hook
+class Watching(DropAt):
+    """A :class:`DropAt` with a ``show`` hook: copies of the pictures it is shown."""
+
+    def __init__(self, at: int, drop: set[int], batch: int):
+        super().__init__(at, drop, batch)
+        self.shown: list[tuple[int, int, torch.Tensor]] = []
+
+    def show(self, done: int, total: int, images) -> None:
+        self.shown.append((done, total, images().clone()))
+
+
+@pytest.mark.parametrize("preserve_color", [False, True])
+def test_stylize_shows_each_stage_and_gives_the_same_images(style_model, preserve_color):
+    """The hook sees each stage's picture of the rows still wanted, in [0, 1], at the
+    stage's size; the output is the same as without it (and as with a hookless control)."""
+    generator = torch.Generator().manual_seed(2)
+    content = torch.rand(3, 3, 200, 256, generator=generator)
+    style = torch.rand(1, 3, 64, 64, generator=generator)
+    options = {"alpha": 0.7, "preset": "quality", "preserve_color": preserve_color}
+    full = style_model.stylize(content, [style], **options)
+    control = Watching(at=2, drop={1}, batch=3)
+    kept = style_model.stylize(content, [style], **options, control=control)
+    torch.testing.assert_close(kept, full[[0, 2]], rtol=1e-5, atol=1e-5)
+    stages = PRESETS["quality"].stages
+    assert [(done, total) for done, total, _ in control.shown] == [(i + 1, 4) for i in range(4)]
+    for (done, _, picture), stage in zip(control.shown, stages, strict=True):
+        rows = 3 if done <= 2 else 2  # the second image left before pass 2
+        assert picture.shape[:2] == (rows, 3)
+        assert abs(picture.shape[-1] - 256 * stage.factor) <= 1
+        assert picture.min() >= 0.0 and picture.max() <= 1.0
+    torch.testing.assert_close(control.shown[-1][2], kept, rtol=1e-5, atol=1e-5)
+
+
+def test_a_control_without_a_hook_is_shown_nothing(style_model):
+    control = DropAt(at=-1, drop=set(), batch=1)
+    assert image_hook(control) is None and image_hook(None) is None
+    control.show = None  # a hook switched off
+    assert image_hook(control) is None
+    assert converted_images(control, lambda x: x) is control
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_samplers_show_the_estimate_after_each_step_but_the_last(pipe, sampler):
+    seeds = [3, 4]
+    full = pipe.generate(PROMPTS[:2], seeds=seeds, sampler=sampler)
+    control = Watching(at=-1, drop=set(), batch=2)
+    shown = pipe.generate(PROMPTS[:2], seeds=seeds, sampler=sampler, control=control)
+    torch.testing.assert_close(shown, full, rtol=1e-5, atol=1e-5)
+    assert [(done, total) for done, total, _ in control.shown] == [(i, 5) for i in range(1, 5)]
+    for _, _, picture in control.shown:
+        assert picture.shape == (2, 3, 32, 32)
+        assert picture.min() >= 0.0 and picture.max() <= 1.0  # a picture, not [-1, 1]

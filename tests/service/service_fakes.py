@@ -12,9 +12,12 @@ fields reach the model and results come back intact:
   in ``steps`` steps; it understands prompts as the real pipeline does.
 
 Both honour a step control as the real models do (asked before each step and after the
-last; dropped rows leave the batch) and record the rows each step ran on. A ``step_gate``
-(a ``threading.Semaphore``) makes each step wait for a permit, so a test can hold a
-batch between two steps.
+last; dropped rows leave the batch; a control's ``show`` hook is shown a picture after
+each step: the photo for the style transfer, the final image for generation) and
+record the rows each step ran on. A ``step_gate`` (a ``threading.Semaphore``) makes
+each step wait for a permit, so a test can hold a batch between two steps;
+``step_delay_s`` makes each step take that long; ``shown`` counts the pictures a hook
+asked for and ``hooked`` says, per forward, whether its control had a hook.
 
 mypy checks this module (``[tool.mypy] files``): ``Fakes.entries`` loads each fake as
 the protocol of ``service.model_types`` the service holds it through, so a fake that
@@ -31,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +46,7 @@ from starlette.types import ASGIApp
 from models.adain.large import Step, Tile, spans
 from models.adain.mixing import convex_weights
 from models.adain.presets import get_preset
-from models.control import StepControl, take_rows, wanted_rows
+from models.control import StepControl, image_hook, take_rows, wanted_rows
 from models.shapes.understand import Understanding, understand
 from models.temporal import StageBlend
 from service.config import Settings
@@ -75,6 +79,9 @@ class Stepper:
         self.step_rows: list[list[int]] = []  # per step: the batch rows (original order)
         self.steps_by: list[tuple[str, int]] = []
         self.stepped = threading.Condition()
+        self.step_delay_s = 0.0
+        self.shown = 0
+        self.hooked: list[bool] = []  # per forward: whether its control had a show hook
 
     def _gated(self) -> bool:
         if self.step_gate is None:
@@ -85,9 +92,18 @@ class Stepper:
         while self.hold is not None and self.hold.exists():
             time.sleep(0.01)
 
-    def run(self, batch: int, steps: int, control: StepControl | None) -> torch.Tensor:
-        """The original row numbers still wanted after ``steps`` steps."""
+    def run(
+        self,
+        batch: int,
+        steps: int,
+        control: StepControl | None,
+        picture: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """The original row numbers still wanted after ``steps`` steps; ``picture(rows)``:
+        what a control's ``show`` hook is shown after each step."""
         rows = torch.arange(batch)
+        show = image_hook(control)
+        self.hooked.append(show is not None)
         for done in range(steps + 1):
             if 0 < done < steps:
                 self._wait_while_held()
@@ -104,7 +120,17 @@ class Stepper:
                 self.step_rows.append(rows.tolist())
                 self.steps_by.append((priority, done))
                 self.stepped.notify_all()
+            if self.step_delay_s:
+                time.sleep(self.step_delay_s)
+            if show is not None and picture is not None:
+                show(done + 1, steps, partial(self._picture, picture, rows))
         return rows
+
+    def _picture(
+        self, picture: Callable[[torch.Tensor], torch.Tensor], rows: torch.Tensor
+    ) -> torch.Tensor:
+        self.shown += 1
+        return picture(rows)
 
     def wait_for_steps(self, count: int, timeout: float = 10) -> bool:
         with self.stepped:
@@ -169,7 +195,8 @@ class FakeStyleTransfer(Stepper):
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
-        rows = self.run(content.shape[0], get_preset(preset or "quality").passes, control)
+        passes = get_preset(preset or "quality").passes
+        rows = self.run(content.shape[0], passes, control, lambda rows: content[rows])
         if preserve_color:
             return content[rows].clone()
         means = [s.mean(dim=(2, 3))[:, :, None, None] for s in styles]  # (B or 1, 3, 1, 1)
@@ -319,8 +346,9 @@ class FakeTextToImage(Stepper):
                 "plan_layout": options.plan_layout,
             }
         )
-        rows = self.run(len(prompts), options.steps, control)
-        return torch.stack([self.image(seed) for seed in seeds])[rows]
+        images = torch.stack([self.image(seed) for seed in seeds])
+        rows = self.run(len(prompts), options.steps, control, lambda rows: images[rows])
+        return images[rows]
 
     @classmethod
     def image(cls, seed: int) -> torch.Tensor:

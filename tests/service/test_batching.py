@@ -521,3 +521,36 @@ def test_a_deadline_cancel_is_counted_as_a_deadline():
 
     asyncio.run(scenario())
     assert sorted(reasons) == [("caller_gone", "queued"), ("deadline", "queued")]
+
+
+def test_a_forward_shows_its_pictures_to_the_items_that_asked_and_only_then():
+    """The control has a ``show`` hook only when an item asked for previews; each such
+    item gets its own row, and the batch's pictures are read once, only if asked for."""
+    hooks = []
+    reads = []
+
+    def forward(items, control):
+        hooks.append(control.show is not None)
+        if control.show is not None:
+            control.show(1, 2, lambda: reads.append(1) or [f"picture of {x}" for x in items])
+        return [2 * x for x in items]
+
+    seen: dict[int, list] = {1: [], 3: []}
+
+    async def scenario():
+        batcher = _make(forward, max_batch_size=3)
+        batcher.start()
+        plain = await asyncio.gather(*(batcher.submit(x) for x in (0, 10, 20)))
+        watched = await asyncio.gather(
+            batcher.submit(1, on_preview=lambda d, t, p: seen[1].append((d, t, p()))),
+            batcher.submit(2),
+            batcher.submit(3, on_preview=lambda d, t, p: seen[3].append((d, t, p()))),
+        )
+        await batcher.close()
+        return plain, watched
+
+    plain, watched = asyncio.run(scenario())
+    assert plain == [0, 20, 40] and watched == [2, 4, 6]
+    assert hooks == [False, True]
+    assert seen == {1: [(1, 2, "picture of 1")], 3: [(1, 2, "picture of 3")]}
+    assert reads == [1]

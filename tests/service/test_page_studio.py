@@ -94,6 +94,7 @@ class Recorder:
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
         self.requests: list[tuple[str, str]] = []
+        self.listings: list[str] = []  # the query of each GET /v1/jobs
         self.forms: list[dict[str, list[Any]]] = []
         self.lock = threading.Lock()
 
@@ -103,6 +104,8 @@ class Recorder:
             return
         with self.lock:
             self.requests.append((scope["method"], scope["path"]))
+            if (scope["method"], scope["path"]) == ("GET", "/v1/jobs"):
+                self.listings.append(scope["query_string"].decode())
         if (scope["method"], scope["path"]) != ("POST", "/v1/stylize"):
             await self.app(scope, receive, send)
             return
@@ -283,6 +286,50 @@ def test_a_sample_pair_gives_a_result_and_the_slider_moves(browser, studio, shot
     _id(browser, "stylize-button").click()
     wait_for(browser, lambda d: _id(d, "stylize-status").text == "Done.")
     assert [name for name, _ in recorder.forms[-1]["content"]] == ["stylized.png"]
+
+
+# ---------------------------------------------------------------- live previews
+#: Notes, in the page, each time a preview or a result is shown: [what, section, time].
+WATCH_PREVIEWS = """
+window.shown = [];
+const note = (what, prefix) => window.shown.push([what, prefix, performance.now()]);
+for (const prefix of ['stylize', 'generate']) {
+  const preview = document.getElementById(prefix + '-preview');
+  new MutationObserver(() => {
+    if (!preview.hidden && preview.src.startsWith('data:image/jpeg;base64,')) note('preview', prefix);
+  }).observe(preview, {attributes: true, attributeFilter: ['src', 'hidden']});
+}
+const result = document.getElementById('stylize-result');
+new MutationObserver(() => { if (result.src) note('result', 'stylize'); })
+  .observe(result, {attributes: true, attributeFilter: ['src']});
+new MutationObserver(() => note('result', 'generate'))
+  .observe(document.getElementById('generate-results'), {childList: true});
+"""
+
+
+def test_previews_show_while_a_job_works_and_the_result_replaces_them(browser, samples_dir):
+    """Both sections ask for previews; at least one shows before the final image, which
+    then replaces it (the preview is hidden again)."""
+    fakes = Fakes()
+    recorder = Recorder(create_app(make_settings(samples_dir=samples_dir), model_entries=fakes.entries()))  # fmt: skip
+    with served(recorder) as url:
+        fakes.adain["cpu"].step_delay_s = 0.4  # four passes: 1.6 s
+        fakes.dit["cpu"].step_delay_s = 0.3  # four steps: 1.2 s
+        _open(browser, url)
+        browser.execute_script(WATCH_PREVIEWS)
+        _stylize_a_sample_pair(browser)
+        assert recorder.forms[-1]["previews"] == ["true"]
+        _id(browser, "prompt").send_keys("a red circle")
+        _id(browser, "generate-button").click()
+        wait_for(browser, lambda d: _id(d, "generate-status").text.startswith("Done"))
+        shown = browser.execute_script("return window.shown;")
+        for prefix in ("stylize", "generate"):
+            events = [what for what, section, _ in shown if section == prefix]
+            assert "preview" in events and "result" in events, shown
+            assert events.index("preview") < events.index("result"), shown
+            assert not _id(browser, f"{prefix}-preview").is_displayed()  # replaced
+        for job_id in _job_ids(url)[:2]:
+            assert _job(url, job_id)["parameters"]["previews"] is True
 
 
 def test_the_page_hides_the_samples_when_there_are_none(browser, tmp_path):
@@ -496,18 +543,21 @@ def test_the_gallery_shows_the_result_with_a_thumbnail_after_a_reload(browser, s
     shown = (
         "const i = document.querySelector(arguments[0]); return i && i.complete && i.naturalWidth;"
     )
+    results = recorder.count("GET", f"/v1/jobs/{job_id}/result")
     for reload in ("kept", "fetched"):
-        fetched = recorder.count("GET", f"/v1/jobs/{job_id}/result")
-        if reload == "fetched":  # nothing kept in this browser: made from the result file
+        fetched = recorder.count("GET", f"/v1/jobs/{job_id}/thumbnail")
+        if reload == "fetched":  # nothing kept in this browser: the server's thumbnail
             _open(browser, url)
         else:
             browser.refresh()
         width = wait_for(browser, lambda d: d.execute_script(shown, f"{card} .shot img"))
-        assert width == 160  # under 240 px: as it is
+        assert width == 160  # under 256 px: as it is
         assert "Style transfer" in _css(browser, card)[0].text
         assert "succeeded" in _css(browser, card)[0].text
         time.sleep(0.5)
-        assert recorder.count("GET", f"/v1/jobs/{job_id}/result") - fetched == (reload == "fetched")
+        thumbnails = recorder.count("GET", f"/v1/jobs/{job_id}/thumbnail") - fetched
+        assert thumbnails == (reload == "fetched")
+    assert recorder.count("GET", f"/v1/jobs/{job_id}/result") == results  # never the result
 
     # Open: the settings come back, and the picture
     _set_range(browser, _id(browser, "alpha"), "0.3")
@@ -578,14 +628,22 @@ def test_the_gallery_is_paged_and_does_not_poll_when_all_is_done(browser, tmp_pa
         more = _id(browser, "jobs-more")
         assert more.is_displayed()
         time.sleep(3)
-        listed = recorder.count("GET", "/v1/jobs")  # the list and the results
-        results = sum(1 for m, p in recorder.requests if p.endswith("/result"))
-        assert results == 8
+        listed = recorder.count("GET", "/v1/jobs")  # the list and the thumbnails
+        thumbnails = sum(
+            1
+            for m, p in recorder.requests
+            if p.startswith("/v1/jobs/") and p.endswith("/thumbnail")
+        )
+        assert thumbnails == 8
+        assert not any(p.endswith("/result") for m, p in recorder.requests)
         time.sleep(3)
         assert recorder.count("GET", "/v1/jobs") == listed  # no polling
+        asked = len(recorder.listings)
         more.click()
         wait_for(browser, lambda d: len(_css(d, "#jobs-list .card")) == 10)
         assert not more.is_displayed()
+        # the next page alone was asked for, from where the first ended
+        assert recorder.listings[asked:] == ["limit=8&offset=8"]
 
 
 # ---------------------------------------------------------------- keyboard, axe, screens
@@ -662,12 +720,23 @@ def test_keyboard_alone_reaches_every_control_and_does_the_work(browser, studio,
     assert outline[0] != "none" and float(outline[1].rstrip("px")) >= 2
 
     # Tab reaches every control there is now (samples, paintings, options, result,
-    # generate, the gallery's buttons), in one round
+    # generate, the gallery's buttons), in one round. The gallery first settles: every
+    # job shown finished and no listing under way or due (a listing would redraw the
+    # cards, and their buttons, under the walk), twice in a row a moment apart.
     settled = (
-        "const cards = [...document.querySelectorAll('#jobs-list .card')];"
-        "return cards.length > 0 && cards.every((c) => c.dataset.state === 'succeeded');"
+        "const list = document.getElementById('jobs-list');"
+        "const cards = [...list.querySelectorAll('.card')];"
+        "return list.dataset.pending === 'false' && cards.length > 0"
+        " && cards.every((c) => c.dataset.state === 'succeeded');"
     )
-    wait_for(browser, lambda d: d.execute_script(settled))  # the gallery is up to date
+
+    def gallery_settled(driver) -> bool:
+        if not driver.execute_script(settled):
+            return False
+        time.sleep(0.3)
+        return bool(driver.execute_script(settled))
+
+    wait_for(browser, gallery_settled)
     controls = _controls(browser)
     reached = _tab_through(browser)
     missing = [c for c in controls if c not in reached]
