@@ -340,7 +340,7 @@ def main() -> None:
         holdout_split() if args.split == "holdout" else dev_split(args.images)
     )
     fast = StyleTransfer.from_pretrained([args.weights], fast=True)
-    plain = StyleTransfer.from_pretrained([args.weights], cache_size=0)
+    plain = StyleTransfer.from_pretrained([args.weights], fast=False, cache_size=0)
     runners = {
         "quality": lambda c, s: fast.stylize(c, [s], preset="quality"),
         "realtime": lambda c, s: fast.stylize(c, [s], preset="realtime"),

@@ -54,7 +54,7 @@ def main() -> None:
     torch.set_grad_enabled(False)
     photos = sorted((args.images / "content").iterdir())
     paintings = sorted((args.images / "style").iterdir())
-    model = StyleTransfer.from_pretrained([args.weights])
+    model = StyleTransfer.from_pretrained([args.weights], fast=False)  # the float32 reference
     encoder = model.encoder
     content = {p.stem: load_image(p, max_side=args.size) for p in photos}
     styles = {p.stem: load_image(p, max_side=args.size) for p in paintings}

@@ -57,7 +57,14 @@ from PIL import Image, ImageDraw, ImageFont
 
 from models.adain import StyleTransfer
 from models.adain.metrics import content_loss, gram_style_ratio
-from models.images import load_image, pil_to_tensor, pil_to_uint8, resize_max_side
+from models.images import (
+    fit_longer_side,
+    load_image,
+    pil_to_tensor,
+    pil_to_uint8,
+    resize_to,
+    tensor_to_pil,
+)
 from service.cli.serve import tune_glibc_malloc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -134,7 +141,8 @@ def child(impl: str, side: int, photo: Path, style: Path, out: Path) -> None:
             [Path(os.environ["ATELIER_WEIGHTS_DIR"])], fast=True, preset=impl
         )
         photo_pixels = pil_to_uint8(content)
-        style_tensor = resize_max_side(pil_to_tensor(painting)[None], 2 * model.base_side)
+        style_side = fit_longer_side(*painting.size, 2 * model.base_side)
+        style_tensor = pil_to_tensor(resize_to(painting, style_side))[None]
 
         def run() -> Image.Image:
             if side <= model.base_side:
@@ -195,7 +203,8 @@ def _save_crop(crop: torch.Tensor, path: Path) -> None:
 
 def view_ratios(encoder, output: torch.Tensor, photo: torch.Tensor, style: torch.Tensor):
     """Gram ratios of the whole picture seen at 1024 px."""
-    small = resize_max_side(output, 1024)
+    picture = tensor_to_pil(output[0])  # an 8-bit PNG read back: exact
+    small = pil_to_tensor(resize_to(picture, fit_longer_side(*picture.size, 1024)))[None]
     seen = F.interpolate(photo, size=small.shape[-2:], mode="bilinear", antialias=True)
     return [float(gram_style_ratio(encoder, small, seen, style, scale=k)) for k in SCALES]
 
@@ -265,7 +274,8 @@ def main() -> None:
         return
     images = images_dir()
     pairs = [(images / "content" / p, images / "style" / s) for p, s in PAIRS[: args.pairs]]
-    encoder = StyleTransfer.from_pretrained([Path(os.environ["ATELIER_WEIGHTS_DIR"])]).encoder
+    weights = [Path(os.environ["ATELIER_WEIGHTS_DIR"])]
+    encoder = StyleTransfer.from_pretrained(weights, fast=False).encoder  # float32, for metrics
     cases = [(side, impl) for side in sorted(args.sizes) for impl in args.impls]
     rows, views_1024 = [], {}
     with tempfile.TemporaryDirectory() as folder:

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from serve_process import Server  # a sibling: run as a script, its folder is on sys.path
 
-from models.images import encode_image, load_image, resize_max_side
+from models.images import encode_image, load_image
 from service.cli.serve import tune_glibc_malloc
 from service.images import ImageLimits, decode_image
 
@@ -52,13 +52,13 @@ SHARED_IMAGES = ROOT.parent / "shared" / "images"
 def _load_png(path: Path | None, size: int, seed: int) -> bytes:
     """A ``size``-px PNG: the given image shrunk, or a smooth random pattern."""
     if path is not None and path.is_file():
-        image = load_image(path)[0]
+        image = load_image(path, max_side=size)[0]
     else:
         generator = torch.Generator().manual_seed(seed)
         image = torch.nn.functional.interpolate(
             torch.rand(1, 3, 16, 16, generator=generator), size=(size, size), mode="bicubic"
         )[0].clamp(0, 1)
-    return encode_image(resize_max_side(image, size), "png")[0]
+    return encode_image(image, "png")[0]
 
 
 class DirectModel:

@@ -191,7 +191,7 @@ def compare(args) -> None:
     shared = shared_dir()
     weights = [shared / "weights"]
     model = StyleTransfer.from_pretrained(weights, fast=True)
-    encoder = StyleTransfer.from_pretrained(weights).encoder  # float32, for the metric
+    encoder = StyleTransfer.from_pretrained(weights, fast=False).encoder  # float32, for the metric
     style_image = Image.open(shared / "images" / "style" / STYLE).convert("RGB")
     frames = round(args.seconds * FPS)
     print(

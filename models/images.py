@@ -3,12 +3,17 @@ the training code and the benchmarks.
 
 * pixels: any Pillow image -> ``(3, H, W)`` float32 RGB in ``[0, 1]``
   (:func:`pil_to_tensor`: palettes, alpha over white, CMYK, greyscale, 16 bit) or
-  uint8 (:func:`pil_to_uint8`, the service's uploads: no float copy), and
-  ``(3, H, W)`` in ``[0, 1]`` -> an 8-bit RGB Pillow image (:func:`tensor_to_pil`);
+  uint8 (:func:`pil_to_uint8`, the service's uploads: no float copy), uint8 -> float
+  (:func:`to_float`) and back (:func:`to_uint8`), and ``(3, H, W)`` in ``[0, 1]`` -> an
+  8-bit RGB Pillow image (:func:`tensor_to_pil`);
+* resizing to a requested longer side: the size (:func:`fit_longer_side`) and the
+  resampling (:func:`shrink`, in the image's own mode), the one way the service's
+  uploads, the command line and :func:`load_image` are resized;
 * masks: an RGB image's channel mean, ``(..., 3, H, W) -> (..., 1, H, W)``
   (:func:`mask_from_rgb`), however the image was read;
 * encoding: PNG, JPEG or WebP bytes, with how the image was made in PNG text chunks
-  (:func:`encode_image`), and files (:func:`save_image`);
+  (:func:`encode_image`), and files (:func:`save_image`); 8-bit pixels as lossless
+  PNG bytes and back (:func:`to_png`, :func:`from_png`: a job's payload);
 * local files, trusted (:func:`load_image`, :func:`load_mask`); the service decodes
   uploads with its own limits (``service.images``) through :func:`pil_to_uint8`.
 """
@@ -24,7 +29,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F  # noqa: N812
 from PIL import Image, ImageCms, ImageOps
 from PIL.PngImagePlugin import PngInfo
 from torch import Tensor
@@ -112,6 +116,27 @@ def _rgb8_array(image: Image.Image) -> np.ndarray:
 def to_uint8(image: Tensor) -> Tensor:
     """``(3, H, W)`` float in [0, 1] -> ``(3, H, W)`` uint8, rounded (exact for 8-bit sources)."""
     return image.clamp(0, 1).mul_(255.0).round_().to(torch.uint8)  # one float temporary
+
+
+def to_float(image: Tensor) -> Tensor:
+    """``(..., H, W)`` uint8 (any strides) -> contiguous float32 in [0, 1], one copy: what
+    the model is given of a decoded image (the service's and the command line's)."""
+    out = torch.empty(image.shape, dtype=torch.float32)
+    return out.copy_(image).div_(255.0)
+
+
+def to_png(image: Tensor) -> bytes:
+    """``(3, H, W)`` uint8 -> lossless PNG bytes, zlib's fastest level (a job's payload:
+    :func:`from_png` gives the same pixels back)."""
+    buffer = io.BytesIO()
+    tensor_to_pil(image).save(buffer, format="PNG", compress_level=1)
+    return buffer.getvalue()
+
+
+def from_png(data: bytes) -> Tensor:
+    """:func:`to_png`'s bytes -> ``(3, H, W)`` uint8 (:func:`pil_to_uint8`)."""
+    with Image.open(io.BytesIO(data)) as image:
+        return pil_to_uint8(image)
 
 
 def tensor_to_pil(image: Tensor) -> Image.Image:
@@ -223,50 +248,73 @@ def to_srgb(image: Image.Image, profile: bytes, name: str = "image") -> Image.Im
     return image if converted is None else converted
 
 
-def load_image(path: str | Path, *, max_side: int | None = None) -> Tensor:
+def load_image(
+    path: str | Path, *, max_side: int | None = None, size: tuple[int, int] | None = None
+) -> Tensor:
     """Read an image file (EXIF orientation applied, an ICC profile converted to sRGB:
     :func:`to_srgb`) as ``(1, 3, H, W)`` float32 in [0, 1] (:func:`pil_to_tensor`);
     ``max_side``: scale down (never up) so the longer side is at most this
-    (:func:`resize_max_side`)."""
+    (:func:`fit_longer_side`); ``size``: to exactly ``(H, W)``; both resized by
+    :func:`resize_to`, as the service resizes its uploads."""
     with Image.open(path) as image:
         profile = image.info.get("icc_profile")
         upright = ImageOps.exif_transpose(image)
+        target = None
+        if size is not None:
+            target = (size[1], size[0])
+        elif max_side:
+            target = fit_longer_side(*upright.size, max_side)
+        if target is not None:
+            upright = resize_to(upright, target)
         if profile:
             upright = to_srgb(upright, profile, str(path))
-        tensor = pil_to_tensor(upright)[None]
-    return resize_max_side(tensor, max_side) if max_side else tensor
+        return pil_to_tensor(upright)[None]
 
 
 def load_mask(path: str | Path, size: tuple[int, int]) -> Tensor:
     """Read a mask file as ``(1, 1, H, W)`` in [0, 1]: the channel mean
-    (:func:`mask_from_rgb`) of the image, resized to ``size = (H, W)`` bilinearly
-    (antialiased when it shrinks)."""
-    mask = mask_from_rgb(load_image(path))
-    if tuple(mask.shape[-2:]) == tuple(size):
-        return mask
-    shrinks = size[0] < mask.shape[-2] or size[1] < mask.shape[-1]
-    out = F.interpolate(mask, size=size, mode="bilinear", antialias=shrinks, align_corners=False)
-    return out.clamp_(0.0, 1.0)
+    (:func:`mask_from_rgb`) of the image, resized to ``size = (H, W)``
+    (:func:`load_image`)."""
+    return mask_from_rgb(load_image(path, size=size))
 
 
-def resize_max_side(image: Tensor, max_side: int) -> Tensor:
-    """Shrink so the longer side is at most ``max_side`` (aspect kept; never enlarges).
+def fit_longer_side(width: int, height: int, size: int, *, min_side: int = 1) -> tuple[int, int]:
+    """The ``(width, height)`` an image is resized to for a requested longer side ``size``.
 
-    With ``s = max_side / max(H, W) < 1`` the new sides are ``max(1, round(H s))`` and
-    ``max(1, round(W s))``, by antialiased bilinear interpolation, clamped to ``[0, 1]``;
-    an image already small enough is returned as it is.
-
-    Shape:
-        ``(..., C, H, W)`` -> ``(..., C, H', W')``, e.g. one ``(C, H, W)`` image or a
-        ``(B, C, H, W)`` batch.
+    The scale is ``s = min(1, size / max(w, h))``, raised to ``min_side / min(w, h)``
+    when the shorter side would fall under ``min_side``; the sides are
+    ``max(1, round(w s))`` and ``max(1, round(h s))``. The image is never enlarged and
+    keeps its aspect; raising ``s`` can push the longer side past ``size`` (the service
+    refuses images too elongated for its limits: ``service.images.output_size``).
     """
-    if max_side < 1:
-        raise ValueError(f"max_side must be >= 1, got {max_side}")
-    height, width = image.shape[-2:]
-    scale = max_side / max(height, width)
-    if scale >= 1.0:
+    if size < 1:
+        raise ValueError(f"size must be >= 1, got {size}")
+    longer, shorter = max(width, height), min(width, height)
+    scale = min(1.0, size / longer)
+    if shorter * scale < min_side:
+        scale = min(1.0, min_side / shorter)
+    return max(1, round(width * scale)), max(1, round(height * scale))
+
+
+#: Pillow shrinks by an integer factor (box filter, cheap) down to at most this many
+#: times the target before the bilinear pass (``Image.resize(reducing_gap=...)``).
+REDUCING_GAP = 2.0
+
+#: Modes Pillow resizes as they are; any other is converted to RGB(A) first.
+RESIZABLE_MODES = {"L", "LA", "RGB", "RGBA", "CMYK", "I", "F", "I;16"}
+
+
+def resize_to(image: Image.Image, target: tuple[int, int]) -> Image.Image:
+    """``image`` resized to ``target = (width, height)`` in its own (8-bit or 16-bit)
+    mode: bilinear, antialiased when it shrinks, after an integer box reduction down to
+    ``REDUCING_GAP`` times the target (a large photo shrinks in a fraction of the time and
+    memory of its RGB floats). Modes Pillow cannot resize are converted first (16-bit to
+    ``I``, palettes and the rest to ``RGB``, or ``RGBA`` when transparent)."""
+    if image.mode in SIXTEEN_BIT_MODES and image.mode not in RESIZABLE_MODES:
+        image = image.convert("I")
+    elif image.mode not in RESIZABLE_MODES:
+        has_alpha = "A" in image.mode or "transparency" in image.info
+        image = image.convert("RGBA" if has_alpha else "RGB")
+    if image.size == target:
         return image
-    size = (max(1, round(height * scale)), max(1, round(width * scale)))
-    batch = image.reshape(-1, *image.shape[-3:])  # (N, C, H, W)
-    out = F.interpolate(batch, size=size, mode="bilinear", antialias=True, align_corners=False)
-    return out.clamp_(0, 1).reshape(*image.shape[:-2], *size)
+    return image.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)

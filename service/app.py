@@ -318,9 +318,7 @@ def open_store(settings: Settings) -> JobStore:
 
 def webhook_settings(settings: Settings) -> WebhookSettings:
     return WebhookSettings(
-        WebhookPolicy(
-            tuple(settings.webhook_allowed_hosts), settings.webhook_allow_private_addresses
-        ),
+        WebhookPolicy.of(settings),
         settings.webhook_secret,
         timeout_s=settings.webhook_timeout_s,
         max_attempts=settings.webhook_max_attempts,

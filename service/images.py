@@ -29,7 +29,7 @@ from typing import TypeVar
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from models.images import SIXTEEN_BIT_MODES, pil_to_uint8, to_srgb
+from models.images import fit_longer_side, pil_to_uint8, resize_to, to_srgb
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
@@ -243,10 +243,6 @@ def _lower_thread_priority(niceness: int) -> None:
             logger.warning("could not lower the priority of a decode thread")
 
 
-#: Pillow shrinks by an integer factor (box filter, cheap) down to at most this many
-#: times the target before the bilinear pass (``Image.resize(reducing_gap=...)``).
-REDUCING_GAP = 2.0
-
 #: EXIF orientation -> the transpose that displays the image upright (EXIF 2.3, 0x0112).
 _ORIENTATION_TRANSPOSE = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
@@ -257,9 +253,6 @@ _ORIENTATION_TRANSPOSE = {
     7: Image.Transpose.TRANSVERSE,
     8: Image.Transpose.ROTATE_90,
 }
-
-#: Modes Pillow resizes as they are; any other is converted to RGB(A) first.
-_RESIZABLE_MODES = {"L", "LA", "RGB", "RGBA", "CMYK", "I", "F", "I;16"}
 
 #: File signatures of ``ACCEPTED_FORMATS``: a file that starts with one of them is an
 #: image of that format, so a failure to read it is a corrupt image (400), not 415.
@@ -280,23 +273,18 @@ def _looks_like_accepted_format(data: bytes) -> bool:
 def output_size(
     width: int, height: int, size: int, limits: ImageLimits, *, name: str = "image"
 ) -> tuple[int, int]:
-    """The ``(width, height)`` an image is shrunk to for a requested longer side ``size``.
-
-    The scale is ``s = min(1, size / max(w, h))``, raised to ``min_side / min(w, h)``
-    when the shorter side would fall under ``min_side``: the output never has a side
-    under ``min_side`` and is never enlarged. Raising ``s`` can push the longer side
-    past ``size``; past ``max_side`` the image is refused, and so is one more elongated
-    than ``max_aspect``:1, so the accepted aspect ratios are those up to
-    ``min(max_aspect, max_side / min_side)``.
+    """The ``(width, height)`` an image is shrunk to for a requested longer side ``size``:
+    :func:`~models.images.fit_longer_side` with ``limits.min_side``, so the output never
+    has a side under ``min_side`` and is never enlarged. Raising the scale for the shorter
+    side can push the longer side past ``size``; past ``max_side`` the image is refused,
+    and so is one more elongated than ``max_aspect``:1, so the accepted aspect ratios are
+    those up to ``min(max_aspect, max_side / min_side)``.
 
     Raises:
         BadImage: the aspect ratio is above that (code ``aspect_ratio_too_large``).
     """
     longer, shorter = max(width, height), min(width, height)
-    scale = min(1.0, size / longer)
-    if shorter * scale < limits.min_side:
-        scale = min(1.0, limits.min_side / shorter)
-    out = (max(1, round(width * scale)), max(1, round(height * scale)))
+    out = fit_longer_side(width, height, size, min_side=limits.min_side)
     ratio = min(limits.max_aspect, limits.max_side // limits.min_side)
     if max(out) > limits.max_side or longer > ratio * shorter:
         raise BadImage(
@@ -460,12 +448,7 @@ def _load_and_shrink(image: Image.Image, target: tuple[int, int] | None) -> Imag
 
 
 def _shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
-    """Resize to ``target`` in the image's own (uint8 or 16-bit) mode."""
-    if image.mode in SIXTEEN_BIT_MODES and image.mode not in _RESIZABLE_MODES:
-        image = image.convert("I")
-    elif image.mode not in _RESIZABLE_MODES:
-        has_alpha = "A" in image.mode or "transparency" in image.info
-        image = image.convert("RGBA" if has_alpha else "RGB")
-    if target is None or image.size == target:
-        return image
-    return image.resize(target, Image.Resampling.BILINEAR, reducing_gap=REDUCING_GAP)
+    """Resize to ``target`` in the image's own (uint8 or 16-bit) mode
+    (:func:`~models.images.resize_to`); ``None`` keeps the size (the mode still becomes
+    one Pillow resizes)."""
+    return resize_to(image, image.size if target is None else target)

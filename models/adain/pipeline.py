@@ -200,7 +200,7 @@ class StyleTransfer(nn.Module):
         *,
         device: str | torch.device = "cpu",
         levels: Sequence[str] | None = None,
-        fast: bool = False,
+        fast: bool = True,
         cache_size: int = 64,
         preset: str = "quality",
         manifest: Manifest | None = None,
@@ -212,7 +212,9 @@ class StyleTransfer(nn.Module):
         see ``atelier weights fetch adain-relu4_1``) is found too, its deeper encoder
         replaces the relu3_1 one and ``"relu4_1"`` becomes available as a level.
         ``levels`` sets an AdaIN default pass (``None``: the preset's pyramid); ``preset``
-        the default preset (``"quality"``, see :mod:`models.adain.presets`).
+        the default preset (``"quality"``, see :mod:`models.adain.presets`). ``fast``: the
+        fast path, as the service and the command line run it (see the class); pass
+        ``fast=False`` for the float32 reference (e.g. an encoder for a metric).
 
         Raises:
             WeightsNotFoundError: a file is in none of ``search_path`` (the message names

@@ -13,6 +13,10 @@ Examples::
 
 A video (MP4, MOV, WebM, MKV, animated GIF) is written in its own container at its frame
 rate with its audio copied; ``--size`` scales its frames down (default: its own size).
+
+The photo, the styles and the masks are decoded and resized as ``POST /v1/stylize``
+decodes its uploads (:func:`prepare`: ``service.images.decode_image`` with the server's
+limits), so the model is given the same tensors for the same request.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
 from models.hub import WeightsNotFoundError
-from models.images import SUFFIXES, check_output_side, load_image, load_mask, save_image
+from models.images import SUFFIXES, check_output_side, mask_from_rgb, save_image, to_float
 from models.video import (
     VideoError,
     assemble,
@@ -44,6 +48,8 @@ from models.video import (
 )
 from service.cli.serve import tune_glibc_malloc
 from service.cli.settings import settings_from_args
+from service.errors import ServiceError
+from service.images import ImageLimits, decode_image
 from service.workers.loading import checkpoint_hashes
 
 #: The longest side of a photo's output when --size is not given.
@@ -147,12 +153,7 @@ def run(args: argparse.Namespace) -> int:
     if model is None:
         return 1
     try:
-        content = load_image(args.content, max_side=args.size)
-        styles = [load_image(path, max_side=styles_side(args.size)) for path in args.styles]
-        masks = None
-        if args.masks:
-            size = (content.shape[-2], content.shape[-1])
-            masks = [load_mask(path, size) for path in args.masks]
+        content, styles, masks = prepare(args, image_limits(args, args.size))
         large = max(content.shape[-2:]) > model.base_side and args.levels is None
         with tqdm(unit="tile" if large else "pass", disable=None, file=sys.stderr) as bar:
             output = model.stylize(
@@ -167,13 +168,46 @@ def run(args: argparse.Namespace) -> int:
                 style_scale=args.style_scale,
                 control=_progress(bar),
             )
-    except (OSError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, ValueError, ServiceError) as exc:
+        print(f"error: {exc.message if isinstance(exc, ServiceError) else exc}", file=sys.stderr)
         return 2
     args.output.parent.mkdir(parents=True, exist_ok=True)
     save_image(output, args.output, _parameters(args, model, content), quality=args.quality)
     print(args.output)
     return 0
+
+
+def image_limits(args: argparse.Namespace, size: int) -> ImageLimits:
+    """The server's image limits (the same settings), the longest side raised to ``size``
+    (the command line has no ``max_side``)."""
+    settings = settings_from_args(args)
+    return ImageLimits(max_pixels=settings.max_pixels, max_side=max(settings.max_side, size))
+
+
+def decode_file(path: Path, limits: ImageLimits, size: int | tuple[int, int]) -> torch.Tensor:
+    """``path`` decoded and resized as an upload is (``service.images.decode_image``):
+    ``(3, H, W)`` uint8; ``size`` a longer side, or ``(H, W)``."""
+    return decode_image(path.read_bytes(), limits, name=str(path), size=size)
+
+
+def prepare(
+    args: argparse.Namespace, limits: ImageLimits
+) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor] | None]:
+    """The model's inputs for a photo, as the service prepares them for the same request
+    (``service.execution.stylize.StylizeWork``): the photo resized to ``args.size``, the
+    styles to ``styles_side(args.size)``, the masks to the photo's size and read as their
+    channel mean. ``(1, 3, H, W)``, ``(1, 3, h_i, w_i)`` each, ``(1, 1, H, W)`` each, in
+    [0, 1]."""
+    content = decode_file(args.content, limits, args.size)
+    styles = [decode_file(path, limits, styles_side(args.size)) for path in args.styles]
+    masks = None
+    if args.masks:
+        height, width = content.shape[-2:]
+        masks = [
+            mask_from_rgb(to_float(decode_file(path, limits, (height, width))))[None]
+            for path in args.masks
+        ]
+    return to_float(content)[None], [to_float(style)[None] for style in styles], masks
 
 
 def _load_model(args: argparse.Namespace) -> StyleTransfer | None:
@@ -209,7 +243,11 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
         return 1
     size = fit_size(info, args.size)
     try:
-        styles = [load_image(path, max_side=styles_side(max(size))) for path in args.styles]
+        limits = image_limits(args, max(size))
+        styles = [
+            to_float(decode_file(path, limits, styles_side(max(size))))[None]
+            for path in args.styles
+        ]
         options = {
             "style_weights": args.style_weights,
             "alpha": args.alpha,
@@ -223,8 +261,8 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
             for frames, _ in stylize_clip(model, chunks, styles, options):
                 segments.append(encode_segment(frames, info))
                 bar.update(frames.shape[0])
-    except (OSError, ValueError) as exc:  # VideoError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
+    except (OSError, ValueError, ServiceError) as exc:  # VideoError is a ValueError
+        print(f"error: {exc.message if isinstance(exc, ServiceError) else exc}", file=sys.stderr)
         return 2
     parameters = {
         **{key: value for key, value in options.items() if key != "preset"},

@@ -190,12 +190,8 @@ class Executor:
                 "webhook: webhooks are not configured on this server (webhook_secret)",
                 code="webhook_not_allowed",
             )
-        policy = WebhookPolicy(
-            tuple(self.settings.webhook_allowed_hosts),
-            self.settings.webhook_allow_private_addresses,
-        )
         try:
-            await check_target(url, policy)
+            await check_target(url, WebhookPolicy.of(self.settings))
         except WebhookRefused as exc:
             raise ValidationFailed(f"webhook: {exc}", code="webhook_not_allowed") from None
         return webhook_request(url, events)

@@ -80,7 +80,9 @@ class GenerateWork(Work):
     ) -> JobResult:
         understanding = pool.model.understand(self.prompt)
         jobs = [
-            GenerateJob(understanding, self.negative_prompt, seed, self.options)
+            GenerateJob(
+                understanding, self.negative_prompt, seed, self.options, pool.model.image_size
+            )
             for seed in self.seeds
         ]
         images = await all_or_nothing(

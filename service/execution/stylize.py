@@ -2,25 +2,24 @@
 
 A photo above the base (``models.adain.large.BASE_SIDE``) is painted by print-size
 steps, each a batcher item of its own, ``STEPS_IN_FLIGHT`` at a time. The 8-bit
-images travel in a job's payload as PNGs (:func:`to_png`, :func:`from_png`), which
-the video work uses for its styles too.
+images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
+:func:`~models.images.from_png`), as the video work's styles do.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import time
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
 import torch
-from PIL import Image
 
 from models.adain.large import BASE_SIDE
-from models.images import encode_image, mask_from_rgb, pil_to_uint8
+from models.images import encode_image, from_png, mask_from_rgb, to_float, to_png
 from service.errors import DeadlineExceeded
+from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
@@ -30,23 +29,6 @@ from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
 #: Print-size steps of one job submitted at once: two keep a device busy between them
 #: (the next is queued while one runs) without holding a queue's places.
 STEPS_IN_FLIGHT = 2
-
-
-def to_float(image: torch.Tensor) -> torch.Tensor:
-    """``(3, H, W)`` uint8 (any strides) -> contiguous float32 in [0, 1], one copy."""
-    out = torch.empty(image.shape, dtype=torch.float32)
-    return out.copy_(image).div_(255.0)
-
-
-def to_png(image: torch.Tensor) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(image.permute(1, 2, 0).numpy()).save(buffer, format="PNG", compress_level=1)
-    return buffer.getvalue()
-
-
-def from_png(data: bytes) -> torch.Tensor:
-    with Image.open(io.BytesIO(data)) as image:
-        return pil_to_uint8(image)
 
 
 @dataclass(frozen=True, eq=False)

@@ -36,10 +36,11 @@ import torch
 
 from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions
 from models.flow import FlowEstimator
+from models.images import from_png, to_float, to_png
 from models.temporal import StageBlend
 from models.video import VideoError, VideoInfo, assemble, encode_segment, frame_chunks
 from service.errors import BadVideo, DeadlineExceeded
-from service.execution.stylize import from_png, to_float, to_png
+from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel

@@ -2,7 +2,7 @@
 
 A request names a ``webhook`` URL and optionally ``webhook_events`` (``completed`` by
 default; ``progress`` at most every ``webhook_progress_interval_s``). When an event is
-due the store marks the job (``JobStore.due_webhooks``); a :class:`WebhookDispatcher`
+due the store marks the job (``WebhookOutbox.due_webhooks``); a :class:`WebhookDispatcher`
 in every worker process takes due deliveries under a visibility timeout, so a
 dispatcher that dies loses nothing, and delivery never blocks the job or its result.
 
@@ -31,7 +31,6 @@ SNI carry the name), so a second DNS answer cannot point the request elsewhere.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import json
 import logging
@@ -45,14 +44,27 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from standardwebhooks.webhooks import Webhook
 
+from service.config import Settings
 from service.jobs.records import JobRecord
-from service.jobs.store import Delivery, JobStore, StoreUnavailable
+from service.jobs.shared import stop_task
+from service.jobs.store import Delivery, StoreUnavailable, WebhookOutbox
 
 logger = logging.getLogger("atelier.jobs.webhooks")
 
-#: The events a webhook may ask for.
+#: The events a webhook may ask for: a JSON body's ``webhook_events`` list.
 WebhookEvent = Literal["completed", "progress"]
 EVENTS: tuple[str, ...] = get_args(WebhookEvent)
+_ONE_EVENT = "|".join(EVENTS)
+#: A form's ``webhook_events``: one or two of :data:`EVENTS`, comma-separated
+#: (:func:`parse_events` reads it).
+EVENTS_PATTERN = rf"^ *({_ONE_EVENT}) *(, *({_ONE_EVENT}) *)?$"
+
+
+def parse_events(text: str | None) -> list[str] | None:
+    """A form's ``webhook_events`` (matched by :data:`EVENTS_PATTERN`) as the list a
+    JSON body gives: ``" progress, completed"`` -> ``["progress", "completed"]``."""
+    return None if text is None else [event.strip() for event in text.split(",")]
+
 
 #: ``(host, port) -> addresses`` (tests pass their own to stand in for DNS).
 Resolver = Callable[[str, int], Awaitable[list[str]]]
@@ -70,10 +82,16 @@ async def resolve(host: str, port: int) -> list[str]:
 
 @dataclass(frozen=True)
 class WebhookPolicy:
-    """Which targets are allowed (``service.config.Settings`` fills it)."""
+    """Which targets are allowed (``service.config.Settings`` fills it: :meth:`of`)."""
 
     allowed_hosts: tuple[str, ...] = ()
     allow_private: bool = False
+
+    @classmethod
+    def of(cls, settings: Settings) -> WebhookPolicy:
+        """The policy of ``webhook_allowed_hosts`` and ``webhook_allow_private_addresses``:
+        the one checked when a request arrives and at each delivery."""
+        return cls(tuple(settings.webhook_allowed_hosts), settings.webhook_allow_private_addresses)
 
     def host_allowed(self, host: str) -> bool:
         for pattern in self.allowed_hosts:
@@ -169,7 +187,7 @@ class WebhookDispatcher:
     """Delivers due webhooks of the store's jobs (see the module docstring).
 
     Args:
-        store: the job store.
+        store: the job store's webhook outbox (``JobStore`` is one).
         settings: the policy, the signing secret and the retry schedule.
         resolver: the DNS lookup (tests stand in for it).
         poll_s: how often due deliveries are looked for.
@@ -178,7 +196,7 @@ class WebhookDispatcher:
 
     def __init__(
         self,
-        store: JobStore,
+        store: WebhookOutbox,
         settings: WebhookSettings,
         *,
         resolver: Resolver = resolve,
@@ -197,10 +215,7 @@ class WebhookDispatcher:
         self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
 
     async def _run(self) -> None:
         lease = self.settings.timeout_s * 2 + 5

@@ -3,8 +3,9 @@
 The request is validated into a :class:`~service.execution.generate.GenerateWork` that
 the request's executor runs (``service.execution.executor``): with ``Prefer:
 respond-async`` it starts a job (202, see ``service.routes.jobs``). A client that
-disconnects cancels its images; a request whose cost (steps x images) is over
-``max_image_steps`` is refused with 422.
+disconnects cancels its images; a request whose cost (:func:`generate_cost`: steps x
+images) is over ``max_image_steps`` is refused with 422 (:func:`check_generate_cost`, as
+``service.routes.stylize.check_cost`` refuses a stylisation over its budget).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from fastapi import APIRouter, Header, Request, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
+from service.config import Settings
 from service.errors import ValidationFailed, error_responses
 from service.execution.executor import Accepted, Submission
 from service.execution.generate import GenerateWork
@@ -31,6 +33,26 @@ from service.routes.deps import (
 from service.routes.jobs import job_accepted
 
 router = APIRouter(prefix="/v1", tags=["generate"])
+
+#: Images of one request, at most.
+MAX_NUM_IMAGES = 8
+
+
+def generate_cost(steps: int, images: int) -> int:
+    """A generate request's cost in image-steps: sampler steps x images."""
+    return steps * images
+
+
+def check_generate_cost(steps: int, images: int, settings: Settings) -> None:
+    """Refuse (422) a request whose cost (:func:`generate_cost`) is over this server's
+    budget, ``max_image_steps``."""
+    cost = generate_cost(steps, images)
+    if cost > settings.max_image_steps:
+        raise ValidationFailed(
+            f"steps x num_images = {steps} x {images} = {cost} is over this "
+            f"server's budget of {settings.max_image_steps} image-steps per request "
+            "(max_image_steps); ask for fewer steps or images"
+        )
 
 
 class GenerateRequest(BaseModel):
@@ -58,7 +80,7 @@ class GenerateRequest(BaseModel):
 
     prompt: str = Field(min_length=1, max_length=500)
     negative_prompt: str | None = Field(default=None, max_length=500)
-    num_images: int = Field(default=1, ge=1, le=8)
+    num_images: int = Field(default=1, ge=1, le=MAX_NUM_IMAGES)
     steps: int | None = Field(default=None, ge=1, le=1000, description="Model default if unset.")
     guidance_scale: float | None = Field(default=None, ge=0.0, le=50.0, allow_inf_nan=False)
     seed: int | None = Field(
@@ -145,13 +167,7 @@ async def generate(
         )
     except ValueError as exc:
         raise ValidationFailed(str(exc)) from None
-    cost = options.steps * body.num_images
-    if cost > settings.max_image_steps:
-        raise ValidationFailed(
-            f"steps x num_images = {options.steps} x {body.num_images} = {cost} is over this "
-            f"server's budget of {settings.max_image_steps} image-steps per request "
-            "(max_image_steps); ask for fewer steps or images"
-        )
+    check_generate_cost(options.steps, body.num_images, settings)
     webhook = await executor.webhook(body.webhook, body.webhook_events)
     seeds = consecutive_seeds(body.seed, body.num_images)
     work = GenerateWork(body.prompt, body.negative_prompt, tuple(seeds), options)

@@ -32,6 +32,7 @@ from service.errors import ValidationFailed, error_responses, shorten
 from service.execution.executor import Accepted, Submission
 from service.execution.stylize import StylizeWork
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
+from service.jobs.webhooks import EVENTS_PATTERN, parse_events
 from service.routes.deps import (
     CatalogDep,
     ExecutorDep,
@@ -289,7 +290,7 @@ async def stylize(
         str | SkipJsonSchema[None],
         Form(
             max_length=64,
-            pattern=r"^ *(completed|progress) *(, *(completed|progress) *)?$",
+            pattern=EVENTS_PATTERN,
             description="Comma-separated: 'completed' (the default), 'progress'.",
         ),
     ] = None,
@@ -333,8 +334,7 @@ async def stylize(
         executor.require_job(respond_async, "content: a video")
         if mask is not None:
             raise ValidationFailed("mask: masks are not supported for a video")
-        events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
-        hook = await executor.webhook(webhook, events)
+        hook = await executor.webhook(webhook, parse_events(webhook_events))
         await executor.check_admission(respond_async)
         styles = [await upload.read() for upload in style]
         clip = await video_work(
@@ -377,8 +377,7 @@ async def stylize(
             check_masks(len(mask), len(style), weighted=weights is not None)
         except ValueError as exc:
             raise ValidationFailed(f"mask: {exc}") from None
-    events = None if webhook_events is None else [e.strip() for e in webhook_events.split(",")]
-    hook = await executor.webhook(webhook, events)
+    hook = await executor.webhook(webhook, parse_events(webhook_events))
     await executor.check_admission(respond_async)  # refuse before anything is decoded
     deadline = executor.deadline()
     style_side = styles_side(size)

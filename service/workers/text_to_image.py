@@ -16,19 +16,21 @@ from service.model_types import GenerateOptions, TextToImageModel, Understanding
 @dataclass(frozen=True)
 class GenerateJob:
     """One image to generate (a request for n images is n jobs with seeds s, s+1, ...);
-    the prompt as the model read it, once per request (``TextToImageModel.understand``)."""
+    the prompt as the model read it, once per request (``TextToImageModel.understand``);
+    ``size``: the side of the model's square images (``TextToImageModel.image_size``)."""
 
     prompt: Understanding
     negative_prompt: str | None
     seed: int
     options: GenerateOptions
+    size: int
 
     def batch_key(self) -> Hashable:
         return self.options
 
     def cost(self) -> float:
-        """One image of the model's native size: small next to any stylisation."""
-        return 32 * 32
+        """The image's pixels, as a stylisation counts its own (small next to any)."""
+        return float(self.size * self.size)
 
 
 def load_text_to_image(search_path: Sequence[Path], device: str) -> TextToImageModel:

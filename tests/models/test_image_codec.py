@@ -14,13 +14,18 @@ from PIL import Image
 
 from models.images import (
     encode_image,
+    fit_longer_side,
+    from_png,
     load_image,
     load_mask,
     mask_from_rgb,
     pil_to_tensor,
     pil_to_uint8,
-    resize_max_side,
+    resize_to,
     save_image,
+    tensor_to_pil,
+    to_float,
+    to_png,
     to_uint8,
 )
 
@@ -119,37 +124,64 @@ def test_a_mask_is_the_channel_mean_however_it_is_read(tmp_path):
     assert load_mask(tmp_path / "m.png", (10, 14)).shape == (1, 1, 10, 14)
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(
     height=st.integers(1, 300),
     width=st.integers(1, 300),
-    max_side=st.integers(1, 256),
+    size=st.integers(1, 256),
 )
-def test_resize_max_side_bounds_the_longer_side_and_keeps_the_aspect(height, width, max_side):
-    image = torch.rand(3, height, width)
-    out = resize_max_side(image, max_side)
-    h, w = out.shape[-2:]
-    if max(height, width) <= max_side:
-        assert out is image
+def test_fit_longer_side_bounds_the_longer_side_and_keeps_the_aspect(height, width, size):
+    w, h = fit_longer_side(width, height, size)
+    if max(height, width) <= size:
+        assert (w, h) == (width, height)  # never enlarged
         return
-    assert max(h, w) == max_side
-    scale = max_side / max(height, width)  # both sides scaled alike, rounded, at least 1
+    scale = size / max(height, width)  # both sides scaled alike, rounded
+    if min(height, width) * scale < 1:  # raised so the shorter side keeps one pixel
+        assert min(w, h) == 1
+        scale = 1 / min(height, width)
+    else:
+        assert max(w, h) == size
     assert abs(h - height * scale) <= 0.5 or h == 1
     assert abs(w - width * scale) <= 0.5 or w == 1
-    assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
 
 
-def test_resize_max_side_resizes_a_batch_as_each_image_alone():
-    batch = torch.rand(2, 3, 50, 70, generator=torch.Generator().manual_seed(0))
-    out = resize_max_side(batch, 20)
-    assert out.shape == (2, 3, 14, 20)
-    for image, resized in zip(batch, out, strict=True):
-        torch.testing.assert_close(resize_max_side(image, 20), resized)
-
-
-def test_resize_rejects_a_bad_side():
+def test_fit_longer_side_raises_the_shorter_side_to_min_side():
+    assert fit_longer_side(400, 100, 32) == (32, 8)
+    assert fit_longer_side(400, 100, 32, min_side=16) == (64, 16)  # past size, for min_side
+    assert fit_longer_side(20, 10, 32, min_side=16) == (20, 10)  # never enlarged
     with pytest.raises(ValueError):
-        resize_max_side(torch.rand(3, 4, 4), 0)
+        fit_longer_side(4, 4, 0)
+
+
+def test_resize_to_works_in_a_resizable_mode_of_the_image():
+    palette = Image.new("P", (40, 20))
+    assert resize_to(palette, (20, 10)).mode == "RGB"
+    deep = Image.new("I;16B", (40, 20))
+    assert resize_to(deep, (20, 10)).mode == "I"
+    grey = Image.new("L", (40, 20), 7)
+    assert resize_to(grey, (40, 20)) is grey  # the size already
+    assert resize_to(grey, (80, 40)).size == (80, 40)  # an exact size may enlarge
+
+
+def test_load_image_resizes_with_the_shared_resize(tmp_path):
+    image = _levels(3, 50, 70, seed=3)
+    save_image(image, tmp_path / "a.png")
+    got = load_image(tmp_path / "a.png", max_side=20)
+    assert got.shape == (1, 3, 14, 20)
+    with Image.open(tmp_path / "a.png") as pil:
+        expected = pil_to_tensor(resize_to(pil, fit_longer_side(70, 50, 20)))[None]
+    assert torch.equal(got, expected)
+    assert load_image(tmp_path / "a.png", size=(10, 12)).shape == (1, 3, 10, 12)
+
+
+def test_eight_bit_pixels_round_trip_through_png_and_float():
+    pixels = torch.randint(0, 256, (3, 9, 13), dtype=torch.uint8)
+    assert torch.equal(from_png(to_png(pixels)), pixels)
+    assert torch.equal(from_png(to_png(pixels.transpose(1, 2))), pixels.transpose(1, 2))
+    floats = to_float(pixels.transpose(1, 2))
+    assert floats.dtype == torch.float32 and floats.is_contiguous()
+    assert torch.equal(to_uint8(floats.clone()), pixels.transpose(1, 2))
+    torch.testing.assert_close(floats, pil_to_tensor(tensor_to_pil(pixels.transpose(1, 2))))
 
 
 def test_load_image_converts_an_embedded_profile_to_srgb(tmp_path):

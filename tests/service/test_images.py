@@ -152,6 +152,22 @@ def test_output_size_keeps_the_minimum_side_or_refuses(width, height, size):
         assert max(out_w, out_h) == size  # the requested longer side when it allows
 
 
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "L", "P"])
+def test_uploads_and_local_files_are_resized_alike(mode, tmp_path):
+    """One resize (``models.images.fit_longer_side`` and ``resize_to``): an upload decoded
+    at ``size`` and the file read with ``load_image(max_side=size)`` are the same pixels."""
+    from models.images import fit_longer_side, load_image, to_float
+
+    rng = np.random.default_rng(3)
+    image = Image.fromarray(rng.integers(0, 256, (90, 130, 3), dtype=np.uint8)).convert(mode)
+    path = tmp_path / "photo.png"
+    image.save(path)
+    for size in (130, 64, 40):  # (above the service's min_side, which load_image lacks)
+        decoded = decode_image(path.read_bytes(), LIMITS, size=size)
+        assert decoded.shape[-2:] == fit_longer_side(130, 90, size, min_side=16)[::-1]
+        assert torch.equal(to_float(decoded)[None], load_image(path, max_side=size))
+
+
 def test_a_queued_large_decode_gives_up_at_the_deadline_and_small_ones_pass():
     slots = DecodeSlots(1, large_pixels=300)
     busy, release = threading.Event(), threading.Event()

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def _job(seed: int, steps: int = 4) -> GenerateJob:
-    return GenerateJob(understand("a cat"), None, seed, GenerateOptions(steps, 3.0, "ddim", True))
+    options = GenerateOptions(steps, 3.0, "ddim", True)
+    return GenerateJob(understand("a cat"), None, seed, options, 32)
 
 
 def _expected(seed: int) -> torch.Tensor:
@@ -130,7 +131,7 @@ COLOURS = ("red", "blue", "green")
 
 def _colour_job(colour: str) -> GenerateJob:
     options = GenerateOptions(3, 3.0, "ddim", True)
-    return GenerateJob(understand(f"a {colour} circle"), None, 11, options)
+    return GenerateJob(understand(f"a {colour} circle"), None, 11, options, 32)
 
 
 def _alone(pipe, job: GenerateJob) -> torch.Tensor:

@@ -17,11 +17,14 @@ from service.cli import main as atelier
 from service.jobs.records import JobRecord
 from service.jobs.store import Delivery
 from service.jobs.webhooks import (
+    EVENTS,
+    EVENTS_PATTERN,
     WebhookDispatcher,
     WebhookPolicy,
     WebhookRefused,
     WebhookSettings,
     check_target,
+    parse_events,
 )
 from service.keys import KeyFile, KeyRing
 
@@ -359,6 +362,60 @@ def test_progress_webhooks_are_opt_in(client_factory, fakes):
     types = [json.loads(body)["type"] for _, _, body in receiver.received]
     assert types[0] == "job.progress" and types[quiet - 1] == "job.completed"
     assert types[quiet:] == ["job.completed"]
+
+
+def test_a_form_asks_for_webhook_events_as_a_json_body_does(client_factory):
+    """``webhook_events`` is a list in a JSON body and comma-separated text in a form: the
+    form's pattern and reading come from the same event names, and both requests record
+    the same events on their jobs."""
+    import re
+
+    import corpus
+
+    for text, events in [
+        ("completed", ["completed"]),
+        (" progress ", ["progress"]),
+        ("progress , completed", ["progress", "completed"]),
+        ("completed,progress", ["completed", "progress"]),
+    ]:
+        assert re.fullmatch(EVENTS_PATTERN, text) and parse_events(text) == events
+    assert all(re.fullmatch(EVENTS_PATTERN, event) for event in EVENTS)
+    for bad in ("complete", "progress,,completed", "completed,progress,completed", ""):
+        assert not re.fullmatch(EVENTS_PATTERN, bad)
+    assert parse_events(None) is None
+
+    receiver = Receiver([])
+    client = _hooked(client_factory)
+    hook = {"webhook": receiver.url}
+    made = client.post(
+        "/v1/generate",
+        json={"prompt": "a", "webhook_events": ["progress", "completed"]} | hook,
+        headers=ASYNC,
+    )
+    painted = client.post(
+        "/v1/stylize",
+        files=[("content", corpus.solid_png((0, 0, 0))), ("style", corpus.solid_png((9, 9, 9)))],
+        data={"webhook_events": " progress ,completed"} | hook,
+        headers=ASYNC,
+    )
+    assert made.status_code == painted.status_code == 202, painted.text
+    recorded = [
+        client.get(f"/v1/jobs/{response.json()['id']}").json()["webhook"]["events"]
+        for response in (made, painted)
+    ]
+    assert recorded == [["completed", "progress"]] * 2
+    receiver.close()
+
+
+def test_the_webhook_policy_is_built_once_from_the_settings(client_factory):
+    """The policy checked when a request arrives is the one the dispatcher delivers by."""
+    from service.app import webhook_settings
+
+    client = _hooked(client_factory, webhook_allowed_hosts=["a.example", "*.b.example"])
+    settings = client.app.state.settings
+    policy = WebhookPolicy.of(settings)
+    assert policy == WebhookPolicy(("a.example", "*.b.example"), allow_private=True)
+    assert webhook_settings(settings).policy == policy
 
 
 @pytest.mark.parametrize(

@@ -338,14 +338,17 @@ def test_from_pretrained_adds_the_adain_relu4_1_pair_when_present(tmp_path):
     )
     for level, name in DECODER_FILES.items():
         torch.save(published(Decoder(level)), tmp_path / name)
-    without = StyleTransfer.from_pretrained([tmp_path])
+    # the fast path by default, as the service and the command line run it
+    assert StyleTransfer.from_pretrained([tmp_path]).describe()["fast"] is True
+    without = StyleTransfer.from_pretrained([tmp_path], fast=False)  # float32: encoders compared
     assert without.encoder.depth == "relu3_1" and "relu4_1" not in without.decoders
+    assert without.fast is False
 
     (tmp_path / "adain").mkdir()
     extra = {"32.weight": torch.zeros(512, 512, 3, 3), "32.bias": torch.zeros(512)}  # relu4_2
     torch.save({**published(deep), **extra}, tmp_path / ADAIN_ENCODER_FILE)
     torch.save(published(Decoder("relu4_1")), tmp_path / ADAIN_DECODER_FILE)
-    model = StyleTransfer.from_pretrained([tmp_path])
+    model = StyleTransfer.from_pretrained([tmp_path], fast=False)
     assert model.encoder.depth == "relu4_1"
     assert str(tmp_path / ADAIN_DECODER_FILE) in model.describe()["weight_files"]
     content = _images(1, 3, 20, 28, seed=1)

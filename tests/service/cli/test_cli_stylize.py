@@ -145,12 +145,9 @@ def test_the_output_records_what_the_service_records(weights_dir, tmp_path):
     assert response.status_code == 200, response.text
     with Image.open(io.BytesIO(response.content)) as image:
         served = dict(image.text)
-    # the same chunks; the values too, but the precision (the service runs the fast path,
-    # bf16 where the CPU has native kernels)
-    assert set(cli) == set(served)
-    assert {k: v for k, v in cli.items() if k != "dtype"} == {
-        k: v for k, v in served.items() if k != "dtype"
-    }
+    # the same chunks and values: both run the fast path (bf16 where the CPU has native
+    # kernels), from the same inputs
+    assert cli == served
     assert json.loads(cli["style_weights"]) == [0.75, 0.25]
     assert json.loads(cli["levels"]) == list(get_preset("realtime").levels)
     assert set(json.loads(cli["checkpoint_sha256"])) == {
@@ -199,3 +196,92 @@ def test_a_video_to_another_container_or_with_masks_is_refused(weights_dir, tmp_
     masked = ["--mask", str(style)]
     assert main(["stylize", str(source), str(style), "-o", str(tmp_path / "o.webm"), *masked]) == 2
     assert "--mask" in capsys.readouterr().err
+
+
+def _photo_with_exif_and_profile(path: Path, size: tuple[int, int]) -> Path:
+    """A JPEG shown rotated (EXIF orientation 6) and tagged with a colour profile."""
+    from icc import SWAPPED_PROFILE
+
+    rng = np.random.default_rng(5)
+    pixels = rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.fromarray(pixels).save(path, exif=exif, icc_profile=SWAPPED_PROFILE, quality=90)
+    return path
+
+
+def test_the_cli_and_the_api_give_the_model_the_same_tensors(weights_dir, tmp_path, monkeypatch):
+    """One request (a rotated, profiled JPEG shrunk to --size; a transparent PNG and a
+    16-bit greyscale style; two masks of another size), sent by ``atelier stylize`` and to
+    ``POST /v1/stylize``: the model is given the very same tensors, and runs on the same
+    (fast) path."""
+    from fastapi.testclient import TestClient
+    from service_fakes import make_settings
+
+    from service.app import create_app
+
+    content = _photo_with_exif_and_profile(tmp_path / "c.jpg", (150, 110))
+    rgba = np.random.default_rng(6).integers(0, 256, (70, 90, 4), dtype=np.uint8)
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "s0.png")
+    deep = np.random.default_rng(7).integers(0, 65536, (80, 60), dtype=np.uint16)
+    Image.fromarray(deep).save(tmp_path / "s1.png")  # mode I;16
+    styles = [tmp_path / "s0.png", tmp_path / "s1.png"]
+    left = np.zeros((50, 70), np.uint8)
+    left[:, :33] = 255
+    Image.fromarray(left, "L").save(tmp_path / "m0.png")
+    Image.fromarray(255 - left, "L").save(tmp_path / "m1.png")
+    masks = [tmp_path / "m0.png", tmp_path / "m1.png"]
+
+    calls = []
+    original = StyleTransfer.stylize
+
+    def spy(self, content, styles, **kwargs):
+        masks = kwargs.get("masks")
+        calls.append(
+            (
+                self.fast,
+                content.clone(),
+                [style.clone() for style in styles],
+                None if masks is None else [mask.clone() for mask in masks],
+            )
+        )
+        return original(self, content, styles, **kwargs)
+
+    monkeypatch.setattr(StyleTransfer, "stylize", spy)
+    args = ["stylize", str(content), *map(str, styles), "-o", str(tmp_path / "o.png")]
+    assert main([*args, "--size", "48", *(f"--mask={mask}" for mask in masks)]) == 0
+    settings = make_settings(weights_dir=weights_dir, load_models="adain")
+    with TestClient(create_app(settings)) as client:
+        files = [("content", content.read_bytes())]
+        files += [("style", style.read_bytes()) for style in styles]
+        files += [("mask", mask.read_bytes()) for mask in masks]
+        response = client.post("/v1/stylize", files=files, data={"size": "48"})
+    assert response.status_code == 200, response.text
+
+    (cli_fast, *cli), (api_fast, *api) = calls[0], calls[-1]  # (the server warms up between)
+    assert cli_fast and api_fast
+    cli_content, cli_styles, cli_masks = cli
+    api_content, api_styles, api_masks = api
+    assert cli_content.shape == (1, 3, 48, 35)  # shown upright: 110 x 150, shrunk to 48
+    assert cli_content.dtype == api_content.dtype == torch.float32
+    assert torch.equal(cli_content, api_content)
+    assert len(cli_styles) == len(api_styles) == 2
+    for mine, theirs in zip(cli_styles, api_styles, strict=True):
+        assert mine.shape == theirs.shape and torch.equal(mine, theirs)
+    assert cli_masks is not None and api_masks is not None
+    assert [m.shape for m in cli_masks] == [(1, 1, 48, 35)] * 2
+    for mine, theirs in zip(cli_masks, api_masks, strict=True):
+        assert torch.equal(mine, theirs)
+
+
+def test_a_file_that_is_no_image_exits_2_naming_it(weights_dir, tmp_path, capsys):
+    """The files are read as the service reads uploads: its refusals, named by path."""
+    style = _image(tmp_path / "s.png", (20, 20), 2)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a picture")
+    assert main(["stylize", str(notes), str(style), "-o", str(tmp_path / "o.png")]) == 2
+    err = capsys.readouterr().err
+    assert str(notes) in err and "not an image in a supported format" in err
+    tiny = _image(tmp_path / "tiny.png", (8, 8), 3)
+    assert main(["stylize", str(tiny), str(style), "-o", str(tmp_path / "o.png")]) == 2
+    assert "smaller than 16 px" in capsys.readouterr().err

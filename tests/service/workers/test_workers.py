@@ -63,10 +63,17 @@ def test_batch_key_separates_sizes_and_options():
 def test_generate_batch_key_separates_planned_from_plain_jobs():
     def job(seed: int, plan_layout: bool) -> GenerateJob:
         options = GenerateOptions(25, 4.0, "ddpm", plan_layout)
-        return GenerateJob(understand("two red squares"), None, seed, options)
+        return GenerateJob(understand("two red squares"), None, seed, options, 32)
 
     assert job(1, True).batch_key() == job(2, True).batch_key()
     assert job(1, True).batch_key() != job(1, False).batch_key()
+
+
+def test_a_generate_job_costs_its_pixels_as_a_stylisation_does():
+    options = GenerateOptions(25, 4.0, "ddpm", True)
+    small = GenerateJob(understand("a red square"), None, 1, options, 8)
+    assert small.cost() == 8 * 8
+    assert _job(8, 9).cost() == 8 * 9 + 6 * 6  # the content and its style
 
 
 def test_run_stylize_stacks_jobs_and_splits_results():
