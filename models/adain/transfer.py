@@ -11,7 +11,7 @@ so cached or interpolated statistics can be applied without the style features.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -115,16 +115,52 @@ def transfer(
     if labels is None:
         restyled = adain_to_stats(content, mix(styles, weights, batch))
     else:
-        restyled = content.clone()
-        for k, style in enumerate(styles):
-            style = style.expand(batch)
-            for b in range(batch):
-                region = labels[b] == k  # (h, w)
-                if not bool(region.any()):
-                    continue
-                pixels = content[b][:, region][None]  # (1, C, N)
-                row = FeatureStats(style.mean[b : b + 1], style.std[b : b + 1])
-                restyled[b][:, region] = adain_to_stats(pixels, row)[0]
+        expanded = [style.expand(batch) for style in styles]
+
+        def restyle(k: int, b: int, pixels: Tensor) -> Tensor:
+            row = FeatureStats(expanded[k].mean[b : b + 1], expanded[k].std[b : b + 1])
+            return adain_to_stats(pixels, row)[0]
+
+        restyled = restyle_regions(content, labels, len(styles), restyle, min_pixels=1)
+    return blend_with_anchor(content, restyled, alpha, anchor)
+
+
+def restyle_regions(
+    content: Tensor,
+    labels: Tensor,
+    num_styles: int,
+    restyle: Callable[[int, int, Tensor], Tensor],
+    *,
+    min_pixels: int,
+) -> Tensor:
+    """A copy of ``content`` with each labelled region restyled on its own.
+
+    For each style ``k`` and batch item ``b``, the pixels with ``labels[b] == k`` (at least
+    ``min_pixels`` of them, else the region is left as it is) are gathered into
+    ``(1, C, N)`` and replaced by ``restyle(k, b, pixels)``, a ``(C, N)`` tensor; pixels
+    labelled -1 (or with fewer than ``min_pixels`` of their label) keep the content.
+    The region loop of :func:`transfer` and :func:`~models.adain.whitening.wct_transfer`.
+
+    Shape:
+        - content: ``(B, C, h, w)``; labels: ``(B, h, w)`` in ``[-1, num_styles)``;
+          output: ``(B, C, h, w)``.
+    """
+    restyled = content.clone()
+    for k in range(num_styles):
+        for b in range(content.shape[0]):
+            region = labels[b] == k  # (h, w)
+            if int(region.sum()) < min_pixels:
+                continue
+            pixels = content[b][:, region][None]  # (1, C, N)
+            restyled[b][:, region] = restyle(k, b, pixels)
+    return restyled
+
+
+def blend_with_anchor(
+    content: Tensor, restyled: Tensor, alpha: float, anchor: Tensor | None
+) -> Tensor:
+    """``lerp(anchor, restyled, alpha)`` with ``anchor`` defaulting to ``content``;
+    ``restyled`` itself (no copy) when ``alpha == 1``."""
     if alpha == 1.0:
         return restyled
     return torch.lerp(content if anchor is None else anchor, restyled, alpha)

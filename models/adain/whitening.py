@@ -38,6 +38,7 @@ from torch import Tensor
 
 import norms.functional as NF  # noqa: N812 - looked up at each call: the maths is norms'
 from models.adain.mixing import convex_weights
+from models.adain.transfer import blend_with_anchor, restyle_regions
 
 #: Eigenvalues of a feature covariance at or below this are treated as zero (Li et al.'s
 #: threshold; normalised VGG features have variances of order 1 to 10^3).
@@ -177,19 +178,12 @@ def wct_transfer(
         matrix, shift = wct_affine(content, styles, weights=weights)
         restyled = apply_affine(content, matrix, shift)
     else:
-        restyled = content.clone()
-        for k, style in enumerate(styles):
-            style = style.expand(batch)
-            for b in range(batch):
-                region = labels[b] == k  # (h, w)
-                if int(region.sum()) < 2:
-                    continue
-                pixels = content[b][:, region][None]  # (1, C, n)
-                row = CovarianceStats(style.mean[b : b + 1], style.root[b : b + 1])
-                matrix, shift = wct_affine(pixels, [row], weights=convex_weights(None, 1))
-                restyled[b][:, region] = (
-                    matrix[0].to(pixels.dtype) @ pixels[0] + shift[0].to(pixels.dtype)[:, None]
-                )
-    if alpha == 1.0:
-        return restyled
-    return torch.lerp(content if anchor is None else anchor, restyled, alpha)
+        expanded = [style.expand(batch) for style in styles]
+
+        def restyle(k: int, b: int, pixels: Tensor) -> Tensor:
+            row = CovarianceStats(expanded[k].mean[b : b + 1], expanded[k].root[b : b + 1])
+            matrix, shift = wct_affine(pixels, [row], weights=convex_weights(None, 1))
+            return matrix[0].to(pixels.dtype) @ pixels[0] + shift[0].to(pixels.dtype)[:, None]
+
+        restyled = restyle_regions(content, labels, len(styles), restyle, min_pixels=2)
+    return blend_with_anchor(content, restyled, alpha, anchor)

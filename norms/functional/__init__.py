@@ -4,8 +4,7 @@ Names and argument order are a contract (``docs/architecture.md``): checks outsi
 call them. Each submodule declares its public names in ``__all__``.
 """
 
-import sys
-
+from norms._exports import public_names
 from norms.functional.adaptive import *  # noqa: F403
 from norms.functional.batch import *  # noqa: F403
 from norms.functional.dyt import *  # noqa: F403
@@ -15,16 +14,4 @@ from norms.functional.sequence import *  # noqa: F403
 from norms.functional.switchable import *  # noqa: F403
 from norms.functional.whitening import *  # noqa: F403
 
-# Looked up in sys.modules: a submodule may export a name equal to its own module's
-# (e.g. the function ``weight_norm``), which then shadows the module attribute here.
-_SUBMODULES = (
-    "adaptive",
-    "batch",
-    "dyt",
-    "layer",
-    "local",
-    "sequence",
-    "switchable",
-    "whitening",
-)
-__all__ = [name for sub in _SUBMODULES for name in sys.modules[f"{__name__}.{sub}"].__all__]
+__all__ = public_names(__name__)

@@ -216,10 +216,15 @@ def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
         - shift, scale: ``(B, D)`` or ``(1, D)``
         - output: ``(B, T, D)`` in ``x.dtype``.
     """
-    if x.dim() != 3:
-        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    _check_tokens(x)
     _check_modulation(x, shift, scale)
     return torch.addcmul(shift[:, None], x, 1 + scale[:, None]).to(x.dtype)
+
+
+def _check_tokens(x: Tensor) -> None:
+    """Raise unless ``x`` is a ``(B, T, D)`` batch of token sequences."""
+    if x.dim() != 3:
+        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
 
 
 def _check_modulation(x: Tensor, shift: Tensor, scale: Tensor) -> None:
@@ -242,8 +247,7 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
         - shift, scale: ``(B, D)`` or ``(1, D)``
         - output: ``(B, T, D)`` in ``x.dtype``.
     """
-    if x.dim() != 3:
-        raise ValueError(f"x must be (B, T, D), got {tuple(x.shape)}")
+    _check_tokens(x)
     if dispatch.chosen("ada_layer_norm/rows", x):
         from norms.kernels import rows
 

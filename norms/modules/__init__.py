@@ -4,8 +4,7 @@ Each submodule declares its public classes in ``__all__`` and registers them wit
 :func:`norms.registry.register`.
 """
 
-import sys
-
+from norms._exports import public_names
 from norms.modules.adaptive import *  # noqa: F403
 from norms.modules.batch import *  # noqa: F403
 from norms.modules.dyt import *  # noqa: F403
@@ -16,17 +15,4 @@ from norms.modules.switchable import *  # noqa: F403
 from norms.modules.weight_norm import *  # noqa: F403
 from norms.modules.whitening import *  # noqa: F403
 
-# Looked up in sys.modules: a submodule may export a name equal to its own module's
-# (e.g. the function ``weight_norm``), which then shadows the module attribute here.
-_SUBMODULES = (
-    "adaptive",
-    "batch",
-    "dyt",
-    "layer",
-    "local",
-    "sequence",
-    "switchable",
-    "weight_norm",
-    "whitening",
-)
-__all__ = [name for sub in _SUBMODULES for name in sys.modules[f"{__name__}.{sub}"].__all__]
+__all__ = public_names(__name__)

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional import batch as fb
+from norms.modules._affine import reset_affine
 from norms.registry import register
 
 __all__ = ["BatchNorm", "BatchRenorm", "GhostBatchNorm"]
@@ -88,10 +89,7 @@ class RunningStatsNorm(nn.Module):
     def reset_parameters(self) -> None:
         """Reset the running statistics, ``weight`` to ones and ``bias`` to zeros."""
         self.reset_running_stats()
-        if self.affine:
-            assert self.weight is not None and self.bias is not None  # affine holds both
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
+        reset_affine(self.weight, self.bias)
 
     def _uses_batch_stats(self) -> bool:
         return self.training or not self.track_running_stats
@@ -119,6 +117,16 @@ class RunningStatsNorm(nn.Module):
         if self.training and self.track_running_stats:
             return self.running_mean, self.running_var
         return None, None
+
+    def _buffers_for_step(self, batch_stats: bool) -> tuple[Tensor | None, Tensor | None]:
+        """The running buffers a functional norm gets this step.
+
+        With batch statistics (``batch_stats``), the buffers to update
+        (:meth:`_buffers_to_update`); otherwise the running statistics to normalise with.
+        """
+        if batch_stats:
+            return self._buffers_to_update()
+        return self.running_mean, self.running_var
 
     def _check_input(self, x: Tensor, min_dim: int = 2) -> None:
         if x.dim() < min_dim or x.shape[1] != self.num_features:

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional.dyt import dynamic_tanh
+from norms.modules._affine import affine_parameter, reset_affine
 from norms.registry import register
 
 __all__ = ["DynamicTanh"]
@@ -45,21 +46,13 @@ class DynamicTanh(nn.Module):
         self.alpha_init = _args.real("alpha_init", alpha_init, low=0.0, open_low=True)
         self.channels_first, self.elementwise_affine = channels_first, elementwise_affine
         self.alpha = nn.Parameter(torch.empty(1, device=device, dtype=dtype))
-        affine = elementwise_affine
-        self.weight = (
-            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
-        )
-        self.bias = (
-            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
-        )
+        self.weight = affine_parameter(num_features, elementwise_affine, device, dtype)
+        self.bias = affine_parameter(num_features, elementwise_affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
         nn.init.constant_(self.alpha, self.alpha_init)
-        if self.elementwise_affine:
-            assert self.weight is not None and self.bias is not None  # affine holds both
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         dim = 1 if self.channels_first else -1

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional import layer as fl
+from norms.modules._affine import affine_parameter, reset_affine
 from norms.modules.batch import RunningStatsNorm
 from norms.registry import register
 
@@ -51,17 +52,12 @@ class _TrailingNorm(nn.Module):
             )
         self.eps, self.channels_first = eps, channels_first
         shape = self.normalized_shape
-        self.weight = (
-            nn.Parameter(torch.empty(shape, device=device, dtype=dtype)) if weight else None
-        )
-        self.bias = nn.Parameter(torch.empty(shape, device=device, dtype=dtype)) if bias else None
+        self.weight = affine_parameter(shape, weight, device, dtype)
+        self.bias = affine_parameter(shape, bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.weight is not None:
-            nn.init.ones_(self.weight)
-        if self.bias is not None:
-            nn.init.zeros_(self.bias)
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if not self.channels_first:
@@ -253,19 +249,12 @@ class GroupNorm(nn.Module):
                 f"num_groups must divide num_features={num_features}, got {num_groups}"
             )
         self.eps, self.affine = _args.eps(eps), affine
-        self.weight = (
-            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
-        )
-        self.bias = (
-            nn.Parameter(torch.empty(num_features, device=device, dtype=dtype)) if affine else None
-        )
+        self.weight = affine_parameter(num_features, affine, device, dtype)
+        self.bias = affine_parameter(num_features, affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        if self.affine:
-            assert self.weight is not None and self.bias is not None  # affine holds both
-            nn.init.ones_(self.weight)
-            nn.init.zeros_(self.bias)
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor) -> Tensor:
         if x.dim() < 2 or x.shape[1] != self.num_features:
@@ -330,9 +319,7 @@ class InstanceNorm(RunningStatsNorm):
         self._check_input(x, min_dim=3)
         use_input_stats = self._uses_batch_stats()
         momentum = self._step_momentum()
-        running_mean, running_var = (
-            self._buffers_to_update() if use_input_stats else (self.running_mean, self.running_var)
-        )
+        running_mean, running_var = self._buffers_for_step(use_input_stats)
         return fl.instance_norm(
             x,
             self.weight,

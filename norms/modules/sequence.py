@@ -76,9 +76,7 @@ class SequenceBatchNorm(RunningStatsNorm):
             raise ValueError(f"expected (B, T, {self.num_features}), got {tuple(x.shape)}")
         batch_stats = self._uses_batch_stats()
         momentum = self._step_momentum()
-        running_mean, running_var = (
-            self._buffers_to_update() if batch_stats else (self.running_mean, self.running_var)
-        )
+        running_mean, running_var = self._buffers_for_step(batch_stats)
         return sequence_batch_norm(
             x,
             mask,

@@ -78,9 +78,7 @@ class SwitchableNorm(RunningStatsNorm):
         mean_weight, var_weight = self.branch_weights()
         batch_stats = self._uses_batch_stats()
         momentum = self._step_momentum()
-        running_mean, running_var = (
-            self._buffers_to_update() if batch_stats else (self.running_mean, self.running_var)
-        )
+        running_mean, running_var = self._buffers_for_step(batch_stats)
         return switchable_norm(
             x,
             mean_weight,

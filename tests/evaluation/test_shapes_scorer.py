@@ -96,25 +96,29 @@ def _replace(scene: Scene, index: int, **changes) -> Scene:
     return Scene(tuple(objects), scene.caption)
 
 
-@given(seeds, st.data())
-@settings(max_examples=150, deadline=None)
-def test_rejects_a_wrong_colour(seed, data):
-    scene = sample_scene(np.random.default_rng(seed))
-    index = data.draw(st.integers(0, len(scene.objects) - 1))
+def _unused_colours(scene: Scene, index: int) -> list[str]:
+    """Colours no object of ``scene`` has (another object's colour could match it)."""
     used = {o.colour for o in scene.objects}
-    colour = data.draw(st.sampled_from([c for c in COLOURS if c not in used]))
-    result = score_image(render(_replace(scene, index, colour=colour)), scene.caption)
-    assert result.colour is False and not result.ok
+    return [c for c in COLOURS if c not in used]
 
 
+def _other_shapes(scene: Scene, index: int) -> list[str]:
+    """Shapes other than object ``index``'s."""
+    return [s for s in SHAPES if s != scene.objects[index].shape]
+
+
+@pytest.mark.parametrize(
+    ("field", "wrong_values"), [("colour", _unused_colours), ("shape", _other_shapes)]
+)
 @given(seeds, st.data())
 @settings(max_examples=150, deadline=None)
-def test_rejects_a_wrong_shape(seed, data):
+def test_rejects_a_wrong_attribute(field, wrong_values, seed, data):
+    """One object drawn with a wrong colour or shape fails that check and the whole score."""
     scene = sample_scene(np.random.default_rng(seed))
     index = data.draw(st.integers(0, len(scene.objects) - 1))
-    shape = data.draw(st.sampled_from([s for s in SHAPES if s != scene.objects[index].shape]))
-    result = score_image(render(_replace(scene, index, shape=shape)), scene.caption)
-    assert result.shape is False and not result.ok
+    value = data.draw(st.sampled_from(wrong_values(scene, index)))
+    result = score_image(render(_replace(scene, index, **{field: value})), scene.caption)
+    assert getattr(result, field) is False and not result.ok
 
 
 @given(seeds, st.data())

@@ -229,20 +229,22 @@ def test_an_unknown_word_is_ignored_and_reported(seed, word, data):
     assert understood.caption == caption, prompt
 
 
-def test_same_constraints_reads_relations_both_ways_and_lists_in_any_order():
-    assert same_constraints(
-        parse_caption("a red circle to the left of a blue square"),
-        parse_caption("a blue square to the right of a red circle"),
-    )
-    assert not same_constraints(
-        parse_caption("a red circle to the left of a blue square"),
-        parse_caption("a blue square to the left of a red circle"),
-    )
-    assert same_constraints(
-        parse_caption("a red circle and two blue squares"),
-        parse_caption("two blue squares and a red circle"),
-    )
-    assert not same_constraints(
-        parse_caption("a red circle and a blue square"),
-        parse_caption("a red circle above a blue square"),
-    )
+@pytest.mark.parametrize(
+    ("first", "second", "same"),
+    [
+        (
+            "a red circle to the left of a blue square",
+            "a blue square to the right of a red circle",
+            True,
+        ),
+        (
+            "a red circle to the left of a blue square",
+            "a blue square to the left of a red circle",
+            False,
+        ),
+        ("a red circle and two blue squares", "two blue squares and a red circle", True),
+        ("a red circle and a blue square", "a red circle above a blue square", False),
+    ],
+)
+def test_same_constraints_reads_relations_both_ways_and_lists_in_any_order(first, second, same):
+    assert same_constraints(parse_caption(first), parse_caption(second)) is same
