@@ -62,7 +62,7 @@ import math
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
@@ -481,17 +481,7 @@ class Batcher(Generic[ItemT, ResultT]):
     def _drop_expired(self, now: float) -> None:
         for key in list(self._groups):
             group = self._groups[key]
-            kept: deque[_Pending] = deque()
-            for pending in group:
-                if pending.future.done():
-                    continue
-                if now >= pending.deadline:
-                    pending.future.set_exception(
-                        Expired("dropped from the queue: past its deadline")
-                    )
-                    self._observer.cancelled(DEADLINE, "queued")
-                    continue
-                kept.append(pending)
+            kept = deque(self._wanted(group, now, "from the queue"))
             if len(kept) != len(group):
                 self._set_queued(self._queued - (len(group) - len(kept)))
             if kept:
@@ -597,19 +587,23 @@ class Batcher(Generic[ItemT, ResultT]):
 
     def _live(self, batch: list[_Pending]) -> list[_Pending]:
         """The items of ``batch`` still wanted; the others get their answer now."""
-        now = self._clock()
-        live = []
-        for pending in batch:
+        return self._wanted(batch, self._clock(), "before the forward")
+
+    def _wanted(self, pendings: Iterable[_Pending], now: float, where: str) -> list[_Pending]:
+        """The items of ``pendings`` still wanted at ``now``, in order: one whose caller
+        gave up is left out; one past its deadline is left out too, answered with
+        :class:`Expired` (``"dropped <where>: past its deadline"``) and counted as a
+        deadline cancel of a queued item."""
+        wanted = []
+        for pending in pendings:
             if pending.future.done():
                 continue  # the caller gave up
             if now >= pending.deadline:
-                pending.future.set_exception(
-                    Expired("dropped before the forward: past its deadline")
-                )
+                pending.future.set_exception(Expired(f"dropped {where}: past its deadline"))
                 self._observer.cancelled(DEADLINE, "queued")
                 continue
-            live.append(pending)
-        return live
+            wanted.append(pending)
+        return wanted
 
     async def _forward_resilient(self, batch: list[_Pending]) -> None:
         """Run ``batch``; on failure retry its parts (halves after an out-of-memory, else

@@ -35,6 +35,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_documented_parser(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    *,
+    help: str,
+    doc: str | None,
+) -> argparse.ArgumentParser:
+    """Add the sub-command ``name`` whose ``--help`` description is ``doc`` (its module's
+    docstring) past the first paragraph, laid out as written."""
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=(doc or "").split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -11,15 +11,16 @@ from __future__ import annotations
 
 import argparse
 
+from service.cli import add_documented_parser
 from service.cli.settings import add_setting_flags, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_documented_parser(
+        subparsers,
         "check-config",
         help="check the settings (environment and flags) as serve and worker read them",
-        description=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
     )
     add_setting_flags(parser)
     parser.set_defaults(func=run)

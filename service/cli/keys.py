@@ -17,16 +17,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from service.cli import add_documented_parser
 from service.cli.settings import settings_from_args
 from service.keys import KeyFile
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "keys",
-        help="make, list and revoke named API keys",
-        description=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = add_documented_parser(
+        subparsers, "keys", help="make, list and revoke named API keys", doc=__doc__
     )
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     add = actions.add_parser("add", help="make a key; prints it once")

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import argparse
 
+from service.cli import add_documented_parser
 from service.cli.serve import add_malloc_flag, tune_glibc_malloc
 from service.cli.settings import add_setting_flags, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
+    parser = add_documented_parser(
+        subparsers,
         "worker",
         help="run a worker alone: take jobs from the shared job store",
-        description=__doc__.split("\n\n", 1)[1],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        doc=__doc__,
     )
     add_setting_flags(parser)
     add_malloc_flag(parser)

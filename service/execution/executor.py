@@ -49,7 +49,7 @@ from service.errors import (
     error_of_job,
 )
 from service.execution.runner import JobRunner
-from service.execution.work import Work
+from service.execution.work import RunContext, Work
 from service.images import PreparationBudget, return_freed_memory
 from service.jobs.records import JobRecord, JobResult, new_job_id, off_loop_if_large
 from service.jobs.store import JobStore, Watch, done_topic
@@ -234,10 +234,9 @@ class Executor:
         self._handed_off()
         running = work.run(
             served.pool,
-            priority=INTERACTIVE,
-            timeout_s=timeout,
-            progress=None,
-            owner=self.caller.name,
+            RunContext(
+                priority=INTERACTIVE, timeout_s=timeout, progress=None, owner=self.caller.name
+            ),
         )
         return await self._unless_gone(running)
 

@@ -10,8 +10,7 @@ import torch
 
 from models.dit.options import GenerateOptions
 from models.images import encode_image
-from service.execution.previews import Previews
-from service.execution.work import Checkpoint, Progress, Work
+from service.execution.work import RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import TextToImageModel
 from service.workers.pool import WorkerPool, all_or_nothing
@@ -68,15 +67,7 @@ class GenerateWork(Work):
         )
 
     async def run(
-        self,
-        pool: WorkerPool[TextToImageModel, GenerateJob],
-        *,
-        priority: str,
-        timeout_s: float | None,
-        progress: Progress | None,
-        owner: str,
-        checkpoint: Checkpoint | None = None,
-        previews: Previews | None = None,
+        self, pool: WorkerPool[TextToImageModel, GenerateJob], context: RunContext
     ) -> JobResult:
         understanding = pool.model.understand(self.prompt)
         jobs = [
@@ -85,19 +76,7 @@ class GenerateWork(Work):
             )
             for seed in self.seeds
         ]
-        images = await all_or_nothing(
-            *(
-                pool.submit(
-                    job,
-                    priority=priority,
-                    timeout_s=timeout_s,
-                    on_progress=None if progress is None else progress.reporter(i),
-                    owner=owner,
-                    on_preview=None if previews is None else previews.watcher(i),
-                )
-                for i, job in enumerate(jobs)
-            )
-        )
+        images = await all_or_nothing(*(context.submit(pool, job, i) for i, job in enumerate(jobs)))
         parameters = image_parameters(
             self.prompt, self.negative_prompt, self.options, understanding, pool.provenance()
         )

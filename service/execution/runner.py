@@ -44,7 +44,7 @@ from typing import Any
 from service.errors import InternalError, ResultTooLarge, ServiceError
 from service.execution.kinds import work_from_payload
 from service.execution.previews import Previews
-from service.execution.work import Checkpoint, Progress, Work
+from service.execution.work import Checkpoint, Progress, RunContext, Work
 from service.jobs.previews import PREVIEW_CHECKPOINT, wants_previews
 from service.jobs.records import (
     CANCELLED,
@@ -305,12 +305,14 @@ class JobRunner:
                 previews = Previews(partial(self._preview_taken, record.id))
             result = await work.run(
                 self.pools[running.model],
-                priority=INTERACTIVE if running.promoted else record.priority,
-                timeout_s=timeout,
-                progress=running.progress,
-                owner=record.owner,
-                checkpoint=StoreCheckpoint(self.store, record.id, self.worker),
-                previews=previews,
+                RunContext(
+                    priority=INTERACTIVE if running.promoted else record.priority,
+                    timeout_s=timeout,
+                    progress=running.progress,
+                    owner=record.owner,
+                    checkpoint=StoreCheckpoint(self.store, record.id, self.worker),
+                    previews=previews,
+                ),
             )
         except asyncio.CancelledError as exc:
             reason = exc.args[0] if exc.args else ASKED

@@ -19,8 +19,7 @@ import torch
 from models.adain.large import BASE_SIDE
 from models.images import encode_image, from_png, mask_from_rgb, to_float, to_png
 from service.errors import DeadlineExceeded
-from service.execution.previews import Previews
-from service.execution.work import Checkpoint, Progress, Work
+from service.execution.work import RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
 from service.workers.pool import WorkerPool, all_or_nothing
@@ -116,27 +115,12 @@ class StylizeWork(Work):
         )
 
     async def run(
-        self,
-        pool: WorkerPool[StyleTransferModel, StylizeItem],
-        *,
-        priority: str,
-        timeout_s: float | None,
-        progress: Progress | None,
-        owner: str,
-        checkpoint: Checkpoint | None = None,
-        previews: Previews | None = None,
+        self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> JobResult:
         if self.print_size:  # painted in tiles: no previews
-            image = await self._run_print_size(pool, priority, timeout_s, progress, owner)
+            image = await self._run_print_size(pool, context)
         else:
-            image = await pool.submit(
-                self.job(),
-                priority=priority,
-                timeout_s=timeout_s,
-                on_progress=None if progress is None else progress.reporter(0),
-                owner=owner,
-                on_preview=None if previews is None else previews.watcher(0),
-            )
+            image = await context.submit(pool, self.job(), 0)
         parameters = {**self.request_parameters, **pool.provenance()}
         data, media_type = await asyncio.to_thread(
             partial(encode_image, quality=self.quality), image, self.format, parameters
@@ -144,16 +128,12 @@ class StylizeWork(Work):
         return JobResult([data], media_type, {"parameters": parameters})
 
     async def _run_print_size(
-        self,
-        pool: WorkerPool[StyleTransferModel, StylizeItem],
-        priority: str,
-        timeout_s: float | None,
-        progress: Progress | None,
-        owner: str,
+        self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> torch.Tensor:
         """Every step of a print-size stylisation through the pool's batcher, phase by
         phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
         counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
+        timeout_s, progress = context.timeout_s, context.progress
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         weights = self.options["style_weights"]
         session = await asyncio.to_thread(
@@ -178,9 +158,9 @@ class StylizeWork(Work):
                     *(
                         pool.submit(
                             PrintStep(session, step),
-                            priority=priority,
+                            priority=context.priority,
                             timeout_s=left,
-                            owner=owner,
+                            owner=context.owner,
                         )
                         for step in group
                     )

@@ -40,8 +40,7 @@ from models.images import from_png, to_float, to_png
 from models.temporal import StageBlend
 from models.video import VideoError, VideoInfo, assemble, encode_segment, frame_chunks
 from service.errors import BadVideo, DeadlineExceeded
-from service.execution.previews import Previews
-from service.execution.work import Checkpoint, Progress, Work
+from service.execution.work import Checkpoint, RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
 from service.workers.pool import WorkerPool
@@ -115,16 +114,9 @@ class StylizeVideoWork(Work):
         )
 
     async def run(
-        self,
-        pool: WorkerPool[StyleTransferModel, StylizeItem],
-        *,
-        priority: str,
-        timeout_s: float | None,
-        progress: Progress | None,
-        owner: str,
-        checkpoint: Checkpoint | None = None,
-        previews: Previews | None = None,  # a clip shows no previews
-    ) -> JobResult:
+        self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
+    ) -> JobResult:  # a clip shows no previews
+        timeout_s, progress, checkpoint = context.timeout_s, context.progress, context.checkpoint
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         state, segments = await _resume(checkpoint)
         report = None if progress is None else progress.reporter(0)
@@ -141,7 +133,9 @@ class StylizeVideoWork(Work):
             motions = await asyncio.to_thread(frame_motions, frames, state.last_input, estimator)
             chunk = VideoChunk(frames, styles, self.options, StageBlend(carried=state.carried))
             chunk.blend.begin(motions)
-            stylised = await pool.submit(chunk, priority=priority, timeout_s=left, owner=owner)
+            stylised = await pool.submit(
+                chunk, priority=context.priority, timeout_s=left, owner=context.owner
+            )
             state = state.after(frames, chunk.blend)
             segment = await asyncio.to_thread(encode_segment, stylised, self.info)
             segments.append(segment)

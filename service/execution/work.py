@@ -23,12 +23,18 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from torch import Tensor
 
 from service.execution.previews import Previews
 from service.jobs.records import JobResult
-from service.workers.pool import AnyWorkerPool
+from service.model_types import BatchJob
+from service.workers.pool import AnyWorkerPool, WorkerPool
+
+JobT = TypeVar("JobT", bound=BatchJob)
 
 
 class Progress:
@@ -77,6 +83,36 @@ class Checkpoint(ABC):
         then saves nothing more in this run)."""
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """How one :class:`Work` runs on its pool (what :meth:`Work.run` is given).
+
+    ``priority``: the batcher its items go to; ``timeout_s``: what is left of its
+    deadline, or ``None``; ``progress``: the job's step progress, when it runs as one;
+    ``owner``: the API key it runs for; ``checkpoint``: the job's, when it runs as one (a
+    long work saves its progress there, and resumes); ``previews``: the job's live
+    previews, when it was asked for them (a kind of work that has none ignores it)."""
+
+    priority: str
+    timeout_s: float | None
+    progress: Progress | None
+    owner: str
+    checkpoint: Checkpoint | None = None
+    previews: Previews | None = None
+
+    def submit(self, pool: WorkerPool[Any, JobT], job: JobT, part: int) -> Awaitable[Tensor]:
+        """``job``, part ``part`` of the work, through ``pool`` with this run's priority,
+        deadline and owner; its progress and previews report as that part's."""
+        return pool.submit(
+            job,
+            priority=self.priority,
+            timeout_s=self.timeout_s,
+            on_progress=None if self.progress is None else self.progress.reporter(part),
+            owner=self.owner,
+            on_preview=None if self.previews is None else self.previews.watcher(part),
+        )
+
+
 class Work(ABC):
     """A validated request for one model; see the module docstring."""
 
@@ -112,19 +148,6 @@ class Work(ABC):
     def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> Work: ...
 
     @abstractmethod
-    async def run(
-        self,
-        pool: AnyWorkerPool,
-        *,
-        priority: str,
-        timeout_s: float | None,
-        progress: Progress | None,
-        owner: str,
-        checkpoint: Checkpoint | None = None,
-        previews: Previews | None = None,
-    ) -> JobResult:
-        """Run on ``pool``, the pool of ``model`` (its items go to the ``priority``
-        batcher), and encode the answer off the event loop; ``checkpoint``: the job's,
-        when it runs as one (a long work saves its progress there, and resumes);
-        ``previews``: the job's live previews, when it was asked for them (a kind of
-        work that has none ignores it)."""
+    async def run(self, pool: AnyWorkerPool, context: RunContext) -> JobResult:
+        """Run on ``pool``, the pool of ``model``, as ``context`` says (its items go to the
+        ``context.priority`` batcher), and encode the answer off the event loop."""

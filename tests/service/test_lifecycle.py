@@ -48,20 +48,27 @@ def _pool(model, metrics=None, **settings) -> WorkerPool:
     )
 
 
-def test_a_cancelled_image_stops_at_the_next_step_and_its_batch_mates_finish():
+@pytest.fixture
+def gated_model() -> FakeTextToImage:
+    """A fake text-to-image model whose step 0 runs and whose step 1 waits for a permit
+    of its ``step_gate`` (a test cancels an image there, then releases it)."""
     model = FakeTextToImage()
     model.step_gate = threading.Semaphore(1)  # step 0 runs, step 1 waits for a permit
+    return model
+
+
+def test_a_cancelled_image_stops_at_the_next_step_and_its_batch_mates_finish(gated_model):
     metrics = Metrics()
 
     async def scenario():
-        pool = _pool(model, metrics)
+        pool = _pool(gated_model, metrics)
         pool.start()
         tasks = [asyncio.ensure_future(pool.submit(_job(seed))) for seed in (1, 2, 3)]
-        await _thread_wait(lambda: model.wait_for_steps(1))
+        await _thread_wait(lambda: gated_model.wait_for_steps(1))
         tasks[1].cancel()
         await asyncio.sleep(0)  # let the cancellation reach the batcher
         for _ in range(10):
-            model.step_gate.release()
+            gated_model.step_gate.release()
         results = await asyncio.gather(*tasks, return_exceptions=True)
         await pool.close()
         return results
@@ -72,29 +79,26 @@ def test_a_cancelled_image_stops_at_the_next_step_and_its_batch_mates_finish():
     torch.testing.assert_close(third, _expected(3))
     # one batch of three; the cancelled row is gone from every step after the cancel:
     # 3 + 2 + 2 + 2 item-steps of work
-    assert model.step_rows == [[0, 1, 2], [0, 2], [0, 2], [0, 2]]
+    assert gated_model.step_rows == [[0, 1, 2], [0, 2], [0, 2], [0, 2]]
     text = metrics.render().decode()
     assert 'atelier_work_units_total{device="cpu",model="dit"} 9.0' in text
     assert 'reason="caller_gone",stage="running"} 1.0' in text
 
 
-def test_an_image_past_its_deadline_stops_during_its_forward():
-    model = FakeTextToImage()
-    model.step_gate = threading.Semaphore(1)
-
+def test_an_image_past_its_deadline_stops_during_its_forward(gated_model):
     async def scenario():
-        pool = _pool(model, max_batch_size=1)
+        pool = _pool(gated_model, max_batch_size=1)
         pool.start()
         task = asyncio.ensure_future(pool.submit(_job(5, steps=50), timeout_s=0.05))
-        await _thread_wait(lambda: model.wait_for_steps(1))
+        await _thread_wait(lambda: gated_model.wait_for_steps(1))
         with pytest.raises(DeadlineExceeded):
             await task  # the route's clock runs out while step 1 waits
         for _ in range(60):
-            model.step_gate.release()
+            gated_model.step_gate.release()
         await pool.close()
 
     asyncio.run(scenario())
-    assert model.step_rows == [[0]]
+    assert gated_model.step_rows == [[0]]
 
 
 class _GatedEncoder:
@@ -207,29 +211,26 @@ class _Connection:
         return {"type": "http.disconnect"}
 
 
-def test_a_disconnect_cancels_the_work_and_raises_499():
-    model = FakeTextToImage()
-    model.step_gate = threading.Semaphore(1)
-
+def test_a_disconnect_cancels_the_work_and_raises_499(gated_model):
     async def scenario():
-        pool = _pool(model, max_batch_size=1)
+        pool = _pool(gated_model, max_batch_size=1)
         pool.start()
         connection = _Connection()
         waiting = asyncio.ensure_future(
             unless_gone(pool.submit(_job(7)), disconnected(connection.receive))
         )
-        await _thread_wait(lambda: model.wait_for_steps(1))
+        await _thread_wait(lambda: gated_model.wait_for_steps(1))
         connection.gone.set()
         with pytest.raises(ClientClosedRequest) as info:
             await waiting
         for _ in range(10):
-            model.step_gate.release()
+            gated_model.step_gate.release()
         await pool.close()
         return info.value
 
     error = asyncio.run(scenario())
     assert error.status_code == 499 and error.code == "client_closed_request"
-    assert model.step_rows == [[0]]
+    assert gated_model.step_rows == [[0]]
 
 
 def test_a_request_over_the_cost_budget_is_refused_naming_the_limit(client_factory, fakes):

@@ -6,7 +6,11 @@ The fake paints a photo above 1024 px as its negative, one band of rows a step
 
 from __future__ import annotations
 
+import contextlib
 import io
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import corpus
 import numpy as np
@@ -36,6 +40,21 @@ def _done(client, job_id: str) -> dict:
         )
     )
     return client.get(f"/v1/jobs/{job_id}").json()
+
+
+@contextlib.contextmanager
+def _held_job(
+    tmp_path: Path, content: bytes
+) -> Iterator[tuple[TestClient, Fakes, dict[str, Any], Path]]:
+    """A print-size job of ``content`` on a 2048-px server whose fake model waits while
+    the hold file exists: yields the client, the fakes, the job (its 202 body) and the
+    hold file (unlink it to let the job go on)."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    fakes = Fakes(hold=hold)
+    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
+    with TestClient(app, raise_server_exceptions=False) as client:
+        yield client, fakes, _post(client, content, headers=ASYNC).json(), hold
 
 
 @pytest.fixture
@@ -90,12 +109,7 @@ def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_f
 
 
 def test_the_result_file_of_an_unfinished_job_is_a_409(tmp_path, photo):
-    hold = tmp_path / "hold"
-    hold.touch()
-    fakes = Fakes(hold=hold)
-    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
-    with TestClient(app, raise_server_exceptions=False) as client:
-        job = _post(client, photo[0], headers=ASYNC).json()
+    with _held_job(tmp_path, photo[0]) as (client, fakes, job, hold):
         response = client.get(f"/v1/jobs/{job['id']}/result")
         assert response.status_code == 409
         assert response.json()["error"]["code"] == "job_not_succeeded"
@@ -104,12 +118,7 @@ def test_the_result_file_of_an_unfinished_job_is_a_409(tmp_path, photo):
 
 
 def test_cancel_stops_a_print_size_job_at_its_next_step(tmp_path, photo):
-    hold = tmp_path / "hold"
-    hold.touch()
-    fakes = Fakes(hold=hold)
-    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
-    with TestClient(app, raise_server_exceptions=False) as client:
-        job = _post(client, photo[0], headers=ASYNC).json()
+    with _held_job(tmp_path, photo[0]) as (client, fakes, job, hold):
         model = fakes.adain["cpu"]
         wait_until(lambda: len(model.steps_by) >= 1)  # the base ran; the first band waits
         stopped = client.delete(f"/v1/jobs/{job['id']}")

@@ -96,6 +96,13 @@ async def _claimed(store: JobStore, worker: str = "w1") -> JobRecord:
     return claim.record
 
 
+async def _checkpointed(store: JobStore, data: bytes = b"piece") -> JobRecord:
+    """A job claimed by ``w1`` that saved ``data`` as its checkpoint ``chunk-0``."""
+    job = await _claimed(store)
+    assert await store.put_checkpoint(job.id, "w1", "chunk-0", data)
+    return job
+
+
 def test_only_the_lease_holder_writes_and_every_name_reads_back_exactly(open_store):
     async def scenario() -> None:
         store = await open_store()
@@ -130,8 +137,7 @@ def test_only_the_lease_holder_writes_and_every_name_reads_back_exactly(open_sto
 def test_a_final_job_forgets_its_checkpoints_and_takes_no_more(open_store, state):
     async def scenario() -> None:
         store = await open_store()
-        job = await _claimed(store)
-        assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+        job = await _checkpointed(store)
         result = b"result" if state == SUCCEEDED else None
         error = None if state == SUCCEEDED else {"code": "x", "message": "y"}
         assert await store.finish(job.id, state, result=result, error=error)
@@ -145,8 +151,7 @@ def test_a_final_job_forgets_its_checkpoints_and_takes_no_more(open_store, state
 def test_a_deleted_job_forgets_its_checkpoints(open_store):
     async def scenario() -> None:
         store = await open_store()
-        job = await _claimed(store)
-        assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+        job = await _checkpointed(store)
         assert not await store.delete(job.id)  # unfinished: kept, with its checkpoints
         assert await store.checkpoint(job.id, "chunk-0") == b"piece"
         assert await store.finish(job.id, SUCCEEDED, result=b"done")
@@ -159,8 +164,7 @@ def test_a_deleted_job_forgets_its_checkpoints(open_store):
 def test_a_lost_lease_keeps_the_checkpoints_for_the_next_worker(open_store):
     async def scenario() -> None:
         store = await open_store()
-        job = await _claimed(store, "w1")
-        assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"first piece")
+        job = await _checkpointed(store, b"first piece")
         await asyncio.sleep(LEASE + 0.2)  # w1 died
         assert await store.reap() == 1
         assert (await store.get(job.id)).state == QUEUED
@@ -182,8 +186,7 @@ def test_a_lost_lease_keeps_the_checkpoints_for_the_next_worker(open_store):
 def test_a_requeued_job_cancelled_in_the_queue_forgets_its_checkpoints(open_store):
     async def scenario() -> None:
         store = await open_store()
-        job = await _claimed(store)
-        assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+        job = await _checkpointed(store)
         await store.release("w1", [job.id])  # a draining worker hands it back
         assert await store.checkpoint(job.id, "chunk-0") == b"piece"
         assert (await store.cancel(job.id)).state == CANCELLED
@@ -195,8 +198,7 @@ def test_a_requeued_job_cancelled_in_the_queue_forgets_its_checkpoints(open_stor
 def test_a_job_out_of_attempts_or_expired_has_no_checkpoints(open_store):
     async def scenario() -> None:
         store = await open_store(StoreLimits(ttl_s=0.3, max_attempts=1))
-        job = await _claimed(store)
-        assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+        job = await _checkpointed(store)
         await asyncio.sleep(LEASE + 0.2)
         assert await store.reap() == 0  # its last attempt: failed, not requeued
         assert (await store.get(job.id)).state == FAILED
@@ -219,8 +221,7 @@ def test_redis_checkpoints_expire_should_they_be_orphaned(redis_server):
         )
         await store.start()
         try:
-            job = await _claimed(store)
-            assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+            job = await _checkpointed(store)
             key = store._key("ckpt", job.id)
             assert 0 < await store._redis.pttl(key) <= 300
             await asyncio.sleep(0.5)  # no put for ttl_s: the safety net dropped it
@@ -257,8 +258,7 @@ def test_an_older_database_without_the_table_opens_and_takes_checkpoints(tmp_pat
         store = SqliteJobStore(tmp_path / "jobs.db", StoreLimits())
         await store.start()
         try:
-            job = await _claimed(store)
-            assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+            job = await _checkpointed(store)
             assert await store.checkpoint(job.id, "chunk-0") == b"piece"
         finally:
             await store.close()
@@ -320,8 +320,7 @@ def test_a_stalled_store_fails_checkpoint_calls_fast(stalled_store):
     async def scenario() -> None:
         store = await open_()
         try:
-            job = await _claimed(store)
-            assert await store.put_checkpoint(job.id, "w1", "chunk-0", b"piece")
+            job = await _checkpointed(store)
             stall()
             data = b"p" * (1024 * 1024)
             budget = CALL_TIMEOUT + len(data) / BULK_BYTES_PER_S + 1.0
