@@ -7,7 +7,7 @@ the training code and the benchmarks.
   (:func:`to_float`) and back (:func:`to_uint8`), and ``(3, H, W)`` in ``[0, 1]`` -> an
   8-bit RGB Pillow image (:func:`tensor_to_pil`);
 * resizing to a requested longer side: the size (:func:`fit_longer_side`) and the
-  resampling (:func:`shrink`, in the image's own mode), the one way the service's
+  resampling (:func:`resize_to`, in the image's own mode), the one way the service's
   uploads, the command line and :func:`load_image` are resized;
 * masks: an RGB image's channel mean, ``(..., 3, H, W) -> (..., 1, H, W)``
   (:func:`mask_from_rgb`), however the image was read;

@@ -50,7 +50,8 @@ A caller that cancels its ``submit`` with the message ``"deadline"``
 ``caller_gone``.
 
 The module knows nothing of torch or HTTP: its errors are its own, and the worker layer
-maps them to API errors and wraps ``forward`` in the framework's inference mode.
+maps them to API errors (each model's entry point sets the framework's inference mode
+itself).
 """
 
 from __future__ import annotations
