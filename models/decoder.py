@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
+from models.devices import index_safe_slices
 from models.vgg import (
     LEVELS,
     ConvStep,
@@ -30,6 +31,7 @@ from models.vgg import (
     check_level,
     encoder_plan,
     level_channels,
+    level_stride,
     load_sequential,
 )
 
@@ -89,8 +91,20 @@ class Decoder(nn.Module):
         weight = conv.weight if weight is None else weight
         return conv3x3_reflect(x, weight, conv.bias if bias is None else bias)
 
+    def _slices(self, features: Tensor) -> list[slice]:
+        """The batch in slices that CUDA's 32-bit kernels take
+        (:func:`~models.devices.index_safe_slices`): the largest map of one image is the
+        last block's 64 channels at the output size, reflection-padded by one pixel."""
+        stride = level_stride(self.level)
+        height, width = (stride * side for side in features.shape[-2:])
+        peak = level_channels("relu1_1") * (height + 2) * (width + 2)
+        return index_safe_slices(features.shape[0], peak)
+
     def forward(self, features: Tensor) -> Tensor:
         self._check(features)
+        parts = self._slices(features)
+        if len(parts) > 1:
+            return torch.cat([self(features[part]) for part in parts])
         return self._to_rgb(self.layers[:-2](features))
 
     def forward_linear(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
@@ -117,6 +131,11 @@ class Decoder(nn.Module):
             - output: as :meth:`forward`.
         """
         self._check(features)
+        parts = self._slices(features)
+        if len(parts) > 1:
+            return torch.cat(
+                [self.forward_linear(features[p], _rows(matrix, p), _rows(shift, p)) for p in parts]
+            )
         per_image = features.shape[0] > 1 and matrix.shape[0] > 1
         if per_image and features.device.type != "cpu":
             return self.linear_then_decode(features, matrix, shift)
@@ -172,6 +191,11 @@ class Decoder(nn.Module):
         if level is None:
             level = level_of_decoder(state_dict)
         return cls(level).load_published(state_dict)
+
+
+def _rows(t: Tensor, part: slice) -> Tensor:
+    """``t``'s rows ``part`` of a batch, or ``t`` itself where it has one row for all."""
+    return t if t.shape[0] == 1 else t[part]
 
 
 def conv3x3_reflect(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:

@@ -8,6 +8,23 @@ from typing import Any
 import torch
 from torch.overrides import TorchFunctionMode
 
+INDEX_LIMIT = 2**31 - 1
+"""Elements a tensor may hold in CUDA kernels that index with 32-bit integers (reflection
+padding refuses more: "input tensor must fit into 32-bit index math", seen on an H200 with
+a batch of 32 photos of 1024 px, whose relu1_1 map padded is 32 x 64 x 1026^2 = 2.16e9)."""
+
+
+def index_safe_slices(batch: int, elements_per_image: int) -> list[slice]:
+    """Slices of a batch of ``batch`` images, each slice of whole images holding at most
+    :data:`INDEX_LIMIT` elements at ``elements_per_image`` each (one image per slice at
+    least). One slice, ``slice(0, batch)``, when the whole batch fits.
+
+    >>> index_safe_slices(5, 2**29)
+    [slice(0, 3, None), slice(3, 5, None)]
+    """
+    per_slice = max(1, INDEX_LIMIT // max(1, elements_per_image))
+    return [slice(start, min(start + per_slice, batch)) for start in range(0, batch, per_slice)]
+
 
 def device_list(spec: str = "auto") -> list[str]:
     """Resolve a device spec to torch device names, in order.

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from models.devices import index_safe_slices
+
 #: The feature levels, shallow to deep.
 LEVELS: tuple[str, ...] = ("relu1_1", "relu2_1", "relu3_1", "relu4_1")
 
@@ -185,6 +187,10 @@ class VGGEncoder(nn.Module):
             )
         if x.ndim != 4 or x.shape[1] != 3:
             raise ValueError(f"expected images shaped (B, 3, H, W), got {tuple(x.shape)}")
+        parts = index_safe_slices(x.shape[0], self.peak_elements(*x.shape[-2:]))
+        if len(parts) > 1:  # a batch too large for CUDA's 32-bit kernels, in slices
+            pieces = [self(x[part], wanted) for part in parts]
+            return {level: torch.cat([piece[level] for piece in pieces]) for level in wanted}
         stop = max(self.level_index[level] for level in wanted)
         features: dict[str, Tensor] = {}
         by_index = {self.level_index[level]: level for level in wanted}
@@ -193,6 +199,11 @@ class VGGEncoder(nn.Module):
             if index in by_index:
                 features[by_index[index]] = x
         return features
+
+    def peak_elements(self, height: int, width: int) -> int:
+        """Elements of the largest map of one ``height x width`` image: relu1_1's 64
+        channels at full size, reflection-padded by one pixel."""
+        return level_channels("relu1_1") * (height + 2) * (width + 2)
 
     def encode(self, x: Tensor, level: str) -> Tensor:
         """Features at one level: ``(B, C_level, H / s, W / s)``."""

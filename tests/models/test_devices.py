@@ -74,3 +74,45 @@ def test_to_device_moves_and_converts():
 def test_autocast_dtype_names_a_bad_precision():
     with pytest.raises(ValueError, match="precision"):
         devices.autocast_dtype(torch.device("cpu"), "fp16")
+
+
+@pytest.mark.parametrize("batch,per_image", [(1, 10), (7, 3), (32, 2**26), (5, 2**31), (4, 1)])
+def test_index_safe_slices_cover_the_batch_in_order_under_the_limit(batch, per_image):
+    parts = devices.index_safe_slices(batch, per_image)
+    assert [i for part in parts for i in range(batch)[part]] == list(range(batch))
+    for part in parts:
+        images = part.stop - part.start
+        assert images == 1 or images * per_image <= devices.INDEX_LIMIT
+    if batch * per_image <= devices.INDEX_LIMIT:
+        assert parts == [slice(0, batch)]
+
+
+def test_batches_over_cudas_32_bit_index_limit_run_in_slices_with_the_same_result(monkeypatch):
+    # an H200 refused a batch of 32 photos of 1024 px ("input tensor must fit into 32-bit
+    # index math", reflection padding at relu1_1): the encoder and decoder slice the batch
+    # so no map holds more than INDEX_LIMIT elements, here lowered to fit three images
+    from models.decoder import Decoder
+    from models.vgg import VGGEncoder
+
+    torch.manual_seed(0)
+    encoder, decoder = VGGEncoder("relu3_1").eval(), Decoder("relu3_1").eval()
+    images = torch.rand(7, 3, 24, 20)
+    with torch.no_grad():
+        whole = encoder(images)
+        decoded = decoder(whole["relu3_1"])
+        matrix = torch.randn(7, 256, 256) / 16
+        shift = torch.randn(7, 256)
+        linear = decoder.forward_linear(whole["relu3_1"], matrix, shift)
+    monkeypatch.setattr(devices, "INDEX_LIMIT", 3 * 64 * 26 * 22)
+    padded = []
+    for module in [*encoder.layers, *decoder.layers]:
+        if isinstance(module, torch.nn.ReflectionPad2d):
+            module.register_forward_hook(lambda m, args, out: padded.append(out.numel()))
+    with torch.no_grad():
+        sliced = encoder(images)
+        for level, features in whole.items():
+            torch.testing.assert_close(sliced[level], features, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(decoder(whole["relu3_1"]), decoded, rtol=1e-6, atol=1e-6)
+        got = decoder.forward_linear(whole["relu3_1"], matrix, shift)
+        torch.testing.assert_close(got, linear, rtol=1e-5, atol=1e-5)
+    assert padded and max(padded) <= devices.INDEX_LIMIT
