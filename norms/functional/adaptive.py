@@ -205,7 +205,9 @@ def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
 
     .. math:: y = x \\odot (1 + \\text{scale}) + \\text{shift}
 
-    broadcast over the tokens, in one fused ``addcmul``.
+    broadcast over the tokens, in one fused ``addcmul`` computed in float32 (or wider) and
+    rounded once to ``x.dtype``: in bfloat16, ``1 + scale`` alone would round to 2^-8 of
+    1 and the product carry that error.
 
     Args:
         x: tokens.
@@ -218,7 +220,9 @@ def modulate(x: Tensor, shift: Tensor, scale: Tensor) -> Tensor:
     """
     _check_tokens(x)
     _check_modulation(x, shift, scale)
-    return torch.addcmul(shift[:, None], x, 1 + scale[:, None]).to(x.dtype)
+    wide = torch.promote_types(x.dtype, torch.float32)
+    out = torch.addcmul(shift[:, None].to(wide), x.to(wide), 1 + scale[:, None].to(wide))
+    return out.to(x.dtype)
 
 
 def _check_tokens(x: Tensor) -> None:
@@ -239,8 +243,9 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
     .. math:: y = \\frac{x - \\mu}{\\sqrt{\\sigma^2 + \\epsilon}} \\odot (1 + \\text{scale})
               + \\text{shift}
 
-    :func:`norms.functional.layer_norm` (torch's native kernel for float32) followed by
-    one ``addcmul``.
+    :func:`norms.functional.layer_norm` (torch's native kernel) in float32 or wider,
+    followed by :func:`modulate`'s one ``addcmul``: a bfloat16 input is rounded once, at
+    the output.
 
     Shape:
         - x: ``(B, T, D)``
@@ -254,4 +259,5 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
         if rows.supports(x):
             _check_modulation(x, shift, scale)
             return rows.ada_layer_norm(x, shift, scale, eps)
-    return modulate(layer_norm(x, x.shape[-1], eps=eps), shift, scale)
+    wide = x.to(torch.promote_types(x.dtype, torch.float32))
+    return modulate(layer_norm(wide, x.shape[-1], eps=eps), shift, scale).to(x.dtype)

@@ -130,3 +130,23 @@ def test_batch_norm_keeps_the_offset_whatever_the_parameters_dtype(affine):
         bias=None if bias is None else bias.double(),
     )
     torch.testing.assert_close(got.double(), expected, **TOLERANCE[torch.bfloat16])
+
+
+@pytest.mark.parametrize("member", ["modulate", "ada_layer_norm"])
+def test_bfloat16_modulation_rounds_once(member):
+    # every operand in bfloat16, as a bf16 model calls it: the only error allowed is the
+    # output's own rounding (half an ulp: bf16's unit roundoff, 2^-8 relative), not (1 + scale) or the
+    # normalised tokens rounded on the way (found on an H200 by gpu_check's numerics)
+    gen = torch.Generator().manual_seed(7)
+    x = (2.0 * torch.randn(8, 64, 256, generator=gen, dtype=torch.float64)).bfloat16()
+    shift = torch.randn(8, 256, generator=gen, dtype=torch.float64).bfloat16()
+    scale = (0.3 * torch.randn(8, 256, generator=gen, dtype=torch.float64)).bfloat16()
+    tokens = x.double() if member == "modulate" else ref.layer_norm(x, 1)
+    expected = ref.modulate(tokens, shift, scale)
+    got = F.modulate(x, shift, scale) if member == "modulate" else F.ada_layer_norm(x, shift, scale)
+    assert got.dtype == torch.bfloat16
+    # float32 arithmetic before the one rounding: ~1e-7 of the terms' magnitude
+    terms = shift.double().abs()[:, None] + tokens.abs() * (1 + scale.double()).abs()[:, None]
+    error = (got.double() - expected).abs()
+    excess = error - 2.0**-8 * expected.abs() - 1e-5 * terms
+    assert float(excess.max()) <= 0, float((error / terms).max())
