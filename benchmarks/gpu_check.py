@@ -67,7 +67,7 @@ from pathlib import Path
 import torch
 
 import norms
-from models.devices import HostReads, bf16_supported
+from models.devices import HostReads, bf16_supported, to_host
 
 REPO = Path(__file__).resolve().parent.parent
 SECTIONS = ("device", "numerics", "norms", "adain", "dit", "oom", "training", "app")
@@ -545,7 +545,7 @@ def section_adain(check: Check) -> dict:
                 check.peak_memory_reset()
                 try:
                     ms = check.time_ms(
-                        lambda c=content, o=options: model.stylize(c, [style], **o).cpu(),
+                        lambda c=content, o=options: to_host(model.stylize(c, [style], **o)),
                         repeats,
                         warmup=0 if check.quick else 1,
                     )

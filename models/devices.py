@@ -118,6 +118,23 @@ def to_device(
     return tensor.to(device=device, dtype=dtype)
 
 
+def to_host(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` on the CPU; from a GPU through page-locked memory.
+
+    A copy from a GPU into pageable memory crawls: the H200's AdaIN pass at 512 px, batch
+    32, spent 76 ms of its 145 ms host-to-host moving the 100 MB float32 result into
+    pageable memory (a 1.8 ms copy the other way from page-locked memory). The copy goes
+    into a page-locked buffer (torch caches those) and the host waits for it once.
+    A CPU tensor is returned as it is.
+    """
+    if tensor.device.type != "cuda":
+        return tensor.cpu()
+    host = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+    host.copy_(tensor, non_blocking=True)
+    torch.cuda.current_stream(tensor.device).synchronize()
+    return host
+
+
 class HostReads(TorchFunctionMode):
     """Counts, while active, the tensor operations that read values back to the host.
 

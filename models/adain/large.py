@@ -72,6 +72,7 @@ from models.adain.whitening import (
     symmetric_power,
     wct_affine,
 )
+from models.devices import to_host
 from models.images import to_uint8
 
 if TYPE_CHECKING:
@@ -394,12 +395,12 @@ class PrintStylization:
     def accept(self, step: Step, result: Tensor) -> None:
         """Take a step's result in (on the one thread that drives the phases)."""
         if step.kind == "base":
-            self._octaves[0].residual_below = (result.float().cpu() - self.base_photo)[0]
+            self._octaves[0].residual_below = (to_host(result.float()) - self.base_photo)[0]
         elif step.kind == "statistics":
             octave = self._octaves[step.octave]
             octave.matrix, octave.shift = result[:, :-1], result[:, -1]
         else:
-            self._accept_tiles(step, result.cpu())
+            self._accept_tiles(step, to_host(result))
 
     def _accept_tiles(self, step: Step, tiles: Tensor) -> None:
         index = step.octave

@@ -27,6 +27,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import Tensor
 
+from models.devices import to_host
 from models.flow import FlowEstimator
 from models.temporal import BLEND_STRENGTH, FrameMotion, StageBlend, shrink
 
@@ -130,7 +131,7 @@ def stylize_chunk(
         blend.begin(motions[start : start + step])
         batch = frames[start : start + step].float().div(255.0)
         output = model.stylize(batch, list(styles), blend=blend, **options)
-        outputs.append(output.clamp(0.0, 1.0).mul(255.0).add(0.5).to(torch.uint8).cpu())
+        outputs.append(to_host(output.clamp(0.0, 1.0).mul(255.0).add(0.5).to(torch.uint8)))
     return torch.cat(outputs)
 
 

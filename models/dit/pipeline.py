@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from models.control import StepControl, converted_images
-from models.devices import autocast_dtype, to_device
+from models.devices import autocast_dtype, to_device, to_host
 from models.diffusion import (
     SAMPLERS,
     Regions,
@@ -284,7 +284,7 @@ class TextToImage:
                 clip_denoised=True,
                 control=converted_images(control, _as_picture),
             )
-        return ((images.float() + 1) / 2).clamp(0, 1).cpu()
+        return to_host(((images.float() + 1) / 2).clamp(0, 1))
 
     def warm_up(self, batch_size: int = 1) -> float:
         """Run one small generation (two steps) so that the first request does not pay

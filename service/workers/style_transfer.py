@@ -13,6 +13,7 @@ from models.adain.large import Step
 from models.adain.presets import PresetName
 from models.adain.video import stylize_chunk
 from models.control import StepControl, wanted_rows
+from models.devices import to_host
 from models.temporal import StageBlend
 from service.model_types import PrintSession, StyleTransferModel
 
@@ -142,7 +143,7 @@ def _run_stylize_jobs(
         style_scale=first.style_scale,
         control=control,
     )
-    return list(output.float().cpu().unbind(0))
+    return list(to_host(output.float()).unbind(0))
 
 
 def _run_print_step(

@@ -116,3 +116,10 @@ def test_batches_over_cudas_32_bit_index_limit_run_in_slices_with_the_same_resul
         got = decoder.forward_linear(whole["relu3_1"], matrix, shift)
         torch.testing.assert_close(got, linear, rtol=1e-5, atol=1e-5)
     assert padded and max(padded) <= devices.INDEX_LIMIT
+
+
+def test_to_host_returns_a_cpu_tensor_with_the_same_values():
+    x = torch.randn(2, 3, 4, dtype=torch.bfloat16)
+    host = devices.to_host(x)
+    assert host.device.type == "cpu" and host.dtype == x.dtype
+    torch.testing.assert_close(host, x, rtol=0, atol=0)
