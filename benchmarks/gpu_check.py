@@ -33,6 +33,10 @@ Sections (keys of the JSON):
   host syncs per sampler step (``torch.cuda.set_sync_debug_mode``; host reads counted
   by ``models.devices.HostReads`` on any device), bf16 against fp32
   (``models.dit.pipeline.BF16_TOLERANCE``), and the same seed alone and in a batch.
+- ``dispatch``: the product with the Triton kernels that won in ``norms`` dispatched
+  against without, in one process, side by side: DiT generations at batch 1 and 32 and
+  AdaIN passes at 512 px (the off/on time ratio; above 1, the kernels pay). The first
+  run of the kernels, across two machines, did not show them paying (docs/gpu.md).
 - ``oom``: a memory-fraction cap under which a batch of eight 1024 px stylize jobs does
   not fit, submitted through ``service.workers.pool.WorkerPool.submit``: every request must
   get its answer (CUDA only).
@@ -70,7 +74,7 @@ import norms
 from models.devices import HostReads, bf16_supported, to_host
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = ("device", "numerics", "norms", "adain", "dit", "oom", "training", "app")
+SECTIONS = ("device", "numerics", "norms", "adain", "dit", "dispatch", "oom", "training", "app")
 #: The issue's targets on an H200.
 TARGETS = {
     "kernel_share_of_copy_bandwidth": 0.8,
@@ -741,6 +745,78 @@ def _with_precision(pipe, check: Check, precision: str):
         return None
 
 
+# --------------------------------------------------------------------------- dispatch
+def _with_table(table: dict[str, str], fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` run with ``norms.kernels.dispatch.MEASURED_WINS`` holding ``table``."""
+    from norms.kernels import dispatch
+
+    def run() -> object:
+        saved = dict(dispatch.MEASURED_WINS)
+        dispatch.MEASURED_WINS.clear()
+        dispatch.MEASURED_WINS.update(table)
+        try:
+            return fn()
+        finally:
+            dispatch.MEASURED_WINS.clear()
+            dispatch.MEASURED_WINS.update(saved)
+
+    return run
+
+
+def section_dispatch(check: Check, wins: dict[str, bool] | None) -> dict:
+    """The product with the Triton kernels dispatched against without, in one process:
+    DiT generations and AdaIN passes, the two arms timed side by side
+    (:meth:`Check.time_interleaved`). The "on" arm's table holds every kernel the
+    ``norms`` section found faster than eager (all of ``dispatch.KERNELS`` when it did
+    not run); a kernel enters ``MEASURED_WINS`` only if the product pays. Kernels run on
+    CUDA only: on the CPU both arms are the same computation, and their ratio is the
+    noise of the measure."""
+    from norms.kernels import dispatch
+
+    names = [n for n in dispatch.KERNELS if wins is None or wins.get(n)]
+    table = dict.fromkeys(names, "candidate")
+    pipe = _text_to_image(check)
+    model, _ = _style_transfer(check.device, fast=True)
+    gen = torch.Generator().manual_seed(6)
+    side, images = (64, 2) if check.quick else (512, 8)
+    content = torch.rand(images, 3, side, side, generator=gen)
+    style = torch.rand(1, 3, 256, 256, generator=gen)
+    steps = 3 if check.quick else 25
+    workloads: dict[str, Callable[[], object]] = {
+        f"adain {name} {side} px b{images}": (
+            lambda o=options: to_host(model.stylize(content, [style], **o))
+        )
+        for name, options in ADAIN_PASSES.items()
+        if name != "realtime"
+    }
+    for batch in [1, 2] if check.quick else [1, 32]:
+        prompts = ["a red circle to the left of a blue square"] * batch
+        workloads[f"dit b{batch} ({steps} steps)"] = lambda p=prompts: pipe.generate(
+            p, seeds=list(range(len(p))), steps=steps
+        )
+    rows = []
+    for label, fn in workloads.items():
+        ms = check.time_interleaved(
+            {"on": _with_table(table, fn), "off": _with_table({}, fn)},
+            repeats=2 if check.quick else 7,
+            sample_ms=50.0 if check.quick else 500.0,
+        )
+        rows.append(
+            {
+                "workload": label,
+                "on_ms": round(ms["on"], 2),
+                "off_ms": round(ms["off"], 2),
+                "off_over_on": round(ms["off"] / ms["on"], 3),
+            }
+        )
+    return {
+        "kernels": names,
+        "runs": rows,
+        "dispatched": check.cuda and dispatch.triton_available(),
+        "pays_everywhere": all(row["off_over_on"] > 1.0 for row in rows),
+    }
+
+
 # -------------------------------------------------------------------------------- oom
 def section_oom(check: Check) -> dict:
     """A batch that cannot fit under a memory-fraction cap, through the worker pool."""
@@ -972,6 +1048,8 @@ def run(check: Check, sections: list[str], out: Path | None) -> dict:
             if name == "norms":
                 ceiling = ceiling or results.get("device", {}).get("copy_bandwidth_gbs")
                 value = section_norms(check, ceiling or round(copy_bandwidth_gbs(check), 1))
+            elif name == "dispatch":
+                value = section_dispatch(check, results.get("norms", {}).get("wins"))
             else:
                 value = globals()[f"section_{name}"](check)
         except Exception as exc:  # recorded, and the other sections still run
@@ -1037,6 +1115,11 @@ def summary(results: dict) -> str:
         lines.append(f"| dit syncs per step | {dit['syncs']['per_step']} |")
     if "bf16_vs_fp32" in dit:
         lines.append(f"| dit bf16 vs fp32 | {dit['bf16_vs_fp32']} |")
+    for row in results.get("dispatch", {}).get("runs", []):
+        lines.append(
+            f"| dispatch {row['workload']} | kernels on {row['on_ms']} ms, off "
+            f"{row['off_ms']} ms: off/on {row['off_over_on']} |"
+        )
     for name in ("oom", "training", "app"):
         section = results.get(name, {})
         brief = {k: v for k, v in section.items() if k not in ("traceback", "answers")}

@@ -40,7 +40,17 @@ def report(tmp_path_factory) -> dict:
 
 
 def test_every_section_reports_without_error(report):
-    for key in ("device", "numerics", "norms", "adain", "dit", "oom", "training", "app"):
+    for key in (
+        "device",
+        "numerics",
+        "norms",
+        "adain",
+        "dit",
+        "dispatch",
+        "oom",
+        "training",
+        "app",
+    ):
         assert key in report and "error" not in report[key], key
     assert report["device"]["type"] == "cpu" and report["device"]["copy_bandwidth_gbs"] > 0
 
@@ -79,6 +89,15 @@ def test_adain_and_dit_report_speed_and_agreement(report):
     assert dit["syncs"]["per_step"]["host_reads"] == 0
     assert dit["bf16_vs_fp32"]["within_tolerance"]
     assert dit["seed_alone_vs_in_batch"]["mean_abs"] < 1e-3
+
+
+def test_the_dispatch_ab_times_both_arms_of_each_workload(report):
+    dispatch_ab = report["dispatch"]
+    assert not dispatch_ab["dispatched"]  # no kernel runs off CUDA: both arms are one
+    assert {row["workload"].split()[0] for row in dispatch_ab["runs"]} == {"adain", "dit"}
+    for row in dispatch_ab["runs"]:
+        assert row["on_ms"] > 0 and row["off_ms"] > 0
+        assert math.isclose(row["off_over_on"], row["off_ms"] / row["on_ms"], rel_tol=0.01)
 
 
 def test_training_resumes_exactly_and_the_gpu_only_parts_say_why_they_did_not_run(report):
