@@ -129,7 +129,9 @@ def test_a_paused_redis_gets_fast_503s_and_the_service_recovers_by_itself(own_re
     answer 503 at once, /readyz names the store within its budget, /healthz and a
     synchronous request that needs no store still work; after SIGCONT the breaker closes
     by itself and jobs are answered again."""
-    settings = make_settings(redis_url=own_redis.url, redis_prefix="outage:")
+    settings = make_settings(
+        redis_url=own_redis.url, redis_prefix="outage:", store_call_timeout_s=1.0
+    )
     with TestClient(create_app(settings, model_entries=Fakes().entries())) as client:
         job = client.post(
             "/v1/generate", json={"prompt": "x", "steps": 2}, headers={"Prefer": "respond-async"}
