@@ -27,6 +27,9 @@ Sections (keys of the JSON):
   memory); the syncs of one
   call per pass; the difference from the CPU's result for the same inputs. VGG weights
   from ``ATELIER_WEIGHTS_DIR`` when present, else random weights of the same shapes.
+- ``profile``: where the paper pass spends a batch at 512 px, batch 32: host to host,
+  on the device alone, the result's copy into pageable and page-locked memory, and
+  ``torch.profiler``'s ten costliest operations per call.
 - ``dit``: images/s of ``TextToImage.generate`` with the repository's checkpoint (a
   tiny random one with ``--quick``) at batch 1, 8 and 32 (1 and 8 on the CPU; auto
   precision),
@@ -74,7 +77,18 @@ import norms
 from models.devices import HostReads, bf16_supported, to_host
 
 REPO = Path(__file__).resolve().parent.parent
-SECTIONS = ("device", "numerics", "norms", "adain", "dit", "dispatch", "oom", "training", "app")
+SECTIONS = (
+    "device",
+    "numerics",
+    "norms",
+    "adain",
+    "profile",
+    "dit",
+    "dispatch",
+    "oom",
+    "training",
+    "app",
+)
 #: The issue's targets on an H200.
 TARGETS = {
     "kernel_share_of_copy_bandwidth": 0.8,
@@ -587,6 +601,45 @@ def section_adain(check: Check) -> dict:
         }
     else:
         result["against_cpu"] = "the device is the CPU"
+    return result
+
+
+def section_profile(check: Check) -> dict:
+    """Where the paper pass spends a batch (512 px, batch 32; 64 px, batch 2 with
+    ``--quick``): the call from host to host and on the device alone, the result's copy
+    back into pageable and into page-locked memory, and the ten costliest operations by
+    self time (the device's on a GPU, the CPU's elsewhere) per call, from
+    ``torch.profiler`` over three calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    model, _ = _style_transfer(check.device, fast=True)
+    side, batch = (64, 2) if check.quick else (512, 32)
+    gen = torch.Generator().manual_seed(8)
+    content = torch.rand(batch, 3, side, side, generator=gen)
+    style = torch.rand(1, 3, 256, 256, generator=gen)
+    options = ADAIN_PASSES["paper (relu3_1 once)"]
+    on_device = content.to(check.device)
+    output = model.stylize(on_device, [style], **options)
+    repeats = 1 if check.quick else 5
+    calls: dict[str, Callable[[], object]] = {
+        "host_to_host_ms": lambda: to_host(model.stylize(content, [style], **options)),
+        "on_device_ms": lambda: model.stylize(on_device, [style], **options),
+        "copy_to_pageable_ms": lambda: output.cpu(),
+        "copy_to_page_locked_ms": lambda: to_host(output),
+    }
+    result: dict = {"pass": "paper (relu3_1 once)", "size": side, "batch": batch}
+    result |= {name: round(check.time_ms(fn, repeats), 2) for name, fn in calls.items()}
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if check.cuda else [])
+    with profile(activities=activities) as profiler:
+        for _ in range(3):
+            calls["host_to_host_ms"]()
+        check.sync()
+    field = "self_device_time_total" if check.cuda else "self_cpu_time_total"
+    events = sorted(profiler.key_averages(), key=lambda e: getattr(e, field), reverse=True)
+    result["top_ops"] = [
+        {"op": e.key, "ms_per_call": round(getattr(e, field) / 1e3 / 3, 2), "count": e.count}
+        for e in events[:10]
+    ]
     return result
 
 
@@ -1115,6 +1168,14 @@ def summary(results: dict) -> str:
         lines.append(f"| dit syncs per step | {dit['syncs']['per_step']} |")
     if "bf16_vs_fp32" in dit:
         lines.append(f"| dit bf16 vs fp32 | {dit['bf16_vs_fp32']} |")
+    profiled = results.get("profile", {})
+    if "top_ops" in profiled:
+        lines.append(
+            f"| profile paper {profiled['size']} px b{profiled['batch']} | host to host "
+            f"{profiled['host_to_host_ms']} ms, on the device {profiled['on_device_ms']} ms, "
+            f"copy back {profiled['copy_to_pageable_ms']} ms pageable / "
+            f"{profiled['copy_to_page_locked_ms']} ms page-locked |"
+        )
     for row in results.get("dispatch", {}).get("runs", []):
         lines.append(
             f"| dispatch {row['workload']} | kernels on {row['on_ms']} ms, off "

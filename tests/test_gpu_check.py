@@ -46,6 +46,7 @@ def test_every_section_reports_without_error(report):
         "norms",
         "adain",
         "dit",
+        "profile",
         "dispatch",
         "oom",
         "training",
@@ -89,6 +90,17 @@ def test_adain_and_dit_report_speed_and_agreement(report):
     assert dit["syncs"]["per_step"]["host_reads"] == 0
     assert dit["bf16_vs_fp32"]["within_tolerance"]
     assert dit["seed_alone_vs_in_batch"]["mean_abs"] < 1e-3
+
+
+def test_the_profile_times_the_pass_and_its_copies_and_names_the_costliest_ops(report):
+    profiled = report["profile"]
+    assert profiled["host_to_host_ms"] > 0 and profiled["on_device_ms"] > 0
+    # on the CPU the result is already on the host: both copies cost nothing
+    assert profiled["copy_to_pageable_ms"] >= 0 and profiled["copy_to_page_locked_ms"] >= 0
+    ops = profiled["top_ops"]
+    assert 0 < len(ops) <= 10 and all(op["ms_per_call"] >= 0 for op in ops)
+    times = [op["ms_per_call"] for op in ops]
+    assert times == sorted(times, reverse=True)
 
 
 def test_the_dispatch_ab_times_both_arms_of_each_workload(report):
