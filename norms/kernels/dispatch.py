@@ -6,8 +6,8 @@ run in which that kernel beat torch eager on every shape listed for it (its
 ``norms.kernels[*].wins`` is true). ``tests/norms/test_triton_dispatch.py`` checks every
 entry against its file. The first GPU run (an H200, ``benchmarks/results/2026-12-04-h200-
 run1.json``) measured five kernels faster than eager in isolation, but the product with
-them dispatched (``run4.json``) was no faster than without (``run3.json``), so the table
-is empty and every call runs torch's kernels or the float32 composites, as on the CPU.
+them dispatched (``run4.json``) showed no clear gain over the product without
+(``run3.json``), so the table is empty and every call runs torch's kernels or the float32 composites, as on the CPU.
 
 To enable a kernel after a GPU run: commit its JSON under ``benchmarks/results/`` and
 add ``name: "benchmarks/results/<file>.json"`` here. A win holds for the card it was
