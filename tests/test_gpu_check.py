@@ -85,6 +85,9 @@ def test_adain_and_dit_report_speed_and_agreement(report):
         "print realtime",
     }
     assert all(row["images_per_s"] > 0 for row in report["adain"]["runs"])
+    fast = report["adain"]["cpu_fast_against_float32"]
+    assert set(fast) == {"paper (relu3_1 once)", "quality", "realtime"}
+    assert all(0 <= row["mean_abs"] < 0.2 for row in fast.values())
     dit = report["dit"]
     assert [row["batch"] for row in dit["runs"]] == [1, 2]
     assert dit["syncs"]["per_step"]["host_reads"] == 0
