@@ -253,6 +253,13 @@ _ORIENTATION_TRANSPOSE = {
     7: Image.Transpose.TRANSVERSE,
     8: Image.Transpose.ROTATE_90,
 }
+#: The transposes that swap width and height.
+_SWAPPING_TRANSPOSES = (
+    Image.Transpose.TRANSPOSE,
+    Image.Transpose.ROTATE_270,
+    Image.Transpose.TRANSVERSE,
+    Image.Transpose.ROTATE_90,
+)
 
 #: File signatures of ``ACCEPTED_FORMATS``: a file that starts with one of them is an
 #: image of that format, so a failure to read it is a corrupt image (400), not 415.
@@ -351,41 +358,65 @@ def decode_image(
                 )
             if getattr(image, "is_animated", False) or getattr(image, "n_frames", 1) > 1:
                 raise BadImage(f"{name}: animated images are not accepted", code="animated_image")
-            transpose = _ORIENTATION_TRANSPOSE.get(_orientation(image))
-            swapped = transpose in (
-                Image.Transpose.TRANSPOSE,
-                Image.Transpose.ROTATE_270,
-                Image.Transpose.TRANSVERSE,
-                Image.Transpose.ROTATE_90,
-            )
-            shown = (height, width) if swapped else (width, height)
-            if min(shown) < limits.min_side:
-                raise BadImage(
-                    f"{name}: {shown[0]}x{shown[1]} is smaller than {limits.min_side} px on a side",
-                    code="image_too_small",
-                )
-            profile = image.info.get("icc_profile")
-            target = _target(shown, size, limits, name)
-            if target is not None and swapped:
-                target = (target[1], target[0])  # in the stored orientation
-            if target is not None and image.format == "JPEG":
-                image.draft(image.mode, target)
+            plan = None
+            if image.format == "JPEG":  # its EXIF precedes the pixels: draft from it now
+                plan = _plan(image, size, limits, name)
+                if plan.target is not None:
+                    image.draft(image.mode, plan.target)
+
+            def decode() -> tuple[Image.Image, _Plan]:
+                # a PNG's EXIF may follow its pixels, so reading it decodes them: here,
+                # where a large image's pixels are read (on a slot, at low priority)
+                known = plan or _plan(image, size, limits, name)
+                return _load_and_shrink(image, known.target), known
+
             pixels = image.size[0] * image.size[1]
             try:
-                if slots is None:
-                    small = _load_and_shrink(image, target)
-                else:
-                    small = slots.run(pixels, lambda: _load_and_shrink(image, target), deadline)
+                small, plan = decode() if slots is None else slots.run(pixels, decode, deadline)
             except (OSError, SyntaxError, ValueError, EOFError) as exc:
                 logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
                 raise BadImage(
                     f"{name}: the image is truncated or corrupt", code="corrupt_image"
                 ) from None
-    if profile:
-        small = to_srgb(small, profile, name)
-    if transpose is not None:
-        small = small.transpose(transpose)
+    if plan.profile:
+        small = to_srgb(small, plan.profile, name)
+    if plan.transpose is not None:
+        small = small.transpose(plan.transpose)
     return pil_to_uint8(small)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How an opened image becomes the output: its EXIF transpose, its ICC profile, and
+    the size to shrink it to in its stored orientation (``None``: kept)."""
+
+    transpose: Image.Transpose | None
+    profile: bytes | None
+    target: tuple[int, int] | None
+
+
+def _plan(
+    image: Image.Image, size: int | tuple[int, int] | None, limits: ImageLimits, name: str
+) -> _Plan:
+    """Read the orientation (a PNG's decodes its pixels), check the displayed size, and
+    choose the target.
+
+    Raises:
+        BadImage: smaller than ``limits.min_side``, or too elongated for ``size``.
+    """
+    transpose = _ORIENTATION_TRANSPOSE.get(_orientation(image))
+    swapped = transpose in _SWAPPING_TRANSPOSES
+    width, height = image.size
+    shown = (height, width) if swapped else (width, height)
+    if min(shown) < limits.min_side:
+        raise BadImage(
+            f"{name}: {shown[0]}x{shown[1]} is smaller than {limits.min_side} px on a side",
+            code="image_too_small",
+        )
+    target = _target(shown, size, limits, name)
+    if target is not None and swapped:
+        target = (target[1], target[0])  # in the stored orientation
+    return _Plan(transpose, image.info.get("icc_profile"), target)
 
 
 @dataclass(frozen=True)

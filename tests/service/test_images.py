@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from icc import SWAPPED_PROFILE
-from PIL import Image, ImageCms, ImageOps
+from PIL import Image, ImageCms, ImageFile, ImageOps
 
 from models.images import encode_image
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
@@ -185,6 +185,29 @@ def test_a_queued_large_decode_gives_up_at_the_deadline_and_small_ones_pass():
     finally:
         release.set()
         holder.join(30)
+
+
+@pytest.mark.parametrize("orientation", [None, 6])
+@pytest.mark.parametrize("fmt", ["PNG", "JPEG", "WEBP"])
+def test_a_large_image_is_read_only_on_a_slot_thread(fmt, orientation, monkeypatch):
+    """Every pixel read of a large upload runs on the slots' low-priority threads, the
+    EXIF orientation included (asking a PNG without an eXIf chunk before its pixels for
+    its EXIF decodes them: eXIf may follow IDAT), and the orientation is applied."""
+    readers: list[str] = []
+    load = ImageFile.ImageFile.load
+
+    def spy(image):
+        readers.append(threading.current_thread().name)
+        return load(image)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[0x0112] = orientation  # 6: shown a quarter turn clockwise, portrait
+    data = _save(corpus.noise_rgb(96, 48, seed=3), fmt, exif=exif)
+    out = decode_image(data, LIMITS, size=32, slots=DecodeSlots(1, large_pixels=100))
+    assert out.shape == ((3, 32, 16) if orientation == 6 else (3, 16, 32))
+    assert readers and all(name.startswith("large-decode") for name in readers), readers
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
