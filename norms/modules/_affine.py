@@ -1,17 +1,29 @@
-"""The optional per-feature affine parameters the norm modules share."""
+"""What the norm modules share: factory kwargs and the optional per-feature parameters."""
 
 from __future__ import annotations
+
+from typing import TypedDict
 
 import torch
 from torch import nn
 
-__all__ = ["affine_parameter", "reset_affine"]
+__all__ = ["Device", "FactoryKwargs", "affine_parameter", "empty_parameter", "reset_affine"]
+
+#: The ``device`` factory kwarg of every norm module.
+Device = torch.device | str | None
+
+
+class FactoryKwargs(TypedDict):
+    """torch's ``factory_kwargs``, for passing ``device``/``dtype`` on to sub-modules."""
+
+    device: Device
+    dtype: torch.dtype | None
 
 
 def affine_parameter(
     shape: int | tuple[int, ...],
     enabled: bool,
-    device: torch.device | str | None,
+    device: Device,
     dtype: torch.dtype | None,
 ) -> nn.Parameter | None:
     """An uninitialised parameter of ``shape`` (filled by :func:`reset_affine`), or ``None``.
@@ -21,8 +33,13 @@ def affine_parameter(
         enabled: create it; ``None`` when ``False``.
         device, dtype: as torch's factory kwargs.
     """
-    if not enabled:
-        return None
+    return empty_parameter(shape, device, dtype) if enabled else None
+
+
+def empty_parameter(
+    shape: int | tuple[int, ...], device: Device, dtype: torch.dtype | None
+) -> nn.Parameter:
+    """An uninitialised parameter of ``shape``; the module's ``reset_parameters`` fills it."""
     return nn.Parameter(torch.empty(shape, device=device, dtype=dtype))
 
 

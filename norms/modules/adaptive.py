@@ -9,12 +9,10 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional import adaptive as fa
+from norms.modules._affine import Device, empty_parameter, reset_affine
 from norms.registry import register
 
 __all__ = ["AdaIN", "AdaLN", "AdaLNZero", "ConditionalInstanceNorm", "Modulation"]
-
-
-Device = torch.device | str | None
 
 
 def _check_channels(x: Tensor, num_features: int, dim: int) -> None:
@@ -98,15 +96,12 @@ class ConditionalInstanceNorm(nn.Module):
         self.num_features = _args.positive_int("num_features", num_features)
         self.num_styles = _args.positive_int("num_styles", num_styles)
         self.eps = _args.eps(eps, positive=True)
-        self.weight = nn.Parameter(
-            torch.empty(num_styles, num_features, device=device, dtype=dtype)
-        )
-        self.bias = nn.Parameter(torch.empty(num_styles, num_features, device=device, dtype=dtype))
+        self.weight = empty_parameter((num_styles, num_features), device, dtype)
+        self.bias = empty_parameter((num_styles, num_features), device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        nn.init.ones_(self.weight)
-        nn.init.zeros_(self.bias)
+        reset_affine(self.weight, self.bias)
 
     def forward(self, x: Tensor, style: Tensor) -> Tensor:
         _check_channels(x, self.num_features, 1)

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional import batch as fb
-from norms.modules._affine import reset_affine
+from norms.modules._affine import Device, affine_parameter, reset_affine
 from norms.registry import register
 
 __all__ = ["BatchNorm", "BatchRenorm", "GhostBatchNorm"]
@@ -21,6 +21,9 @@ __all__ = ["BatchNorm", "BatchRenorm", "GhostBatchNorm"]
 
 class RunningStatsNorm(nn.Module):
     """Base for norms with per-channel affine parameters and running statistics.
+
+    The public subclasses own the keyword-only signatures and their defaults and pass
+    the common options here in this order.
 
     Args:
         num_features: channels ``C``.
@@ -30,9 +33,9 @@ class RunningStatsNorm(nn.Module):
         affine: learn ``weight`` (ones) and ``bias`` (zeros) of shape ``(C,)``.
         track_running_stats: keep running buffers and use them in eval; when ``False``
             batch statistics are used in both modes and the buffers are ``None``.
-        stats_shape: the buffers' shape, ``(C,)`` unless a subclass keeps more.
         device, dtype: of the parameters and floating buffers, as torch's factory kwargs
             (``num_batches_tracked`` stays ``torch.long``).
+        stats_shape: the buffers' shape, ``(C,)`` unless a subclass keeps more.
     """
 
     weight: nn.Parameter | None
@@ -44,14 +47,13 @@ class RunningStatsNorm(nn.Module):
     def __init__(
         self,
         num_features: int,
-        *,
-        eps: float = 1e-5,
-        momentum: float | None = 0.1,
-        affine: bool = True,
-        track_running_stats: bool = True,
+        eps: float,
+        momentum: float | None,
+        affine: bool,
+        track_running_stats: bool,
+        device: Device,
+        dtype: torch.dtype | None,
         stats_shape: tuple[int, ...] | None = None,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         _args.positive_int("num_features", num_features)
@@ -59,12 +61,8 @@ class RunningStatsNorm(nn.Module):
         _args.momentum(momentum)
         self.num_features, self.eps, self.momentum = num_features, eps, momentum
         self.affine, self.track_running_stats = affine, track_running_stats
-        if affine:
-            self.weight = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
-            self.bias = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
-        else:
-            self.register_parameter("weight", None)
-            self.register_parameter("bias", None)
+        self.register_parameter("weight", affine_parameter(num_features, affine, device, dtype))
+        self.register_parameter("bias", affine_parameter(num_features, affine, device, dtype))
         if track_running_stats:
             shape = stats_shape or (num_features,)
             self.register_buffer("running_mean", torch.zeros(shape, device=device, dtype=dtype))
@@ -91,8 +89,26 @@ class RunningStatsNorm(nn.Module):
         self.reset_running_stats()
         reset_affine(self.weight, self.bias)
 
-    def _uses_batch_stats(self) -> bool:
-        return self.training or not self.track_running_stats
+    def _step(self) -> tuple[bool, float]:
+        """This forward's ``(batch_stats, momentum)``; counts the batch when it updates.
+
+        Batch statistics in training and whenever running statistics are not tracked.
+        The functional norms get ``running_mean``/``running_var`` as they are: updated
+        in place in training, read in eval, ``None`` when not tracked.
+        """
+        return self.training or not self.track_running_stats, self._step_momentum()
+
+    def _batch_norm_args(
+        self,
+    ) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, bool, float, float]:
+        """This forward's ``(running_mean, running_var, weight, bias, training, momentum, eps)``.
+
+        The trailing arguments of :func:`norms.functional.batch_norm`, in its order, which
+        ghost and sequence batch norm share; counts the batch (see :meth:`_step`).
+        """
+        batch_stats, momentum = self._step()
+        running_mean, running_var = self.running_mean, self.running_var
+        return running_mean, running_var, self.weight, self.bias, batch_stats, momentum, self.eps
 
     def _step_momentum(self) -> float:
         """This step's averaging factor; counts the batch when the buffers are updated."""
@@ -111,22 +127,6 @@ class RunningStatsNorm(nn.Module):
         assert running_mean is not None and running_var is not None  # track_running_stats
         assert num_batches_tracked is not None
         return running_mean, running_var, num_batches_tracked
-
-    def _buffers_to_update(self) -> tuple[Tensor | None, Tensor | None]:
-        """The buffers a batch-statistics step writes to (``None`` when not tracking)."""
-        if self.training and self.track_running_stats:
-            return self.running_mean, self.running_var
-        return None, None
-
-    def _buffers_for_step(self, batch_stats: bool) -> tuple[Tensor | None, Tensor | None]:
-        """The running buffers a functional norm gets this step.
-
-        With batch statistics (``batch_stats``), the buffers to update
-        (:meth:`_buffers_to_update`); otherwise the running statistics to normalise with.
-        """
-        if batch_stats:
-            return self._buffers_to_update()
-        return self.running_mean, self.running_var
 
     def _check_input(self, x: Tensor, min_dim: int = 2) -> None:
         if x.dim() < min_dim or x.shape[1] != self.num_features:
@@ -181,15 +181,7 @@ class BatchNorm(RunningStatsNorm):
         _args.real("eval_mix", eval_mix, low=0.0, high=1.0)
         if eval_mix and not track_running_stats:
             raise ValueError("eval_mix needs running statistics (track_running_stats=True)")
-        super().__init__(
-            num_features,
-            eps=eps,
-            momentum=momentum,
-            affine=affine,
-            track_running_stats=track_running_stats,
-            device=device,
-            dtype=dtype,
-        )
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self.eval_mix = eval_mix
 
     @property
@@ -202,26 +194,12 @@ class BatchNorm(RunningStatsNorm):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
-        if self._uses_batch_stats():
-            momentum = self._step_momentum()
-            running_mean, running_var = self._buffers_to_update()
-            return fb.batch_norm(
-                x, running_mean, running_var, self.weight, self.bias, True, momentum, self.eps
-            )
-        if self.eval_mix:
+        if self.eval_mix and not self.training:  # eval_mix implies running statistics
             running_mean, running_var, _ = self._tracked_buffers()
             return fb.batch_norm_eval_mix(
-                x,
-                running_mean,
-                running_var,
-                self.eval_mix,
-                self.weight,
-                self.bias,
-                self.eps,
+                x, running_mean, running_var, self.eval_mix, self.weight, self.bias, self.eps
             )
-        return fb.batch_norm(
-            x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
-        )
+        return fb.batch_norm(x, *self._batch_norm_args())
 
     def extra_repr(self) -> str:
         return super().extra_repr() + (f", eval_mix={self.eval_mix}" if self.eval_mix else "")
@@ -260,36 +238,13 @@ class GhostBatchNorm(RunningStatsNorm):
     ) -> None:
         if _args.positive_int("virtual_batch_size", virtual_batch_size) < 2:
             raise ValueError(f"virtual_batch_size must be an int >= 2, got {virtual_batch_size}")
-        super().__init__(
-            num_features,
-            eps=eps,
-            momentum=momentum,
-            affine=affine,
-            track_running_stats=track_running_stats,
-            device=device,
-            dtype=dtype,
-        )
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self.virtual_batch_size = virtual_batch_size
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x)
-        if self._uses_batch_stats():
-            momentum = self._step_momentum()
-            running_mean, running_var = self._buffers_to_update()
-            return fb.ghost_batch_norm(
-                x,
-                self.virtual_batch_size,
-                running_mean,
-                running_var,
-                self.weight,
-                self.bias,
-                True,
-                momentum,
-                self.eps,
-            )
-        return fb.batch_norm(
-            x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
-        )
+        # In eval (with running statistics) this is plain batch norm.
+        return fb.ghost_batch_norm(x, self.virtual_batch_size, *self._batch_norm_args())
 
     def extra_repr(self) -> str:
         return super().extra_repr() + f", virtual_batch_size={self.virtual_batch_size}"
@@ -331,9 +286,7 @@ class BatchRenorm(RunningStatsNorm):
     ) -> None:
         _args.real("r_max", r_max, low=1.0)
         _args.real("d_max", d_max, low=0.0)
-        super().__init__(
-            num_features, eps=eps, momentum=momentum, affine=affine, device=device, dtype=dtype
-        )
+        super().__init__(num_features, eps, momentum, affine, True, device, dtype)
         self.r_max, self.d_max = r_max, d_max
 
     def forward(self, x: Tensor) -> Tensor:

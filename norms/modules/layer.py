@@ -9,13 +9,11 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional import layer as fl
-from norms.modules._affine import affine_parameter, reset_affine
+from norms.modules._affine import Device, affine_parameter, reset_affine
 from norms.modules.batch import RunningStatsNorm
 from norms.registry import register
 
 __all__ = ["GroupNorm", "InstanceNorm", "LayerNorm", "LpNorm", "RMSNorm"]
-
-Device = torch.device | str | None
 
 
 def _shape(num_features: int | Sequence[int]) -> tuple[int, ...]:
@@ -29,6 +27,8 @@ def _shape(num_features: int | Sequence[int]) -> tuple[int, ...]:
 class _TrailingNorm(nn.Module):
     """Common state of the norms over trailing dims: shape, eps, optional affine.
 
+    ``weight`` exists with ``elementwise_affine``, ``bias`` with both flags.
+
     With ``channels_first`` the single normalised dim is dim 1 of a ``(B, C, *)`` input
     (the layout of timm's ``LayerNorm2d`` / torchvision's ``LayerNorm2d``): the input is
     viewed channels-last, normalised over its last dim and viewed back.
@@ -38,7 +38,7 @@ class _TrailingNorm(nn.Module):
         self,
         num_features: int | Sequence[int],
         eps: float | None,
-        weight: bool,
+        elementwise_affine: bool,
         bias: bool,
         channels_first: bool,
         device: Device,
@@ -52,8 +52,8 @@ class _TrailingNorm(nn.Module):
             )
         self.eps, self.channels_first = eps, channels_first
         shape = self.normalized_shape
-        self.weight = affine_parameter(shape, weight, device, dtype)
-        self.bias = affine_parameter(shape, bias, device, dtype)
+        self.weight = affine_parameter(shape, elementwise_affine, device, dtype)
+        self.bias = affine_parameter(shape, elementwise_affine and bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -110,10 +110,7 @@ class LayerNorm(_TrailingNorm):
         dtype: torch.dtype | None = None,
     ) -> None:
         _args.eps(eps)
-        has_bias = elementwise_affine and bias
-        super().__init__(
-            num_features, eps, elementwise_affine, has_bias, channels_first, device, dtype
-        )
+        super().__init__(num_features, eps, elementwise_affine, bias, channels_first, device, dtype)
 
     def _normalize(self, x: Tensor) -> Tensor:
         return fl.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
@@ -194,10 +191,7 @@ class LpNorm(_TrailingNorm):
     ) -> None:
         _args.real("p", p, low=0.0, open_low=True)
         _args.eps(eps)
-        has_bias = elementwise_affine and bias
-        super().__init__(
-            num_features, eps, elementwise_affine, has_bias, channels_first, device, dtype
-        )
+        super().__init__(num_features, eps, elementwise_affine, bias, channels_first, device, dtype)
         self.p = p
 
     def _normalize(self, x: Tensor) -> Tensor:
@@ -305,28 +299,18 @@ class InstanceNorm(RunningStatsNorm):
         device: Device = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(
-            num_features,
-            eps=eps,
-            momentum=momentum,
-            affine=affine,
-            track_running_stats=track_running_stats,
-            device=device,
-            dtype=dtype,
-        )
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x, min_dim=3)
-        use_input_stats = self._uses_batch_stats()
-        momentum = self._step_momentum()
-        running_mean, running_var = self._buffers_for_step(use_input_stats)
+        use_input_stats, momentum = self._step()
         return fl.instance_norm(
             x,
             self.weight,
             self.bias,
             self.eps,
-            running_mean=running_mean,
-            running_var=running_var,
+            running_mean=self.running_mean,
+            running_var=self.running_var,
             use_input_stats=use_input_stats,
             momentum=momentum,
         )

@@ -7,11 +7,10 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional import local as fl
+from norms.modules._affine import Device, empty_parameter
 from norms.registry import register
 
 __all__ = ["GlobalResponseNorm", "LocalContrastNorm", "LocalResponseNorm"]
-
-Device = torch.device | str | None
 
 
 def _check_input(x: Tensor, num_features: int | None) -> None:
@@ -151,8 +150,8 @@ class GlobalResponseNorm(nn.Module):
         super().__init__()
         self.num_features = _args.positive_int("num_features", num_features)
         self.eps, self.channels_last = _args.eps(eps), channels_last
-        self.weight = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
-        self.bias = nn.Parameter(torch.empty(num_features, device=device, dtype=dtype))
+        self.weight = empty_parameter(num_features, device, dtype)
+        self.bias = empty_parameter(num_features, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:

@@ -7,6 +7,7 @@ from torch import Tensor, nn
 
 from norms.functional import _args
 from norms.functional.sequence import Stats, sequence_batch_norm, sequence_mask
+from norms.modules._affine import FactoryKwargs
 from norms.modules.batch import RunningStatsNorm
 from norms.registry import register
 
@@ -58,15 +59,9 @@ class SequenceBatchNorm(RunningStatsNorm):
         elif max_len is not None:
             raise ValueError("max_len only applies to stats='frame' with running statistics")
         self.stats, self.max_len = stats, max_len
+        stats_shape = (max_len, num_features) if max_len else None
         super().__init__(
-            num_features,
-            eps=eps,
-            momentum=momentum,
-            affine=affine,
-            track_running_stats=track_running_stats,
-            stats_shape=(max_len, num_features) if max_len else None,
-            device=device,
-            dtype=dtype,
+            num_features, eps, momentum, affine, track_running_stats, device, dtype, stats_shape
         )
 
     def forward(
@@ -74,22 +69,7 @@ class SequenceBatchNorm(RunningStatsNorm):
     ) -> Tensor:
         if x.dim() != 3 or x.shape[2] != self.num_features:
             raise ValueError(f"expected (B, T, {self.num_features}), got {tuple(x.shape)}")
-        batch_stats = self._uses_batch_stats()
-        momentum = self._step_momentum()
-        running_mean, running_var = self._buffers_for_step(batch_stats)
-        return sequence_batch_norm(
-            x,
-            mask,
-            lengths,
-            running_mean,
-            running_var,
-            self.weight,
-            self.bias,
-            batch_stats,
-            momentum,
-            self.eps,
-            stats=self.stats,
-        )
+        return sequence_batch_norm(x, mask, lengths, *self._batch_norm_args(), stats=self.stats)
 
     def extra_repr(self) -> str:
         extra = f", max_len={self.max_len}" if self.max_len else ""
@@ -149,20 +129,11 @@ class BatchNormRNN(nn.Module):
             )
         self.input_size, self.hidden_size = input_size, hidden_size
         self.nonlinearity, self.norm_weight_init = nonlinearity, norm_weight_init
-        self.input_proj = nn.Linear(  # W
-            input_size, hidden_size, bias=False, device=device, dtype=dtype
-        )
-        self.hidden_proj = nn.Linear(  # U
-            hidden_size, hidden_size, bias=False, device=device, dtype=dtype
-        )
+        factory_kwargs = FactoryKwargs(device=device, dtype=dtype)
+        self.input_proj = nn.Linear(input_size, hidden_size, bias=False, **factory_kwargs)  # W
+        self.hidden_proj = nn.Linear(hidden_size, hidden_size, bias=False, **factory_kwargs)  # U
         self.norm = SequenceBatchNorm(
-            hidden_size,
-            stats=stats,
-            max_len=max_len,
-            eps=eps,
-            momentum=momentum,
-            device=device,
-            dtype=dtype,
+            hidden_size, stats=stats, max_len=max_len, eps=eps, momentum=momentum, **factory_kwargs
         )
         self.reset_parameters()
 

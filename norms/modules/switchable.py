@@ -48,15 +48,7 @@ class SwitchableNorm(RunningStatsNorm):
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
     ) -> None:
-        super().__init__(
-            num_features,
-            eps=eps,
-            momentum=momentum,
-            affine=affine,
-            track_running_stats=track_running_stats,
-            device=device,
-            dtype=dtype,
-        )
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
         self.mean_logits = nn.Parameter(torch.zeros(3, device=device, dtype=dtype))
         self.var_logits = nn.Parameter(torch.zeros(3, device=device, dtype=dtype))
 
@@ -76,9 +68,7 @@ class SwitchableNorm(RunningStatsNorm):
     def forward(self, x: Tensor) -> Tensor:
         self._check_input(x, min_dim=3)
         mean_weight, var_weight = self.branch_weights()
-        batch_stats = self._uses_batch_stats()
-        momentum = self._step_momentum()
-        running_mean, running_var = self._buffers_for_step(batch_stats)
+        batch_stats, momentum = self._step()
         return switchable_norm(
             x,
             mean_weight,
@@ -86,8 +76,8 @@ class SwitchableNorm(RunningStatsNorm):
             self.weight,
             self.bias,
             self.eps,
-            running_mean,
-            running_var,
+            self.running_mean,
+            self.running_var,
             batch_stats,
             momentum,
         )
