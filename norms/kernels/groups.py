@@ -32,7 +32,6 @@ channel block holds whole groups); statistics are in float32 whatever the input 
 from __future__ import annotations
 
 import math
-from typing import Literal, overload
 
 import torch
 import triton
@@ -220,30 +219,6 @@ def _chunking(batch: int, blocks_c: int, spatial: int, block_s: int) -> tuple[in
     return length, math.ceil(spatial / length)
 
 
-@overload
-def _run(
-    x: Tensor,
-    num_groups: int,
-    eps: float,
-    *,
-    scale: Tensor | None,
-    shift: Tensor | None,
-    apply: Literal[True],
-    block_s: int | None = None,
-    chunk_length: int | None = None,
-) -> Tensor: ...
-@overload
-def _run(
-    x: Tensor,
-    num_groups: int,
-    eps: float,
-    *,
-    scale: Tensor | None,
-    shift: Tensor | None,
-    apply: Literal[False],
-    block_s: int | None = None,
-    chunk_length: int | None = None,
-) -> tuple[Tensor, Tensor]: ...
 def _run(
     x: Tensor,
     num_groups: int,
@@ -254,7 +229,9 @@ def _run(
     apply: bool,
     block_s: int | None = None,
     chunk_length: int | None = None,
-) -> Tensor | tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The two launches; ``(y, mean, std)``, of which ``apply`` fills ``y`` and otherwise
+    the per-(sample, channel) ``mean``/``std`` ``(B, C)``; the others are placeholders."""
     batch, channels = x.shape[:2]
     spatial = math.prod(x.shape[2:])
     group = channels // num_groups
@@ -315,7 +292,7 @@ def _run(
         BLOCK_S=block_s,
         BLOCK_C=block_c,
     )
-    return y if apply else (stats_mean, stats_std)
+    return y, stats_mean, stats_std
 
 
 def _affine(param: Tensor | None, channels: int) -> Tensor | None:
@@ -340,12 +317,13 @@ def group_norm(
         scale=_affine(weight, channels),
         shift=_affine(bias, channels),
         apply=True,
-    )
+    )[0]
 
 
 def channel_mean_std(x: Tensor, eps: float = 1e-5) -> tuple[Tensor, Tensor]:
     """Per-(sample, channel) mean and ``sqrt(var + eps)`` over space, each ``(B, C)`` float32."""
-    return _run(x, x.shape[1], eps, scale=None, shift=None, apply=False)
+    _, mean, std = _run(x, x.shape[1], eps, scale=None, shift=None, apply=False)
+    return mean, std
 
 
 def adain_with_stats(content: Tensor, mean: Tensor, std: Tensor, eps: float = 1e-5) -> Tensor:
