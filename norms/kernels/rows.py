@@ -18,6 +18,8 @@ float32 inputs; the output has the input's dtype.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -73,27 +75,33 @@ def supports(x: Tensor) -> bool:
     )
 
 
+class _Modulation(NamedTuple):
+    """adaLN's ``* (1 + scale) + shift``, ``(B or 1, D)`` each, one row per sample of
+    ``rows_per_sample`` consecutive rows of ``x``."""
+
+    shift: Tensor
+    scale: Tensor
+    rows_per_sample: int
+
+
 def _launch(
     x: Tensor,
     eps: float,
     *,
     center: bool,
-    weight: Tensor | None = None,
-    shift: Tensor | None = None,
-    scale: Tensor | None = None,
-    rows_per_sample: int = 1,
+    weight: Tensor | None,
+    modulation: _Modulation | None,
 ) -> Tensor:
     width = x.shape[-1]
     rows = x.numel() // width
     y = torch.empty_like(x)
-    modulate = shift is not None
     dummy = x  # never read when its flag is off
     shift_arg = scale_arg = dummy
-    modulation_stride = 0
-    if shift is not None:
-        assert scale is not None  # shift and scale come together
-        shift_arg, scale_arg = shift.contiguous(), scale.contiguous()
-        modulation_stride = width if shift.shape[0] > 1 else 0
+    modulation_stride, rows_per_sample = 0, 1
+    if modulation is not None:
+        shift_arg, scale_arg = modulation.shift.contiguous(), modulation.scale.contiguous()
+        modulation_stride = width if modulation.shift.shape[0] > 1 else 0
+        rows_per_sample = modulation.rows_per_sample
     block = triton.next_power_of_2(width)
     _row_norm_kernel[(rows,)](
         x,
@@ -107,7 +115,7 @@ def _launch(
         eps,
         CENTER=center,
         HAS_WEIGHT=weight is not None,
-        MODULATE=modulate,
+        MODULATE=modulation is not None,
         BLOCK=block,
         num_warps=min(16, max(1, block // 256)),
     )
@@ -121,7 +129,8 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
         - x: ``(B, T, D)`` contiguous; shift, scale: ``(B, D)`` or ``(1, D)``
         - output: ``(B, T, D)`` in ``x.dtype``.
     """
-    return _launch(x, eps, center=True, shift=shift, scale=scale, rows_per_sample=x.shape[1])
+    modulation = _Modulation(shift, scale, rows_per_sample=x.shape[1])
+    return _launch(x, eps, center=True, weight=None, modulation=modulation)
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tensor:
@@ -130,4 +139,5 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-6) -> Tens
     Shape:
         - x: ``(*, D)`` contiguous; output: same, in ``x.dtype``.
     """
-    return _launch(x, eps, center=False, weight=None if weight is None else weight.contiguous())
+    weight = None if weight is None else weight.contiguous()
+    return _launch(x, eps, center=False, weight=weight, modulation=None)
