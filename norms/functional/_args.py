@@ -8,8 +8,11 @@ bare comparison would turn into a ``TypeError`` from deep inside the code.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from numbers import Integral, Real
 from typing import Literal, overload
+
+from torch import Tensor
 
 
 def real(
@@ -83,3 +86,25 @@ def momentum(value: object, *, allow_none: bool = True) -> float | None:
             "1 / num_batches_tracked; functions take a float in [0, 1]"
         )
     return real("momentum", value, low=0.0, high=1.0)
+
+
+def shapes(shape: Sequence[int], **tensors: Tensor | None) -> None:
+    """Each given tensor (``None`` is skipped) has exactly ``shape``, e.g. ``(C,)``."""
+    for name, tensor in tensors.items():
+        if tensor is not None and tuple(tensor.shape) != tuple(shape):
+            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(tensor.shape)}")
+
+
+def running_stats(
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    *,
+    required: bool = False,
+    why: str = "evaluation (training=False)",
+) -> None:
+    """``running_mean``/``running_var`` come together, and are given when ``required``
+    (the error names ``why`` they are)."""
+    if (running_mean is None) != (running_var is None):
+        raise ValueError("running_mean and running_var must be given together")
+    if required and running_mean is None:
+        raise ValueError(f"{why} needs running_mean and running_var")

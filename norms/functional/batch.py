@@ -55,11 +55,6 @@ def _check_values_per_channel(count: int, shape: Sequence[int]) -> None:
         )
 
 
-def _check_channel_tensor(name: str, t: Tensor | None, channels: int) -> None:
-    if t is not None and t.shape != (channels,):
-        raise ValueError(f"{name} must have shape ({channels},), got {tuple(t.shape)}")
-
-
 def _channel_view(t: Tensor, x: Tensor) -> Tensor:
     """A ``(C,)`` tensor viewed as ``(1, C, 1, ..., 1)`` to broadcast against ``x``."""
     return t.reshape((1, -1) + (1,) * (x.dim() - 2))
@@ -135,20 +130,13 @@ def _check_batch_norm_args(
     _check_rank(x)
     _check_eps(eps)
     channels = x.shape[1]
-    for name, t in (
-        ("running_mean", running_mean),
-        ("running_var", running_var),
-        ("weight", weight),
-        ("bias", bias),
-    ):
-        _check_channel_tensor(name, t, channels)
-    if (running_mean is None) != (running_var is None):
-        raise ValueError("running_mean and running_var must be given together")
+    _args.shapes(
+        (channels,), running_mean=running_mean, running_var=running_var, weight=weight, bias=bias
+    )
+    _args.running_stats(running_mean, running_var, required=not training)
     if training:
         _check_values_per_channel(x.numel() // max(channels, 1), x.shape)
         _check_momentum(momentum)
-    elif running_mean is None:
-        raise ValueError("evaluation (training=False) needs running_mean and running_var")
 
 
 def _native_ok(x: Tensor, *tensors: Tensor | None) -> bool:

@@ -81,12 +81,6 @@ def _as_shape(x: Tensor, normalized_shape: ShapeLike) -> tuple[int, ...]:
     return shape
 
 
-def _check_affine(shape: Sequence[int], **params: Tensor | None) -> None:
-    for name, param in params.items():
-        if param is not None and tuple(param.shape) != tuple(shape):
-            raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(param.shape)}")
-
-
 def _check_eps(eps: float) -> None:
     _args.eps(eps)
 
@@ -112,7 +106,7 @@ def layer_norm(
         - x: ``(*, *normalized_shape)``; output: same, in ``x.dtype``.
     """
     shape = _as_shape(x, normalized_shape)
-    _check_affine(shape, weight=weight, bias=bias)
+    _args.shapes(shape, weight=weight, bias=bias)
     _check_eps(eps)
     if x.dtype in _NATIVE_DTYPES:
         return F.layer_norm(x, shape, weight, bias, eps)
@@ -152,7 +146,7 @@ def rms_norm(
         - x: ``(*, *normalized_shape)``; weight: ``normalized_shape``; output: as x.
     """
     shape = _as_shape(x, normalized_shape)
-    _check_affine(shape, weight=weight)
+    _args.shapes(shape, weight=weight)
     _args.eps(eps, allow_none=True)
     if len(shape) == 1 and eps is not None and dispatch.chosen("rms_norm/rows", x):
         from norms.kernels import rows
@@ -190,7 +184,7 @@ def lp_norm(
     if not (isinstance(p, int | float) and math.isfinite(p) and p > 0):
         raise ValueError(f"p must be a finite positive number, got {p}")
     shape = _as_shape(x, normalized_shape)
-    _check_affine(shape, weight=weight, bias=bias)
+    _args.shapes(shape, weight=weight, bias=bias)
     _check_eps(eps)
     dims = tuple(range(x.dim() - len(shape), x.dim()))
     work = x.to(acc_dtype(x.dtype))
@@ -228,7 +222,7 @@ def group_norm(
     channels = x.shape[1]
     if num_groups <= 0 or channels % num_groups:
         raise ValueError(f"num_groups must be positive and divide {channels}, got {num_groups}")
-    _check_affine((channels,), weight=weight, bias=bias)
+    _args.shapes((channels,), weight=weight, bias=bias)
     _check_eps(eps)
     if group_kernel_chosen("group_norm", x, num_groups):
         from norms.kernels import groups
@@ -284,14 +278,13 @@ def instance_norm(
     if x.dim() < 3:
         raise ValueError(f"x must be (B, C, *spatial) with a spatial dim, got {tuple(x.shape)}")
     channels = x.shape[1]
-    _check_affine(
+    _args.shapes(
         (channels,), weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
     )
     _check_eps(eps)
-    if (running_mean is None) != (running_var is None):
-        raise ValueError("running_mean and running_var must be given together")
-    if not use_input_stats and running_mean is None:
-        raise ValueError("use_input_stats=False needs running_mean and running_var")
+    _args.running_stats(
+        running_mean, running_var, required=not use_input_stats, why="use_input_stats=False"
+    )
     if not 0.0 <= momentum <= 1.0:
         raise ValueError(f"momentum must lie in [0, 1], got {momentum}")
     spatial = math.prod(x.shape[2:])

@@ -20,6 +20,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
+from norms.functional import _args
 from norms.functional._stats import acc_dtype
 from norms.functional.batch import _check_eps, _check_momentum, _check_values_per_channel
 
@@ -78,11 +79,8 @@ def _check_args(
         raise ValueError(f"stats must be 'sequence' or 'frame', got {stats!r}")
     _check_eps(eps)
     channels = x.shape[2]
-    for name, t in (("weight", weight), ("bias", bias)):
-        if t is not None and t.shape != (channels,):
-            raise ValueError(f"{name} must have shape ({channels},), got {tuple(t.shape)}")
-    if (running_mean is None) != (running_var is None):
-        raise ValueError("running_mean and running_var must be given together")
+    _args.shapes((channels,), weight=weight, bias=bias)
+    _args.running_stats(running_mean, running_var, required=not training)
     if running_mean is not None and running_var is not None:  # both or neither
         want = "(C,)" if stats == "sequence" else "(L, C)"
         ok_dim = running_mean.dim() == (1 if stats == "sequence" else 2)
@@ -98,8 +96,6 @@ def _check_args(
             )
     if training and running_mean is not None:
         _check_momentum(momentum)
-    if not training and running_mean is None:
-        raise ValueError("evaluation (training=False) needs running_mean and running_var")
 
 
 def sequence_batch_norm(

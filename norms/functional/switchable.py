@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from norms.functional import _args
 from norms.functional._stats import acc_dtype, moments
 from norms.functional.batch import (
     _channel_view,
-    _check_channel_tensor,
     _check_eps,
     _check_momentum,
     _check_values_per_channel,
@@ -47,16 +47,10 @@ def _check_args(
     for name, w in (("mean_weight", mean_weight), ("var_weight", var_weight)):
         if w.shape != (3,):
             raise ValueError(f"{name} must have shape (3,) (IN, LN, BN), got {tuple(w.shape)}")
-    channels = x.shape[1]
-    for name, t in (
-        ("weight", weight),
-        ("bias", bias),
-        ("running_mean", running_mean),
-        ("running_var", running_var),
-    ):
-        _check_channel_tensor(name, t, channels)
-    if (running_mean is None) != (running_var is None):
-        raise ValueError("running_mean and running_var must be given together")
+    _args.shapes(
+        x.shape[1:2], weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
+    )
+    _args.running_stats(running_mean, running_var)
     spatial = x[0, 0].numel()
     if spatial < 2:
         raise ValueError(
@@ -66,8 +60,8 @@ def _check_args(
         _check_values_per_channel(x.shape[0] * spatial, x.shape)
         if running_mean is not None:
             _check_momentum(momentum)
-    elif running_mean is None:
-        raise ValueError("evaluation (training=False) needs running_mean and running_var")
+    else:
+        _args.running_stats(running_mean, running_var, required=True)
 
 
 def _mix(weights: Tensor, stats: tuple[Tensor, Tensor, Tensor]) -> Tensor:
