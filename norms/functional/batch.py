@@ -89,6 +89,27 @@ def _update_running_stats(
             running_var.lerp_(unbiased.to(running_var.dtype), momentum)
 
 
+def _update_from_batch(
+    running_mean: Tensor | None,
+    running_var: Tensor | None,
+    mean: Tensor,
+    var: Tensor,
+    x: Tensor,
+    momentum: float,
+) -> None:
+    """:func:`_update_running_stats` with the per-channel moments of ``x`` over every dim
+    but 1, in any broadcastable shape (``n = x.numel() / C``)."""
+    count = x.numel() // x.shape[1]
+    _update_running_stats(running_mean, running_var, mean.flatten(), var.flatten(), count, momentum)
+
+
+def _running_view(
+    running_mean: Tensor, running_var: Tensor, x: Tensor, dtype: torch.dtype
+) -> tuple[Tensor, Tensor]:
+    """The ``(C,)`` running statistics in ``dtype``, viewed to broadcast against ``x``."""
+    return _channel_view(running_mean.to(dtype), x), _channel_view(running_var.to(dtype), x)
+
+
 def _normalize(
     x: Tensor,
     mean: Tensor,
@@ -180,17 +201,10 @@ def _batch_norm_reference(
     _check_batch_norm_args(x, running_mean, running_var, weight, bias, training, momentum, eps)
     if training:
         mean, var = moments(x, _reduce_dims(x))
-        _update_running_stats(
-            running_mean,
-            running_var,
-            mean.flatten(),
-            var.flatten(),
-            x.numel() // x.shape[1],
-            momentum,
-        )
+        _update_from_batch(running_mean, running_var, mean, var, x, momentum)
     else:
         assert running_mean is not None and running_var is not None  # checked above
-        mean, var = _channel_view(running_mean, x), _channel_view(running_var, x)
+        mean, var = _running_view(running_mean, running_var, x, acc_dtype(x.dtype))
     return _normalize(x, mean, var, weight, bias, eps)
 
 
@@ -281,9 +295,7 @@ def batch_norm_eval_mix(
         raise ValueError(f"mix must be in [0, 1], got {mix}")
     _check_batch_norm_args(x, running_mean, running_var, weight, bias, False, None, eps)
     batch_mean, batch_var = moments(x, _reduce_dims(x))
-    work = batch_mean.dtype
-    train_mean = _channel_view(running_mean.to(work), x)
-    train_var = _channel_view(running_var.to(work), x)
+    train_mean, train_var = _running_view(running_mean, running_var, x, batch_mean.dtype)
     mean = torch.lerp(train_mean, batch_mean, mix)
     var = (
         mix * batch_var
@@ -401,19 +413,12 @@ def batch_renorm(
         return batch_norm(x, running_mean, running_var, weight, bias, False, momentum, eps)
     batch_mean, batch_var = moments(x, _reduce_dims(x))
     work = batch_mean.dtype
-    train_mean = _channel_view(running_mean.to(work), x)
-    train_std = torch.sqrt(_channel_view(running_var.to(work), x) + eps)
+    train_mean, train_var = _running_view(running_mean, running_var, x, work)
+    train_std = torch.sqrt(train_var + eps)
     batch_std = torch.sqrt(batch_var + eps)
     with torch.no_grad():
         r = (batch_std / train_std).clamp(1.0 / r_max, r_max)
         d = ((batch_mean - train_mean) / train_std).clamp(-d_max, d_max)
-    _update_running_stats(
-        running_mean,
-        running_var,
-        batch_mean.flatten(),
-        batch_var.flatten(),
-        x.numel() // x.shape[1],
-        momentum,
-    )
+    _update_from_batch(running_mean, running_var, batch_mean, batch_var, x, momentum)
     y = (x.to(work) - batch_mean) * (r / batch_std) + d
     return _affine(y, weight, bias).to(x.dtype)

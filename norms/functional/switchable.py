@@ -21,7 +21,8 @@ from norms.functional.batch import (
     _check_momentum,
     _check_values_per_channel,
     _normalize,
-    _update_running_stats,
+    _running_view,
+    _update_from_batch,
 )
 
 __all__ = ["switchable_norm"]
@@ -81,14 +82,10 @@ def _bn_moments(
 ) -> tuple[Tensor, Tensor]:
     """The BN branch: batch moments (updating the buffers) in training, else the buffers."""
     if training:
-        count = x.shape[0] * x[0, 0].numel()
-        _update_running_stats(
-            running_mean, running_var, batch_mean.flatten(), batch_var.flatten(), count, momentum
-        )
+        _update_from_batch(running_mean, running_var, batch_mean, batch_var, x, momentum)
         return batch_mean, batch_var
     assert running_mean is not None and running_var is not None  # checked: eval needs them
-    work = batch_mean.dtype
-    return _channel_view(running_mean.to(work), x), _channel_view(running_var.to(work), x)
+    return _running_view(running_mean, running_var, x, batch_mean.dtype)
 
 
 def switchable_norm(
