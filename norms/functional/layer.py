@@ -70,6 +70,38 @@ def group_kernel_chosen(kernel: str, x: Tensor, num_groups: int) -> bool:
     return groups.supports(x, num_groups)
 
 
+def _group_fast_path(
+    kernel: str, x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
+) -> Tensor | None:
+    """Group norm by the Triton ``kernel`` or torch's native one where either serves ``x``
+    (see the module docstring); ``None`` where the composite is needed."""
+    if group_kernel_chosen(kernel, x, num_groups):
+        from norms.kernels import groups
+
+        return groups.group_norm(x, num_groups, weight, bias, eps)
+    if _native_ok(x):
+        return F.group_norm(x, num_groups, weight, bias, eps)
+    return None
+
+
+def _normalize_channels(
+    x: Tensor,
+    mean: Tensor,
+    var: Tensor,
+    weight: Tensor | None,
+    bias: Tensor | None,
+    eps: float,
+    param_view: tuple[int, ...],
+) -> Tensor:
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` by :func:`center_scale_shift`, the
+    per-channel ``(C,)`` parameters viewed as ``param_view`` against ``x``."""
+    scale = torch.rsqrt(var + eps)
+    if weight is not None:
+        scale = scale * weight.to(scale.dtype).view(param_view)
+    shift = None if bias is None else bias.to(scale.dtype).view(param_view).expand_as(scale)
+    return center_scale_shift(x, mean, scale, shift)
+
+
 def _as_shape(x: Tensor, normalized_shape: ShapeLike) -> tuple[int, ...]:
     shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
     if not shape or any(int(s) <= 0 for s in shape):
@@ -224,21 +256,15 @@ def group_norm(
         raise ValueError(f"num_groups must be positive and divide {channels}, got {num_groups}")
     _args.shapes((channels,), weight=weight, bias=bias)
     _check_eps(eps)
-    if group_kernel_chosen("group_norm", x, num_groups):
-        from norms.kernels import groups
-
-        return groups.group_norm(x, num_groups, weight, bias, eps)
-    if _native_ok(x):
-        return F.group_norm(x, num_groups, weight, bias, eps)
+    fast = _group_fast_path("group_norm", x, num_groups, weight, bias, eps)
+    if fast is not None:
+        return fast
     batch, per_group = x.shape[0], channels // num_groups
     grouped = x.view(batch, num_groups, per_group, *x.shape[2:])  # (B, G, C/G, *)
     mean, var = moments(grouped, range(2, grouped.dim()))  # (B, G, 1, ...)
     param_view = (1, num_groups, per_group) + (1,) * (x.dim() - 2)
-    scale = torch.rsqrt(var + eps)
-    if weight is not None:
-        scale = scale * weight.to(scale.dtype).view(param_view)
-    shift = None if bias is None else bias.to(scale.dtype).view(param_view).expand_as(scale)
-    return center_scale_shift(grouped, mean, scale, shift).reshape(x.shape)
+    y = _normalize_channels(grouped, mean, var, weight, bias, eps, param_view)
+    return y.reshape(x.shape)
 
 
 def instance_norm(
@@ -291,12 +317,9 @@ def instance_norm(
     if use_input_stats and spatial <= 1:
         raise ValueError(f"instance norm needs more than one spatial value, got {tuple(x.shape)}")
     if use_input_stats and running_mean is None:
-        if group_kernel_chosen("instance_norm", x, channels):
-            from norms.kernels import groups
-
-            return groups.group_norm(x, channels, weight, bias, eps)
-        if _native_ok(x):
-            return F.group_norm(x, channels, weight, bias, eps)
+        fast = _group_fast_path("instance_norm", x, channels, weight, bias, eps)
+        if fast is not None:
+            return fast
     param_view = (1, channels) + (1,) * (x.dim() - 2)
     if use_input_stats:
         mean, var = moments(x, range(2, x.dim()))  # (B, C, 1, ...)
@@ -308,11 +331,7 @@ def instance_norm(
         assert running_mean is not None and running_var is not None  # checked above
         mean = running_mean.to(acc_dtype(x.dtype)).view(param_view)
         var = running_var.to(mean.dtype).view(param_view)
-    scale = torch.rsqrt(var + eps)
-    if weight is not None:
-        scale = scale * weight.to(scale.dtype).view(param_view)
-    shift = None if bias is None else bias.to(scale.dtype).view(param_view).expand_as(scale)
-    return center_scale_shift(x, mean, scale, shift)
+    return _normalize_channels(x, mean, var, weight, bias, eps, param_view)
 
 
 @torch.no_grad()
