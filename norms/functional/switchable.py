@@ -49,7 +49,7 @@ def _check_args(
         if w.shape != (3,):
             raise ValueError(f"{name} must have shape (3,) (IN, LN, BN), got {tuple(w.shape)}")
     _args.shapes(
-        x.shape[1:2], weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
+        (x.shape[1],), weight=weight, bias=bias, running_mean=running_mean, running_var=running_var
     )
     _args.running_stats(running_mean, running_var)
     spatial = x[0, 0].numel()
