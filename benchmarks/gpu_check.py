@@ -11,15 +11,9 @@ closes the run.
 Sections (keys of the JSON):
 
 - ``device``: name, compute capability, native bf16, versions, memory, and the measured
-  device-to-device copy bandwidth (the ceiling of a memory-bound kernel).
+  device-to-device copy bandwidth (the ceiling of a memory-bound operation).
 - ``numerics``: the norms on the device (fp32, bf16, channels_last, a 1e4 offset)
-  against float64 references computed on the CPU from the same rounded inputs; the
-  Triton kernels likewise (on the CPU only under ``TRITON_INTERPRET=1``).
-- ``norms``: each Triton kernel of ``norms.kernels.dispatch.KERNELS`` against torch eager
-  (the ``norms.F`` call it would replace) and ``torch.compile`` of that call: ms, GB/s
-  (one read of the inputs and one write of the output), share of the copy bandwidth,
-  and ``wins`` (faster than eager on every shape), the figure the dispatch table needs.
-  Without CUDA: eager and ``torch.compile`` (inductor's C++ backend) only.
+  against float64 references computed on the CPU from the same rounded inputs.
 - ``adain``: images/s of the AdaIN passes (the paper's single relu3_1 pass, the
   ``quality`` and ``realtime`` presets) at 512 and 1024 px, batch 1, 8 and 32, from host
   tensors to host tensors as the service runs them, with peak memory; print-size
@@ -36,10 +30,6 @@ Sections (keys of the JSON):
   host syncs per sampler step (``torch.cuda.set_sync_debug_mode``; host reads counted
   by ``models.devices.HostReads`` on any device), bf16 against fp32
   (``models.dit.pipeline.BF16_TOLERANCE``), and the same seed alone and in a batch.
-- ``dispatch``: the product with the Triton kernels that won in ``norms`` dispatched
-  against without, in one process, side by side: DiT generations at batch 1 and 32 and
-  AdaIN passes at 512 px (the off/on time ratio; above 1, the kernels pay). The first
-  run of the kernels, across two machines, did not show them paying (docs/gpu.md).
 - ``oom``: a memory-fraction cap under which a batch of eight 1024 px stylize jobs does
   not fit, submitted through ``service.workers.pool.WorkerPool.submit``: every request must
   get its answer (CUDA only).
@@ -51,7 +41,6 @@ Sections (keys of the JSON):
 Usage:
     python benchmarks/gpu_check.py --out benchmarks/results/2025-01-01-h200.json
     python benchmarks/gpu_check.py --device cpu --quick --out /tmp/check.json
-    python benchmarks/gpu_check.py --device cpu --sections norms   # CPU torch.compile figures
 """
 
 from __future__ import annotations
@@ -60,7 +49,6 @@ import argparse
 import asyncio
 import datetime
 import json
-import math
 import os
 import platform
 import statistics
@@ -80,18 +68,15 @@ REPO = Path(__file__).resolve().parent.parent
 SECTIONS = (
     "device",
     "numerics",
-    "norms",
     "adain",
     "profile",
     "dit",
-    "dispatch",
     "oom",
     "training",
     "app",
 )
 #: The issue's targets on an H200.
 TARGETS = {
-    "kernel_share_of_copy_bandwidth": 0.8,
     "adain_images_per_s_512_b32": 500.0,
     "dit_syncs_per_step": 0,
 }
@@ -134,30 +119,6 @@ class Check:
                 times.append((time.perf_counter() - begin) * 1e3)
         return statistics.median(times)
 
-    def time_interleaved(
-        self, fns: dict[str, Callable[[], object]], repeats: int, sample_ms: float = 5.0
-    ) -> dict[str, float]:
-        """Median milliseconds per call of each of ``fns``, measured side by side: every
-        repeat times one block of each in turn, the order rotating, so a busy machine
-        slows all alike. A block is enough calls to last about ``sample_ms``."""
-        calls = {}
-        for name, fn in fns.items():  # warm-up, and the block size
-            self.sync()
-            begin = time.perf_counter()
-            fn()
-            self.sync()
-            calls[name] = max(1, min(100, int(sample_ms / 1e3 / (time.perf_counter() - begin))))
-        names = list(fns)
-        times: dict[str, list[float]] = {name: [] for name in names}
-        for repeat in range(repeats):
-            shift = repeat % len(names)
-            for name in names[shift:] + names[:shift]:
-                block = calls[name]
-                times[name].append(
-                    self.time_ms(lambda n=name, k=block: [fns[n]() for _ in range(k)], 1, 0) / block
-                )
-        return {name: statistics.median(values) for name, values in times.items()}
-
     def peak_memory_reset(self) -> None:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -181,7 +142,6 @@ def section_device(check: Check) -> dict:
         "type": check.device.type,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "triton": _triton_version(),
         "python": platform.python_version(),
         "bf16_native": bf16_supported(check.device),
         "threads": torch.get_num_threads(),
@@ -198,14 +158,6 @@ def section_device(check: Check) -> dict:
         info |= {"name": platform.processor() or platform.machine(), "cores": os.cpu_count()}
     info["copy_bandwidth_gbs"] = round(copy_bandwidth_gbs(check), 1)
     return info
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-    except ImportError:
-        return None
-    return triton.__version__
 
 
 # --------------------------------------------------------------------------- numerics
@@ -306,222 +258,10 @@ def section_numerics(check: Check) -> dict:
                     )
     return {
         "members": rows,
-        "kernels": _kernel_numerics(check),
         "all_ok": all(r["ok"] for r in rows),
     }
 
 
-def _kernels_runnable(check: Check) -> str | None:
-    """Why the Triton kernels cannot run here, or ``None`` when they can."""
-    if not norms.kernels.triton_available():
-        return "triton is not installed"
-    if not check.cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        return "no CUDA device (set TRITON_INTERPRET=1 to run them in the interpreter)"
-    return None
-
-
-def _kernel_cases(check: Check) -> list[dict]:
-    """Per kernel name: shapes, inputs and the two calls (kernel, eager ``norms.F``).
-
-    Each case: ``name``, ``shape``, ``make(dtype, gen) -> inputs``, ``kernel(*inputs)``,
-    ``eager(*inputs)``, ``bytes(inputs, output)``.
-    """
-    try:
-        from norms.kernels import groups, rows
-    except ImportError:  # no Triton: the cases still time eager and compile
-        groups = rows = None
-    quick = check.quick
-    if check.cuda:
-        token_shapes = [(64, 64, 128), (32, 256, 1152), (8, 1024, 4096)]
-        image_shapes = [(16, 128, 64, 64), (32, 256, 128, 128), (8, 64, 512, 512)]
-        group_shapes = [(32, 256, 64, 64), (8, 512, 32, 32)]
-    elif quick:
-        token_shapes, image_shapes, group_shapes = [(2, 8, 32)], [(2, 8, 6, 6)], [(2, 8, 6, 6)]
-    else:  # the CPU's fixed-shape composites: shapes32's blocks, realtime's relu3_1 pass
-        token_shapes = [(32, 64, 128), (16, 256, 256)]
-        image_shapes = [(2, 256, 32, 32), (1, 64, 128, 128)]
-        group_shapes = [(2, 256, 32, 32)]
-
-    def tokens(shape):
-        def make(dtype, gen):
-            x = torch.randn(shape, generator=gen).to(check.device, dtype)
-            shift = torch.randn(shape[0], shape[2], generator=gen).to(check.device, dtype)
-            scale = (0.3 * torch.randn(shape[0], shape[2], generator=gen)).to(check.device, dtype)
-            return [x, shift, scale]
-
-        return make
-
-    def picture(shape, channels_last, with_style=False):
-        def make(dtype, gen):
-            x = torch.randn(shape, generator=gen).to(check.device, dtype)
-            if channels_last:
-                x = x.contiguous(memory_format=torch.channels_last)
-            if not with_style:
-                return [x]
-            style = torch.randn(1, shape[1], 64, 64, generator=gen).to(check.device, dtype)
-            return [x, style]
-
-        return make
-
-    def nbytes(*tensors):
-        return sum(t.numel() * t.element_size() for t in tensors)
-
-    cases = []
-    for shape in token_shapes:
-        cases.append(
-            {
-                "name": "ada_layer_norm/rows",
-                "shape": shape,
-                "make": tokens(shape),
-                "kernel": lambda x, s, t: rows.ada_layer_norm(x, s, t, 1e-6),
-                "eager": lambda x, s, t: norms.F.ada_layer_norm(x, s, t, 1e-6),
-                "bytes": lambda inputs, out: nbytes(*inputs, out),
-            }
-        )
-        cases.append(
-            {
-                "name": "rms_norm/rows",
-                "shape": shape,
-                "make": tokens(shape),
-                "kernel": lambda x, s, t: rows.rms_norm(x, None, 1e-6),
-                "eager": lambda x, s, t: norms.F.rms_norm(x, x.shape[-1], None, 1e-6),
-                "bytes": lambda inputs, out: nbytes(inputs[0], out),
-            }
-        )
-    for shape in image_shapes:
-        for layout, channels_last in (("nchw", False), ("channels_last", True)):
-            cases.append(
-                {
-                    "name": f"adain/{layout}",
-                    "shape": shape,
-                    "make": picture(shape, channels_last, with_style=True),
-                    "kernel": lambda c, s: groups.adain(c, s, 1e-5),
-                    "eager": lambda c, s: norms.F.adain(c, s, 1e-5),
-                    "bytes": lambda inputs, out: nbytes(*inputs, out),
-                }
-            )
-        cases.append(
-            {
-                "name": "instance_norm/channels_last",
-                "shape": shape,
-                "make": picture(shape, True),
-                "kernel": lambda x: groups.group_norm(x, x.shape[1], None, None, 1e-5),
-                "eager": lambda x: norms.F.instance_norm(x),
-                "bytes": lambda inputs, out: nbytes(inputs[0], out),
-            }
-        )
-    for shape in group_shapes:
-        groups_count = min(32, shape[1])
-        cases.append(
-            {
-                "name": "group_norm/channels_last",
-                "shape": shape,
-                "make": picture(shape, True),
-                "kernel": lambda x, g=groups_count: groups.group_norm(x, g, None, None, 1e-5),
-                "eager": lambda x, g=groups_count: norms.F.group_norm(x, g),
-                "bytes": lambda inputs, out: nbytes(inputs[0], out),
-            }
-        )
-    return cases
-
-
-def _kernel_numerics(check: Check) -> dict:
-    """Each kernel against its ``norms.F`` call in float64 on the CPU, fp32 and bf16."""
-    reason = _kernels_runnable(check)
-    if reason:
-        return {"skipped": reason}
-    # float64 references on the CPU: shapes up to 2^25 elements (the largest speed shapes
-    # would take minutes there and add nothing the smaller ones do not show)
-    cases = [c for c in _kernel_cases(check) if math.prod(c["shape"]) <= 2**25]
-    if not check.cuda:  # the interpreter is slow: the first shape of each kernel
-        seen, first = set(), []
-        for case in cases:
-            if case["name"] not in seen:
-                seen.add(case["name"])
-                first.append(case)
-        cases = first
-    rows = []
-    gen = torch.Generator().manual_seed(1)
-    for case in cases:
-        for dtype in (torch.float32, torch.bfloat16):
-            inputs = case["make"](dtype, gen)
-            got = case["kernel"](*inputs)
-            reference = case["eager"](*[x.cpu().double() for x in inputs])
-            error = _compare(got, reference)
-            rows.append(
-                {
-                    "name": case["name"],
-                    "shape": list(case["shape"]),
-                    "dtype": str(dtype).removeprefix("torch."),
-                    "max_error": error,
-                    "ok": error <= _tolerance(dtype, False) and got.dtype == dtype,
-                }
-            )
-    return {"cases": rows, "all_ok": all(r["ok"] for r in rows)}
-
-
-# ------------------------------------------------------------------------------ norms
-def section_norms(check: Check, ceiling_gbs: float | None) -> dict:
-    """Kernel vs eager vs torch.compile per kernel and shape (bf16 on a GPU, fp32 else)."""
-    dtype = torch.bfloat16 if check.cuda else torch.float32
-    kernels_reason = None if check.cuda else "Triton kernels need CUDA (no speed off the GPU)"
-    if check.cuda:
-        kernels_reason = _kernels_runnable(check)
-    compile_reason = "skipped in --quick" if check.quick else None
-    repeats = 3 if check.quick else 20
-    gen = torch.Generator().manual_seed(2)
-    rows = []
-    # compiling is slow: keep a GPU run within its minutes (the CPU figures may take long)
-    budget_end = time.monotonic() + (60 if check.quick else 240 if check.cuda else math.inf)
-    for case in _kernel_cases(check):
-        inputs = case["make"](dtype, gen)
-        eager_out = case["eager"](*inputs)
-        moved = case["bytes"](inputs, eager_out)
-        row = {"name": case["name"], "shape": list(case["shape"]), "dtype": str(dtype)[6:]}
-        sides = {"eager": lambda c=case, i=inputs: c["eager"](*i)}
-        if kernels_reason is None:
-            sides["kernel"] = lambda c=case, i=inputs: c["kernel"](*i)
-        if compile_reason is None and time.monotonic() > budget_end:
-            compile_reason = "time budget of the section spent"
-        if compile_reason is None:
-            compiled = torch.compile(case["eager"], dynamic=False)
-            begin = time.perf_counter()
-            compiled(*inputs)
-            check.sync()
-            row["compile_s"] = round(time.perf_counter() - begin, 1)
-            sides["compiled"] = lambda f=compiled, i=inputs: f(*i)
-        for side, ms in check.time_interleaved(sides, repeats).items():
-            row[f"{side}_ms"] = ms
-        for side in ("eager", "kernel", "compiled"):
-            if f"{side}_ms" in row:
-                gbs = moved / (row[f"{side}_ms"] / 1e3) / 1e9
-                row[f"{side}_gbs"] = round(gbs, 2)
-                if ceiling_gbs:
-                    row[f"{side}_share_of_copy"] = round(gbs / ceiling_gbs, 3)
-        if "kernel_ms" in row:
-            row["eager_over_kernel"] = round(row["eager_ms"] / row["kernel_ms"], 3)
-        if "compiled_ms" in row:
-            row["eager_over_compiled"] = round(row["eager_ms"] / row["compiled_ms"], 3)
-        rows.append(row)
-    return {
-        "copy_bandwidth_gbs": ceiling_gbs,
-        "kernels": rows,
-        "wins": _wins(rows) if kernels_reason is None else {},
-        "kernels_skipped": kernels_reason,
-        "compile_skipped": compile_reason,
-    }
-
-
-def _wins(rows: list[dict]) -> dict[str, bool]:
-    """Per kernel name: faster than eager on every shape measured."""
-    names = dict.fromkeys(row["name"] for row in rows)
-    return {
-        name: all(r["kernel_ms"] < r["eager_ms"] for r in rows if r["name"] == name)
-        for name in names
-    }
-
-
-# ------------------------------------------------------------------------------ adain
 def _style_transfer(device: torch.device, *, fast: bool):
     """The service's AdaIN model (shared weights, or random ones of the same shapes)."""
     from models.adain import StyleTransfer
@@ -812,77 +552,6 @@ def _with_precision(pipe, check: Check, precision: str):
 
 
 # --------------------------------------------------------------------------- dispatch
-def _with_table(table: dict[str, str], fn: Callable[[], object]) -> Callable[[], object]:
-    """``fn`` run with ``norms.kernels.dispatch.MEASURED_WINS`` holding ``table``."""
-    from norms.kernels import dispatch
-
-    def run() -> object:
-        saved = dict(dispatch.MEASURED_WINS)
-        dispatch.MEASURED_WINS.clear()
-        dispatch.MEASURED_WINS.update(table)
-        try:
-            return fn()
-        finally:
-            dispatch.MEASURED_WINS.clear()
-            dispatch.MEASURED_WINS.update(saved)
-
-    return run
-
-
-def section_dispatch(check: Check, wins: dict[str, bool] | None) -> dict:
-    """The product with the Triton kernels dispatched against without, in one process:
-    DiT generations and AdaIN passes, the two arms timed side by side
-    (:meth:`Check.time_interleaved`). The "on" arm's table holds every kernel the
-    ``norms`` section found faster than eager (all of ``dispatch.KERNELS`` when it did
-    not run); a kernel enters ``MEASURED_WINS`` only if the product pays. Kernels run on
-    CUDA only: on the CPU both arms are the same computation, and their ratio is the
-    noise of the measure."""
-    from norms.kernels import dispatch
-
-    names = [n for n in dispatch.KERNELS if wins is None or wins.get(n)]
-    table = dict.fromkeys(names, "candidate")
-    pipe = _text_to_image(check)
-    model, _ = _style_transfer(check.device, fast=True)
-    gen = torch.Generator().manual_seed(6)
-    side, images = (64, 2) if check.quick else (512, 8)
-    content = torch.rand(images, 3, side, side, generator=gen)
-    style = torch.rand(1, 3, 256, 256, generator=gen)
-    steps = 3 if check.quick else 25
-    workloads: dict[str, Callable[[], object]] = {
-        f"adain {name} {side} px b{images}": (
-            lambda o=options: to_host(model.stylize(content, [style], **o))
-        )
-        for name, options in ADAIN_PASSES.items()
-        if name != "realtime"
-    }
-    for batch in [1, 2] if check.quick else [1, 32]:
-        prompts = ["a red circle to the left of a blue square"] * batch
-        workloads[f"dit b{batch} ({steps} steps)"] = lambda p=prompts: pipe.generate(
-            p, seeds=list(range(len(p))), steps=steps
-        )
-    rows = []
-    for label, fn in workloads.items():
-        ms = check.time_interleaved(
-            {"on": _with_table(table, fn), "off": _with_table({}, fn)},
-            repeats=2 if check.quick else 7,
-            sample_ms=50.0 if check.quick else 500.0,
-        )
-        rows.append(
-            {
-                "workload": label,
-                "on_ms": round(ms["on"], 2),
-                "off_ms": round(ms["off"], 2),
-                "off_over_on": round(ms["off"] / ms["on"], 3),
-            }
-        )
-    return {
-        "kernels": names,
-        "runs": rows,
-        "dispatched": check.cuda and dispatch.triton_available(),
-        "pays_everywhere": all(row["off_over_on"] > 1.0 for row in rows),
-    }
-
-
 # -------------------------------------------------------------------------------- oom
 def section_oom(check: Check) -> dict:
     """A batch that cannot fit under a memory-fraction cap, through the worker pool."""
@@ -1054,17 +723,6 @@ def section_app(check: Check) -> dict:
 # ---------------------------------------------------------------------------- targets
 def section_targets(results: dict) -> dict:
     targets = {}
-    norms_rows = results.get("norms", {}).get("kernels", [])
-    kernel_rows = [r for r in norms_rows if "kernel_share_of_copy" in r]
-    if kernel_rows:
-        worst = min(r["kernel_share_of_copy"] for r in kernel_rows)
-        faster = all(r["kernel_ms"] < r["eager_ms"] for r in kernel_rows)
-        targets["norm_kernels"] = {
-            "measured_worst_share_of_copy": worst,
-            "target_share": TARGETS["kernel_share_of_copy_bandwidth"],
-            "faster_than_eager_everywhere": faster,
-            "met": worst >= TARGETS["kernel_share_of_copy_bandwidth"] and faster,
-        }
     adain_rows = results.get("adain", {}).get("runs", [])
     best = [
         r["images_per_s"]
@@ -1106,18 +764,11 @@ def run(check: Check, sections: list[str], out: Path | None) -> dict:
             "sections": sections,
         }
     }
-    ceiling = None
     for name in sections:
         begin = time.perf_counter()
         print(f"[gpu_check] {name} ...", flush=True)
         try:
-            if name == "norms":
-                ceiling = ceiling or results.get("device", {}).get("copy_bandwidth_gbs")
-                value = section_norms(check, ceiling or round(copy_bandwidth_gbs(check), 1))
-            elif name == "dispatch":
-                value = section_dispatch(check, results.get("norms", {}).get("wins"))
-            else:
-                value = globals()[f"section_{name}"](check)
+            value = globals()[f"section_{name}"](check)
         except Exception as exc:  # recorded, and the other sections still run
             value = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
             if check.cuda:
@@ -1150,20 +801,7 @@ def summary(results: dict) -> str:
     numerics = results.get("numerics", {})
     if "members" in numerics:
         bad = [f"{r['member']}/{r['dtype']}" for r in numerics["members"] if not r["ok"]]
-        kernels = numerics.get("kernels", {})
-        lines.append(
-            f"| numerics | members ok: {numerics['all_ok']} {bad or ''}; kernels: "
-            f"{kernels.get('all_ok', kernels.get('skipped'))} |"
-        )
-    for row in results.get("norms", {}).get("kernels", []):
-        figures = [f"eager {row['eager_ms']:.3f} ms"]
-        if "kernel_ms" in row:
-            figures.append(
-                f"kernel {row['kernel_ms']:.3f} ms ({row.get('kernel_share_of_copy', '-')} of copy)"
-            )
-        if "compiled_ms" in row:
-            figures.append(f"compiled {row['compiled_ms']:.3f} ms")
-        lines.append(f"| norms {row['name']} {row['shape']} | {', '.join(figures)} |")
+        lines.append(f"| numerics | members ok: {numerics['all_ok']} {bad or ''} |")
     for row in results.get("adain", {}).get("runs", []):
         if "images_per_s" in row:
             memory = row["peak_memory_mib"]
@@ -1188,11 +826,6 @@ def summary(results: dict) -> str:
             f"{profiled['host_to_host_ms']} ms, on the device {profiled['on_device_ms']} ms, "
             f"copy back {profiled['copy_to_pageable_ms']} ms pageable / "
             f"{profiled['copy_to_page_locked_ms']} ms page-locked |"
-        )
-    for row in results.get("dispatch", {}).get("runs", []):
-        lines.append(
-            f"| dispatch {row['workload']} | kernels on {row['on_ms']} ms, off "
-            f"{row['off_ms']} ms: off/on {row['off_over_on']} |"
         )
     for name in ("oom", "training", "app"):
         section = results.get(name, {})

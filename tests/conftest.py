@@ -1,21 +1,11 @@
-"""Fixtures shared by every test folder.
-
-Without a CUDA device, Triton kernels run in Triton's interpreter (``TRITON_INTERPRET=1``,
-NumPy on the CPU), so ``pytest -k triton`` checks them on any machine. It must be set
-before a kernel is defined, i.e. before any test module imports ``norms.kernels.*``.
-"""
+"""Fixtures shared by every test folder."""
 
 from __future__ import annotations
 
 import http.server
-import os
 import threading
 
 import pytest
-import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):

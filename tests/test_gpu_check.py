@@ -2,23 +2,17 @@
 
 The figures of a CPU run mean little; what is checked is that every section runs and
 reports what a GPU run must (the JSON keys, the numerics, zero host reads per sampler
-step, an exact training resume), so the script is ready when a GPU is lent. The Triton
-kernels' numerics run in the interpreter (``tests/conftest.py`` sets
-``TRITON_INTERPRET=1`` for the subprocess too).
+step, an exact training resume), so the script is ready when a GPU is lent.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-from norms.kernels import dispatch
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_check.py"
 
@@ -43,11 +37,9 @@ def test_every_section_reports_without_error(report):
     for key in (
         "device",
         "numerics",
-        "norms",
         "adain",
         "dit",
         "profile",
-        "dispatch",
         "oom",
         "training",
         "app",
@@ -62,17 +54,6 @@ def test_the_norms_match_their_float64_references(report):
     members = {row["member"] for row in numerics["members"]}
     assert {"layer_norm", "rms_norm", "group_norm", "instance_norm", "adain"} <= members
     assert {row["dtype"] for row in numerics["members"]} == {"float32", "bfloat16"}
-    kernels = numerics["kernels"]
-    if os.environ.get("TRITON_INTERPRET") == "1":
-        assert kernels["all_ok"] and {r["name"] for r in kernels["cases"]} == set(dispatch.KERNELS)
-
-
-def test_every_kernel_is_timed_against_eager(report):
-    rows = report["norms"]["kernels"]
-    assert {row["name"] for row in rows} == set(dispatch.KERNELS)
-    assert all(math.isfinite(row["eager_ms"]) and row["eager_ms"] > 0 for row in rows)
-    assert "CUDA" in report["norms"]["kernels_skipped"]  # no kernel speed off a GPU
-    assert report["norms"]["wins"] == {}
 
 
 def test_adain_and_dit_report_speed_and_agreement(report):
@@ -104,15 +85,6 @@ def test_the_profile_times_the_pass_and_its_copies_and_names_the_costliest_ops(r
     assert 0 < len(ops) <= 10 and all(op["ms_per_call"] >= 0 for op in ops)
     times = [op["ms_per_call"] for op in ops]
     assert times == sorted(times, reverse=True)
-
-
-def test_the_dispatch_ab_times_both_arms_of_each_workload(report):
-    dispatch_ab = report["dispatch"]
-    assert not dispatch_ab["dispatched"]  # no kernel runs off CUDA: both arms are one
-    assert {row["workload"].split()[0] for row in dispatch_ab["runs"]} == {"adain", "dit"}
-    for row in dispatch_ab["runs"]:
-        assert row["on_ms"] > 0 and row["off_ms"] > 0
-        assert math.isclose(row["off_over_on"], row["off_ms"] / row["on_ms"], rel_tol=0.01)
 
 
 def test_training_resumes_exactly_and_the_gpu_only_parts_say_why_they_did_not_run(report):

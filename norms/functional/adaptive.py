@@ -8,9 +8,6 @@ the tensor, statistics by the kernel's Welford reduction. Otherwise (half / bflo
 other layouts) the moments come from :func:`norms.functional._stats.moments` in float32
 and are applied by :func:`norms.functional.layer.center_scale_shift`. adaLN is the native
 layer norm plus one fused ``addcmul``.
-
-On CUDA, AdaIN and adaLN go to a Triton kernel of :mod:`norms.kernels` where
-:func:`norms.kernels.dispatch.chosen` picks one (a measured win; none yet).
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor
 
 from norms.functional._stats import moments
-from norms.functional.layer import center_scale_shift, group_kernel_chosen, layer_norm
-from norms.kernels import dispatch
+from norms.functional.layer import center_scale_shift, layer_norm
 
 _NATIVE_DTYPES = (torch.float32, torch.float64)
 
@@ -112,12 +108,6 @@ def adain(content: Tensor, style: Tensor, eps: float = 1e-5) -> Tensor:
         raise ValueError(f"style batch must be 1 or {content.shape[0]}, got {style.shape[0]}")
     if style.dim() != content.dim():
         raise ValueError(f"content and style ranks differ: {content.dim()} vs {style.dim()}")
-    if group_kernel_chosen("adain", content, content.shape[1]) and group_kernel_chosen(
-        "adain", style, style.shape[1]
-    ):
-        from norms.kernels import groups
-
-        return groups.adain(content, style, eps)
     mean_s, std_s = channel_mean_std(style, eps)
     return adain_with_stats(content, mean_s.flatten(1), std_s.flatten(1), eps)
 
@@ -146,10 +136,6 @@ def adain_with_stats(content: Tensor, mean: Tensor, std: Tensor, eps: float = 1e
     for name, t in (("mean", mean), ("std", std)):
         if t.dim() != 2 or t.shape[1] != channels or t.shape[0] not in (1, batch):
             raise ValueError(f"{name} must be (1 or {batch}, {channels}), got {tuple(t.shape)}")
-    if group_kernel_chosen("adain", content, channels):
-        from norms.kernels import groups
-
-        return groups.adain_with_stats(content, mean, std, eps)
     size = content.shape[:2]
     return _instance_norm_affine(content, std.expand(size), mean.expand(size), eps)
 
@@ -253,11 +239,5 @@ def ada_layer_norm(x: Tensor, shift: Tensor, scale: Tensor, eps: float = 1e-6) -
         - output: ``(B, T, D)`` in ``x.dtype``.
     """
     _check_tokens(x)
-    if dispatch.chosen("ada_layer_norm/rows", x):
-        from norms.kernels import rows
-
-        if rows.supports(x):
-            _check_modulation(x, shift, scale)
-            return rows.ada_layer_norm(x, shift, scale, eps)
     wide = x.to(torch.promote_types(x.dtype, torch.float32))
     return modulate(layer_norm(wide, x.shape[-1], eps=eps), shift, scale).to(x.dtype)

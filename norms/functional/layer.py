@@ -11,10 +11,6 @@ kernel upcasts and has no mean to cancel). Elsewhere a vectorised composite is u
 - channels_last group norm: torch's CPU kernel forms ``E[x^2] - E[x]^2`` there;
 - instance norm with running statistics.
 
-On CUDA, RMS norm and channels_last group / instance norm go to a Triton kernel of
-:mod:`norms.kernels` where :func:`norms.kernels.dispatch.chosen` picks one (a measured
-win; none yet).
-
 Statistics always come from :func:`norms.functional._stats.moments` (``var_mean`` in
 float32 or float64). Lp norm, which torch lacks, is a vectorised composite.
 """
@@ -30,7 +26,6 @@ from torch import Tensor
 
 from norms.functional import _args
 from norms.functional._stats import acc_dtype, moments
-from norms.kernels import dispatch
 
 __all__ = ["group_norm", "instance_norm", "layer_norm", "lp_norm", "rms_norm"]
 
@@ -61,24 +56,11 @@ def center_scale_shift(x: Tensor, mean: Tensor, scale: Tensor, shift: Tensor | N
     return y.to(x.dtype)
 
 
-def group_kernel_chosen(kernel: str, x: Tensor, num_groups: int) -> bool:
-    """Whether the Triton group kernel ``kernel`` serves ``x`` (see :mod:`norms.kernels`)."""
-    if not dispatch.chosen(f"{kernel}/{dispatch.layout(x)}", x):
-        return False
-    from norms.kernels import groups
-
-    return groups.supports(x, num_groups)
-
-
 def _group_fast_path(
-    kernel: str, x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
+    x: Tensor, num_groups: int, weight: Tensor | None, bias: Tensor | None, eps: float
 ) -> Tensor | None:
-    """Group norm by the Triton ``kernel`` or torch's native one where either serves ``x``
-    (see the module docstring); ``None`` where the composite is needed."""
-    if group_kernel_chosen(kernel, x, num_groups):
-        from norms.kernels import groups
-
-        return groups.group_norm(x, num_groups, weight, bias, eps)
+    """Group norm by torch's native kernel where it serves ``x`` (see the module
+    docstring); ``None`` where the composite is needed."""
     if _native_ok(x):
         return F.group_norm(x, num_groups, weight, bias, eps)
     return None
@@ -180,11 +162,6 @@ def rms_norm(
     shape = _as_shape(x, normalized_shape)
     _args.shapes(shape, weight=weight)
     _args.eps(eps, allow_none=True)
-    if len(shape) == 1 and eps is not None and dispatch.chosen("rms_norm/rows", x):
-        from norms.kernels import rows
-
-        if rows.supports(x):
-            return rows.rms_norm(x, weight, eps)
     return F.rms_norm(x, shape, weight, eps)
 
 
@@ -256,7 +233,7 @@ def group_norm(
         raise ValueError(f"num_groups must be positive and divide {channels}, got {num_groups}")
     _args.shapes((channels,), weight=weight, bias=bias)
     _check_eps(eps)
-    fast = _group_fast_path("group_norm", x, num_groups, weight, bias, eps)
+    fast = _group_fast_path(x, num_groups, weight, bias, eps)
     if fast is not None:
         return fast
     batch, per_group = x.shape[0], channels // num_groups
@@ -317,7 +294,7 @@ def instance_norm(
     if use_input_stats and spatial <= 1:
         raise ValueError(f"instance norm needs more than one spatial value, got {tuple(x.shape)}")
     if use_input_stats and running_mean is None:
-        fast = _group_fast_path("instance_norm", x, channels, weight, bias, eps)
+        fast = _group_fast_path(x, channels, weight, bias, eps)
         if fast is not None:
             return fast
     param_view = (1, channels) + (1,) * (x.dim() - 2)
