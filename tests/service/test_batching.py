@@ -11,6 +11,8 @@ import asyncio
 import threading
 import time
 import weakref
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -65,19 +67,37 @@ async def _thread_event(event: threading.Event) -> None:
     assert await asyncio.get_running_loop().run_in_executor(None, event.wait, 10)
 
 
+async def _inside_forward(
+    batcher: Batcher, forward: RecordingForward, item, **kw
+) -> asyncio.Future:
+    """Submit ``item`` and wait until ``forward`` runs it: a gated forward then holds it
+    in flight while the test arranges the queue behind it."""
+    task = asyncio.ensure_future(batcher.submit(item, **kw))
+    await _thread_event(forward.started)
+    return task
+
+
 def _make(forward, **kw) -> Batcher:
     options = {"max_batch_size": 4, "max_wait_s": HOUR, "queue_size": 16}
     options.update(kw)
     return Batcher(forward, **options)
 
 
+@asynccontextmanager
+async def _running(forward, **kw) -> AsyncIterator[Batcher]:
+    """A started :func:`_make` batcher, closed (every accepted item finished) when the
+    block ends without an error."""
+    batcher = _make(forward, **kw)
+    batcher.start()
+    yield batcher
+    await batcher.close()
+
+
 def test_full_batch_flushes_at_once():
     async def scenario():
         forward = RecordingForward()
-        batcher = _make(forward, max_batch_size=3)
-        batcher.start()
-        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3)))
-        await batcher.close()
+        async with _running(forward, max_batch_size=3) as batcher:
+            results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3)))
         return forward, results
 
     forward, results = asyncio.run(scenario())
@@ -88,15 +108,13 @@ def test_full_batch_flushes_at_once():
 def test_partial_batch_waits_for_companions():
     async def scenario():
         forward = RecordingForward()
-        batcher = _make(forward, max_batch_size=3)
-        batcher.start()
-        first = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-        await _until(lambda: batcher.queued == 2)
-        for _ in range(50):  # let the batching task run as much as it wants
-            await asyncio.sleep(0)
-        calls_before = list(forward.calls)
-        third = await batcher.submit(3)
-        await batcher.close()
+        async with _running(forward, max_batch_size=3) as batcher:
+            first = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+            await _until(lambda: batcher.queued == 2)
+            for _ in range(50):  # let the batching task run as much as it wants
+                await asyncio.sleep(0)
+            calls_before = list(forward.calls)
+            third = await batcher.submit(3)
         return calls_before, forward.calls, [await f for f in first] + [third]
 
     calls_before, calls, results = asyncio.run(scenario())
@@ -108,10 +126,8 @@ def test_partial_batch_waits_for_companions():
 def test_partial_batch_flushes_after_max_wait():
     async def scenario():
         forward = RecordingForward()
-        batcher = _make(forward, max_batch_size=8, max_wait_s=0.01)
-        batcher.start()
-        result = await batcher.submit(5)
-        await batcher.close()
+        async with _running(forward, max_batch_size=8, max_wait_s=0.01) as batcher:
+            result = await batcher.submit(5)
         return forward, result
 
     forward, result = asyncio.run(scenario())
@@ -122,11 +138,9 @@ def test_partial_batch_flushes_after_max_wait():
 def test_close_flushes_what_is_queued():
     async def scenario():
         forward = RecordingForward()
-        batcher = _make(forward, max_batch_size=8)
-        batcher.start()
-        pending = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-        await _until(lambda: batcher.queued == 2)
-        await batcher.close()
+        async with _running(forward, max_batch_size=8) as batcher:
+            pending = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+            await _until(lambda: batcher.queued == 2)
         with pytest.raises(Closed):
             await batcher.submit(3)
         return forward, [await p for p in pending]
@@ -139,11 +153,9 @@ def test_close_flushes_what_is_queued():
 def test_incompatible_requests_do_not_share_a_forward():
     async def scenario():
         forward = RecordingForward()
-        batcher = _make(forward, max_batch_size=2)
-        batcher.start()
-        keyed = [(1, "a"), (2, "b"), (3, "a"), (4, "b")]
-        results = await asyncio.gather(*(batcher.submit(x, key=k) for x, k in keyed))
-        await batcher.close()
+        async with _running(forward, max_batch_size=2) as batcher:
+            keyed = [(1, "a"), (2, "b"), (3, "a"), (4, "b")]
+            results = await asyncio.gather(*(batcher.submit(x, key=k) for x, k in keyed))
         return forward, results
 
     forward, results = asyncio.run(scenario())
@@ -156,12 +168,10 @@ def test_errors_fan_out_to_every_caller():
         raise RuntimeError("model exploded")
 
     async def scenario():
-        batcher = _make(RecordingForward(fail=always), max_batch_size=3)
-        batcher.start()
-        outcomes = await asyncio.gather(
-            *(batcher.submit(i) for i in (1, 2, 3)), return_exceptions=True
-        )
-        await batcher.close()
+        async with _running(RecordingForward(fail=always), max_batch_size=3) as batcher:
+            outcomes = await asyncio.gather(
+                *(batcher.submit(i) for i in (1, 2, 3)), return_exceptions=True
+            )
         return outcomes
 
     outcomes = asyncio.run(scenario())
@@ -176,12 +186,10 @@ def test_one_poisoned_request_fails_alone():
 
     async def scenario():
         forward = RecordingForward(fail=poison)
-        batcher = _make(forward, max_batch_size=3)
-        batcher.start()
-        outcomes = await asyncio.gather(
-            *(batcher.submit(i) for i in (1, 13, 3)), return_exceptions=True
-        )
-        await batcher.close()
+        async with _running(forward, max_batch_size=3) as batcher:
+            outcomes = await asyncio.gather(
+                *(batcher.submit(i) for i in (1, 13, 3)), return_exceptions=True
+            )
         return forward, outcomes
 
     forward, outcomes = asyncio.run(scenario())
@@ -195,12 +203,10 @@ def test_wrong_number_of_results_is_an_error_not_a_mixup():
         return [0] * (len(items) - 1)
 
     async def scenario():
-        batcher = _make(short, max_batch_size=2)
-        batcher.start()
-        outcomes = await asyncio.gather(
-            *(batcher.submit(i) for i in (1, 2)), return_exceptions=True
-        )
-        await batcher.close()
+        async with _running(short, max_batch_size=2) as batcher:
+            outcomes = await asyncio.gather(
+                *(batcher.submit(i) for i in (1, 2)), return_exceptions=True
+            )
         return outcomes
 
     outcomes = asyncio.run(scenario())
@@ -220,15 +226,13 @@ def test_out_of_memory_splits_the_batch():
 
     async def scenario():
         forward = RecordingForward(fail=oom_above_two)
-        batcher = _make(
+        async with _running(
             forward,
             max_batch_size=4,
             is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
             release_memory=lambda: released.append(True),
-        )
-        batcher.start()
-        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
-        await batcher.close()
+        ) as batcher:
+            results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
         return forward, results
 
     forward, results = asyncio.run(scenario())
@@ -250,18 +254,15 @@ def test_request_past_its_deadline_is_dropped_before_the_forward():
         clock = FakeClock()
         gate = threading.Event()
         forward = RecordingForward(gate=gate)
-        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0, clock=clock)
-        batcher.start()
-        blocker = asyncio.ensure_future(batcher.submit(1))
-        await _thread_event(forward.started)  # item 1 is inside the forward
-        late = asyncio.ensure_future(batcher.submit(2, timeout_s=30.0))
-        await _until(lambda: batcher.queued == 1)
-        clock.now += 31.0  # item 2's deadline passes while it queues
-        gate.set()
-        with pytest.raises(Expired):
-            await late
-        after = await batcher.submit(3, timeout_s=30.0)
-        await batcher.close()
+        async with _running(forward, max_batch_size=1, max_wait_s=0.0, clock=clock) as batcher:
+            blocker = await _inside_forward(batcher, forward, 1)  # item 1 is inside the forward
+            late = asyncio.ensure_future(batcher.submit(2, timeout_s=30.0))
+            await _until(lambda: batcher.queued == 1)
+            clock.now += 31.0  # item 2's deadline passes while it queues
+            gate.set()
+            with pytest.raises(Expired):
+                await late
+            after = await batcher.submit(3, timeout_s=30.0)
         return forward, await blocker, after
 
     forward, first, after = asyncio.run(scenario())
@@ -273,16 +274,13 @@ def test_caller_timeout_answers_deadline_exceeded_and_leaves_the_queue():
     async def scenario():
         gate = threading.Event()
         forward = RecordingForward(gate=gate)
-        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0)
-        batcher.start()
-        blocker = asyncio.ensure_future(batcher.submit(1))
-        await _thread_event(forward.started)
-        with pytest.raises(Expired):
-            await batcher.submit(2, timeout_s=0.01)
-        queued_after_timeout = batcher.queued
-        gate.set()
-        await blocker
-        await batcher.close()
+        async with _running(forward, max_batch_size=1, max_wait_s=0.0) as batcher:
+            blocker = await _inside_forward(batcher, forward, 1)
+            with pytest.raises(Expired):
+                await batcher.submit(2, timeout_s=0.01)
+            queued_after_timeout = batcher.queued
+            gate.set()
+            await blocker
         return forward, queued_after_timeout
 
     forward, queued_after_timeout = asyncio.run(scenario())
@@ -294,17 +292,14 @@ def test_full_queue_answers_overloaded_with_retry_after():
     async def scenario():
         gate = threading.Event()
         forward = RecordingForward(gate=gate)
-        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0, queue_size=2)
-        batcher.start()
-        in_flight = asyncio.ensure_future(batcher.submit(0))
-        await _thread_event(forward.started)
-        queued = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-        await _until(lambda: batcher.queued == 2)
-        with pytest.raises(QueueFull) as info:
-            await batcher.submit(3)
-        gate.set()
-        results = [await in_flight] + [await q for q in queued]
-        await batcher.close()
+        async with _running(forward, max_batch_size=1, max_wait_s=0.0, queue_size=2) as batcher:
+            in_flight = await _inside_forward(batcher, forward, 0)
+            queued = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+            await _until(lambda: batcher.queued == 2)
+            with pytest.raises(QueueFull) as info:
+                await batcher.submit(3)
+            gate.set()
+            results = [await in_flight] + [await q for q in queued]
         return info.value, results
 
     error, results = asyncio.run(scenario())
@@ -316,16 +311,14 @@ def test_load_counts_queued_and_in_flight_items():
     async def scenario():
         gate = threading.Event()
         forward = RecordingForward(gate=gate)
-        batcher = _make(forward, max_batch_size=2, max_wait_s=0.0)
-        batcher.start()
-        tasks = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-        await _thread_event(forward.started)
-        tasks.append(asyncio.ensure_future(batcher.submit(3)))
-        await _until(lambda: batcher.queued == 1)
-        load = batcher.load
-        gate.set()
-        await asyncio.gather(*tasks)
-        await batcher.close()
+        async with _running(forward, max_batch_size=2, max_wait_s=0.0) as batcher:
+            tasks = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
+            await _thread_event(forward.started)
+            tasks.append(asyncio.ensure_future(batcher.submit(3)))
+            await _until(lambda: batcher.queued == 1)
+            load = batcher.load
+            gate.set()
+            await asyncio.gather(*tasks)
         return load, batcher.load
 
     during, after = asyncio.run(scenario())
@@ -362,15 +355,13 @@ def test_out_of_memory_frees_the_failed_forward_before_the_halves_run():
         alive_at_release.append(holders[0]() is not None)
 
     async def scenario():
-        batcher = _make(
+        async with _running(
             forward,
             is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
             release_memory=release,
             name="oom-test",
-        )
-        batcher.start()
-        results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
-        await batcher.close()
+        ) as batcher:
+            results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
         return results
 
     assert asyncio.run(scenario()) == [2, 4, 6, 8]
@@ -390,11 +381,9 @@ def test_a_single_item_out_of_memory_reaches_its_caller_without_the_frames():
         raise FakeOutOfMemory("tried to allocate 2 GiB")
 
     async def scenario():
-        batcher = _make(forward, is_out_of_memory=lambda exc: True, max_wait_s=0.0)
-        batcher.start()
-        with pytest.raises(FakeOutOfMemory) as info:
-            await batcher.submit(1)
-        await batcher.close()
+        async with _running(forward, is_out_of_memory=lambda exc: True, max_wait_s=0.0) as batcher:
+            with pytest.raises(FakeOutOfMemory) as info:
+                await batcher.submit(1)
         return info.value
 
     error = asyncio.run(scenario())
@@ -429,17 +418,18 @@ def test_an_owner_with_a_backlog_delays_another_owner_by_at_most_one_batch():
     async def scenario():
         gate = threading.Event()
         forward = RecordingForward(gate=gate)
-        batcher = _make(forward, max_batch_size=2, max_wait_s=0.0)
-        batcher.start()
-        first = asyncio.ensure_future(batcher.submit("a0", owner="a"))
-        await _thread_event(forward.started)  # a0 runs; a's backlog queues behind it
-        backlog = [asyncio.ensure_future(batcher.submit(f"a{i}", owner="a")) for i in range(1, 7)]
-        await _until(lambda: batcher.queued == 6)
-        other = asyncio.ensure_future(batcher.submit("b0", owner="b"))
-        await _until(lambda: batcher.queued == 7)
-        gate.set()
-        await asyncio.gather(first, other, *backlog)
-        await batcher.close()
+        async with _running(forward, max_batch_size=2, max_wait_s=0.0) as batcher:
+            first = await _inside_forward(
+                batcher, forward, "a0", owner="a"
+            )  # a0 runs; a's backlog queues behind it
+            backlog = [
+                asyncio.ensure_future(batcher.submit(f"a{i}", owner="a")) for i in range(1, 7)
+            ]
+            await _until(lambda: batcher.queued == 6)
+            other = asyncio.ensure_future(batcher.submit("b0", owner="b"))
+            await _until(lambda: batcher.queued == 7)
+            gate.set()
+            await asyncio.gather(first, other, *backlog)
         return forward.calls
 
     calls = asyncio.run(scenario())
@@ -505,19 +495,18 @@ def test_a_deadline_cancel_is_counted_as_a_deadline():
     async def scenario():
         gate = threading.Event()
         forward = RecordingForward(gate=gate)
-        batcher = _make(forward, max_batch_size=1, max_wait_s=0.0, observer=Observer())
-        batcher.start()
-        blocker = asyncio.ensure_future(batcher.submit(0))
-        await _thread_event(forward.started)
-        late = asyncio.ensure_future(batcher.submit(1))
-        gone = asyncio.ensure_future(batcher.submit(2))
-        await _until(lambda: batcher.queued == 2)
-        late.cancel("deadline")
-        gone.cancel()
-        await asyncio.gather(late, gone, return_exceptions=True)
-        gate.set()
-        await blocker
-        await batcher.close()
+        async with _running(
+            forward, max_batch_size=1, max_wait_s=0.0, observer=Observer()
+        ) as batcher:
+            blocker = await _inside_forward(batcher, forward, 0)
+            late = asyncio.ensure_future(batcher.submit(1))
+            gone = asyncio.ensure_future(batcher.submit(2))
+            await _until(lambda: batcher.queued == 2)
+            late.cancel("deadline")
+            gone.cancel()
+            await asyncio.gather(late, gone, return_exceptions=True)
+            gate.set()
+            await blocker
 
     asyncio.run(scenario())
     assert sorted(reasons) == [("caller_gone", "queued"), ("deadline", "queued")]
@@ -538,15 +527,13 @@ def test_a_forward_shows_its_pictures_to_the_items_that_asked_and_only_then():
     seen: dict[int, list] = {1: [], 3: []}
 
     async def scenario():
-        batcher = _make(forward, max_batch_size=3)
-        batcher.start()
-        plain = await asyncio.gather(*(batcher.submit(x) for x in (0, 10, 20)))
-        watched = await asyncio.gather(
-            batcher.submit(1, on_preview=lambda d, t, p: seen[1].append((d, t, p()))),
-            batcher.submit(2),
-            batcher.submit(3, on_preview=lambda d, t, p: seen[3].append((d, t, p()))),
-        )
-        await batcher.close()
+        async with _running(forward, max_batch_size=3) as batcher:
+            plain = await asyncio.gather(*(batcher.submit(x) for x in (0, 10, 20)))
+            watched = await asyncio.gather(
+                batcher.submit(1, on_preview=lambda d, t, p: seen[1].append((d, t, p()))),
+                batcher.submit(2),
+                batcher.submit(3, on_preview=lambda d, t, p: seen[3].append((d, t, p()))),
+            )
         return plain, watched
 
     plain, watched = asyncio.run(scenario())
