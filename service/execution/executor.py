@@ -31,7 +31,7 @@ import contextlib
 import hashlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -118,6 +118,8 @@ def _nothing() -> None:
     pass
 
 
+# eq and repr as object's: an executor is itself, and its repr shows no settings (secrets)
+@dataclass(eq=False, repr=False)
 class Executor:
     """Runs one request's work (see the module docstring).
 
@@ -135,25 +137,15 @@ class Executor:
         client_gone: returns an awaitable that completes once the client has gone.
     """
 
-    def __init__(
-        self,
-        settings: Settings,
-        store: JobStore,
-        runner: JobRunner,
-        preparation: PreparationBudget,
-        *,
-        caller: Caller,
-        started: float | None,
-        client_gone: Callable[[], Awaitable[object]],
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.runner = runner
-        self.preparation = preparation
-        self.caller = caller
-        self.started = started
-        self.client_gone = client_gone
-        self._handed_off: Callable[[], None] = _nothing
+    settings: Settings
+    store: JobStore
+    runner: JobRunner
+    preparation: PreparationBudget
+    _: KW_ONLY
+    caller: Caller
+    started: float | None
+    client_gone: Callable[[], Awaitable[object]]
+    _handed_off: Callable[[], None] = field(default_factory=lambda: _nothing, init=False)
 
     # ------------------------------------------------------------- before the work
     def remaining_s(self) -> float:

@@ -37,7 +37,7 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import Any
 
@@ -99,6 +99,8 @@ class _Running:
     writing_preview: bool = False
 
 
+# eq and repr as object's: one runner per process, compared and shown as itself
+@dataclass(eq=False, repr=False)
 class JobRunner:
     """Runs the store's jobs on ``pools`` (see the module docstring).
 
@@ -113,31 +115,23 @@ class JobRunner:
         max_result_bytes: a result larger than this fails its job (result_too_large).
     """
 
-    def __init__(
-        self,
-        store: JobStore,
-        pools: Mapping[str, AnyWorkerPool],
-        metrics: Metrics,
-        *,
-        worker: str,
-        lease_s: float,
-        progress_interval_s: float,
-        max_batch_size: int,
-        queue_size: int,
-        max_result_bytes: int,
-    ) -> None:
-        self.store = store
-        self.pools = dict(pools)
-        self.metrics = metrics
-        self.worker = worker
-        self.lease_s = lease_s
-        self.progress_interval_s = progress_interval_s
-        self.max_batch_size = max_batch_size
-        self.queue_size = queue_size
-        self.max_result_bytes = max_result_bytes
-        self._running: dict[str, _Running] = {}
-        self._claiming = False
-        self._tasks: list[asyncio.Task[None]] = []
+    store: JobStore
+    pools: Mapping[str, AnyWorkerPool]
+    metrics: Metrics
+    _: KW_ONLY
+    worker: str
+    lease_s: float
+    progress_interval_s: float
+    max_batch_size: int
+    queue_size: int
+    max_result_bytes: int
+    _running: dict[str, _Running] = field(default_factory=dict, init=False)
+    _claiming: bool = field(default=False, init=False)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
+    _room: dict[str, asyncio.Event] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.pools = dict(self.pools)  # a copy: later changes to the caller's are not seen
         self._room = {model: asyncio.Event() for model in self.pools}
 
     @property
