@@ -8,8 +8,15 @@ the parsed ``argparse.Namespace`` and returning an exit code.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
 
 #: Sub-command modules, in the order ``atelier --help`` lists them.
 COMMAND_MODULES = (
@@ -50,6 +57,14 @@ def add_documented_parser(
         description=(doc or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+
+
+def config_from_flags(config: type[ConfigT], args: argparse.Namespace, **given: Any) -> ConfigT:
+    """The dataclass ``config`` from the flags named after its fields (``--batch-size``
+    for ``batch_size``), with ``given`` on top; a field without a flag keeps its default."""
+    names = {f.name for f in dataclasses.fields(config) if f.init}
+    flags = {name: value for name, value in vars(args).items() if name in names}
+    return config(**(flags | given))
 
 
 def main(argv: list[str] | None = None) -> int:

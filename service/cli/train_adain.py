@@ -19,6 +19,7 @@ from models.adain.train import TrainConfig, train
 from models.checkpoints import load_state_dict
 from models.hub import Manifest, WeightsNotFoundError, resolve
 from models.vgg import VGGEncoder
+from service.cli import config_from_flags
 from service.cli.settings import settings_from_args
 
 
@@ -52,22 +53,13 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     search_path = [args.weights] if args.weights else settings.weight_search_path()
     try:
-        config = TrainConfig(
+        config = config_from_flags(
+            TrainConfig,
+            args,
             content_dir=args.content,
             style_dir=args.styles,
             out_dir=args.out,
-            level=args.level,
-            steps=args.steps,
             batch_size=args.batch,
-            size=args.size,
-            lr=args.lr,
-            lr_decay=args.lr_decay,
-            content_weight=args.content_weight,
-            style_weight=args.style_weight,
-            checkpoint_every=args.checkpoint_every,
-            init_decoder=args.init_decoder,
-            resume=args.resume,
-            seed=args.seed,
             device=args.device or settings.device_list()[0],
         )
         encoder_path = resolve(ENCODER_FILE, search_path, Manifest.load())

@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+from service.cli import config_from_flags
 from service.cli.settings import settings_from_args
 from service.config import PROJECT_WEIGHTS_DIR
 
@@ -67,17 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from models.dit.train import TrainConfig, Trainer
     from models.text_encoder import HashedWordEncoder, MiniLMEncoder
 
-    config = TrainConfig(
-        preset=args.preset,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        warmup_steps=args.warmup_steps,
-        cooldown_steps=args.cooldown_steps,
-        ema_decay=args.ema_decay,
-        cond_dropout=args.cond_dropout,
-        precision=args.precision,
-        seed=args.seed,
-    )
+    config = config_from_flags(TrainConfig, args)
     device = args.device or settings_from_args(args).device_list()[0]
     encoder = HashedWordEncoder() if args.fake_text else MiniLMEncoder()
     run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
