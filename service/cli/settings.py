@@ -20,6 +20,7 @@ from collections.abc import Collection
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
 from service.config import Settings
@@ -29,6 +30,12 @@ _DEST = "setting__"
 
 def _is_list(annotation: Any) -> bool:
     return typing.get_origin(annotation) is list
+
+
+def _description(field: FieldInfo) -> str | None:
+    """A setting's description on one line (its docstring in ``service/config.py`` is
+    wrapped to the source's width)."""
+    return " ".join(field.description.split()) if field.description else None
 
 
 def _list_value(text: str) -> list[str]:
@@ -46,7 +53,7 @@ def add_setting_flags(parser: argparse.ArgumentParser) -> None:
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         default = field.get_default(call_default_factory=True)
-        help_text = f"{field.description or name} (default: {default!r})".replace("%", "%%")
+        help_text = f"{_description(field) or name} (default: {default!r})".replace("%", "%%")
         if field.annotation is bool:
             group.add_argument(
                 flag, dest=_DEST + name, action=argparse.BooleanOptionalAction, help=help_text
@@ -101,7 +108,8 @@ def problems(error: ValidationError | SettingsError, *, flags: Collection[str] =
     for item in error.errors():
         name = str(item["loc"][0]) if item["loc"] else "?"
         field = Settings.model_fields.get(name)
-        expected = f" (expected: {field.description})" if field and field.description else ""
+        description = _description(field) if field else None
+        expected = f" (expected: {description})" if description else ""
         message = str(item["msg"]).removeprefix("Value error, ")
         value = shown(name, item.get("input"))
         lines.append(f"{_source(name, flags)}={value}: {message}{expected}")
