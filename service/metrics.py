@@ -25,6 +25,8 @@ Exported series:
 
 from __future__ import annotations
 
+from functools import partial
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -45,66 +47,52 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.requests = Counter(
-            "atelier_http_requests",
-            "HTTP requests answered.",
-            ["method", "route", "status", "key"],
-            registry=self.registry,
+        # every family on this app's own registry; a batcher's are labelled by its model
+        # and device (``BatchMetrics``)
+        counter = partial(Counter, registry=self.registry)
+        gauge = partial(Gauge, registry=self.registry)
+        histogram = partial(Histogram, registry=self.registry)
+        batcher = ("model", "device")
+        self.requests = counter(
+            "atelier_http_requests", "HTTP requests answered.", ("method", "route", "status", "key")
         )
-        self.latency = Histogram(
+        self.latency = histogram(
             "atelier_http_request_duration_seconds",
             "Time from the request's arrival to the end of its response.",
-            ["method", "route"],
+            ("method", "route"),
             buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
         )
-        self.in_flight = Gauge(
-            "atelier_http_requests_in_flight", "Requests being served.", registry=self.registry
+        self.in_flight = gauge("atelier_http_requests_in_flight", "Requests being served.")
+        self.batch_size = histogram(
+            "atelier_batch_size", "Items per batched forward.", batcher, buckets=_BATCH_BUCKETS
         )
-        self.batch_size = Histogram(
-            "atelier_batch_size",
-            "Items per batched forward.",
-            ["model", "device"],
-            buckets=_BATCH_BUCKETS,
-            registry=self.registry,
-        )
-        self.forward_seconds = Histogram(
+        self.forward_seconds = histogram(
             "atelier_forward_duration_seconds",
             "Wall time of one batched forward.",
-            ["model", "device"],
+            batcher,
             buckets=_LATENCY_BUCKETS,
-            registry=self.registry,
         )
-        self.queue_depth = Gauge(
-            "atelier_queue_depth",
-            "Items waiting in a batcher's queue.",
-            ["model", "device", "priority"],
-            registry=self.registry,
+        self.queue_depth = gauge(
+            "atelier_queue_depth", "Items waiting in a batcher's queue.", (*batcher, "priority")
         )
-        self.jobs_queued = Gauge(
-            "atelier_jobs_queued",
-            "Jobs waiting in the job store for a worker.",
-            ["model"],
-            registry=self.registry,
+        self.jobs_queued = gauge(
+            "atelier_jobs_queued", "Jobs waiting in the job store for a worker.", ("model",)
         )
-        self.jobs = Counter(
+        self.jobs = counter(
             "atelier_jobs",
             "Jobs a worker of this process ended, by outcome.",
-            ["model", "outcome"],
-            registry=self.registry,
+            ("model", "outcome"),
         )
 
-        self.work_units = Counter(
+        self.work_units = counter(
             "atelier_work_units",
             "Item-steps started by the workers (sampler steps or passes, times images).",
-            ["model", "device"],
-            registry=self.registry,
+            batcher,
         )
-        self.cancelled = Counter(
+        self.cancelled = counter(
             "atelier_cancelled",
             "Items dropped because nobody waited for them any more.",
-            ["model", "device", "reason", "stage"],
-            registry=self.registry,
+            (*batcher, "reason", "stage"),
         )
 
     def observe_request(
