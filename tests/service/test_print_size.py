@@ -15,6 +15,7 @@ from typing import Any
 import corpus
 import numpy as np
 import pytest
+from api_headers import ASYNC
 from fastapi.testclient import TestClient
 from PIL import Image
 from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, wait_until
@@ -22,7 +23,6 @@ from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, wait_until
 from service.app import create_app
 
 pytestmark = pytest.mark.timeout(60)
-ASYNC = {"Prefer": "respond-async"}
 WIDTH, HEIGHT = 1100, 300  # above the 1024 px base: painted by print-size steps
 
 

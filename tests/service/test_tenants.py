@@ -10,6 +10,7 @@ import threading
 import uuid
 
 import pytest
+from api_headers import ASYNC
 from service_fakes import wait_until
 from standardwebhooks.webhooks import Webhook
 
@@ -29,7 +30,6 @@ from service.jobs.webhooks import (
 from service.keys import KeyFile, KeyRing
 
 pytestmark = pytest.mark.timeout(60)
-ASYNC = {"Prefer": "respond-async"}
 SECRET = "whsec_" + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 

@@ -14,6 +14,7 @@ import json
 import corpus
 import numpy as np
 import pytest
+from api_headers import ASYNC
 from PIL import Image
 from service_fakes import wait_until
 
@@ -29,7 +30,6 @@ from tests.clips import (
 )
 
 pytestmark = pytest.mark.timeout(120)
-ASYNC = {"Prefer": "respond-async"}
 
 
 def _post(client, video: bytes, headers=None, name="clip.mp4", **fields):

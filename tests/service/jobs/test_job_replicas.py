@@ -23,13 +23,13 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from api_headers import ASYNC
 from PIL import Image
 from redis_server import RedisServer, free_port
 from service_fakes import FakeTextToImage
 
 pytestmark = pytest.mark.timeout(180)
 ROOT = Path(__file__).resolve().parents[3]
-ASYNC = {"Prefer": "respond-async"}
 LEASE_S = 2.0
 
 

@@ -12,12 +12,12 @@ from collections import Counter
 
 import corpus
 import pytest
+from api_headers import ASYNC
 from service_fakes import FakeTextToImage, wait_until
 
 from service.execution import executor
 
 pytestmark = pytest.mark.timeout(60)
-ASYNC = {"Prefer": "respond-async"}
 
 
 def _events(client, job_id: str) -> list[str]:

@@ -20,6 +20,7 @@ import corpus
 import httpx
 import pytest
 import torch
+from api_headers import ASYNC
 from PIL import Image
 from service_fakes import Fakes, make_settings, served, wait_until
 
@@ -28,7 +29,6 @@ from service.execution.previews import Previews, preview_jpeg
 from service.jobs.previews import pack_preview, preview_event, unpack_preview
 
 pytestmark = pytest.mark.timeout(60)
-ASYNC = {"Prefer": "respond-async"}
 
 
 @pytest.fixture
