@@ -103,6 +103,23 @@ async def _checkpointed(store: JobStore, data: bytes = b"piece") -> JobRecord:
     return job
 
 
+def run_checkpointed(
+    open_store,
+    scenario: Callable[[JobStore, JobRecord], Awaitable[None]],
+    *,
+    limits: StoreLimits | None = None,
+    data: bytes = b"piece",
+) -> None:
+    """:func:`run` ``scenario`` on a store opened with ``limits`` and its
+    :func:`_checkpointed` job."""
+
+    async def checkpointed() -> None:
+        store = await open_store(limits)
+        await scenario(store, await _checkpointed(store, data))
+
+    run(open_store, checkpointed)
+
+
 def test_only_the_lease_holder_writes_and_every_name_reads_back_exactly(open_store):
     async def scenario() -> None:
         store = await open_store()
@@ -135,9 +152,7 @@ def test_only_the_lease_holder_writes_and_every_name_reads_back_exactly(open_sto
 
 @pytest.mark.parametrize("state", [SUCCEEDED, FAILED, CANCELLED])
 def test_a_final_job_forgets_its_checkpoints_and_takes_no_more(open_store, state):
-    async def scenario() -> None:
-        store = await open_store()
-        job = await _checkpointed(store)
+    async def scenario(store: JobStore, job: JobRecord) -> None:
         result = b"result" if state == SUCCEEDED else None
         error = None if state == SUCCEEDED else {"code": "x", "message": "y"}
         assert await store.finish(job.id, state, result=result, error=error)
@@ -145,26 +160,22 @@ def test_a_final_job_forgets_its_checkpoints_and_takes_no_more(open_store, state
         assert not await store.put_checkpoint(job.id, "w1", "chunk-0", b"late")
         assert await store.checkpoint(job.id, "chunk-0") is None
 
-    run(open_store, scenario)
+    run_checkpointed(open_store, scenario)
 
 
 def test_a_deleted_job_forgets_its_checkpoints(open_store):
-    async def scenario() -> None:
-        store = await open_store()
-        job = await _checkpointed(store)
+    async def scenario(store: JobStore, job: JobRecord) -> None:
         assert not await store.delete(job.id)  # unfinished: kept, with its checkpoints
         assert await store.checkpoint(job.id, "chunk-0") == b"piece"
         assert await store.finish(job.id, SUCCEEDED, result=b"done")
         assert await store.delete(job.id)
         assert await store.checkpoint(job.id, "chunk-0") is None
 
-    run(open_store, scenario)
+    run_checkpointed(open_store, scenario)
 
 
 def test_a_lost_lease_keeps_the_checkpoints_for_the_next_worker(open_store):
-    async def scenario() -> None:
-        store = await open_store()
-        job = await _checkpointed(store, b"first piece")
+    async def scenario(store: JobStore, job: JobRecord) -> None:
         await asyncio.sleep(LEASE + 0.2)  # w1 died
         assert await store.reap() == 1
         assert (await store.get(job.id)).state == QUEUED
@@ -180,25 +191,21 @@ def test_a_lost_lease_keeps_the_checkpoints_for_the_next_worker(open_store):
         assert await store.checkpoint(job.id, "chunk-0") is None
         assert await store.checkpoint(job.id, "chunk-1") is None
 
-    run(open_store, scenario)
+    run_checkpointed(open_store, scenario, data=b"first piece")
 
 
 def test_a_requeued_job_cancelled_in_the_queue_forgets_its_checkpoints(open_store):
-    async def scenario() -> None:
-        store = await open_store()
-        job = await _checkpointed(store)
+    async def scenario(store: JobStore, job: JobRecord) -> None:
         await store.release("w1", [job.id])  # a draining worker hands it back
         assert await store.checkpoint(job.id, "chunk-0") == b"piece"
         assert (await store.cancel(job.id)).state == CANCELLED
         assert await store.checkpoint(job.id, "chunk-0") is None
 
-    run(open_store, scenario)
+    run_checkpointed(open_store, scenario)
 
 
 def test_a_job_out_of_attempts_or_expired_has_no_checkpoints(open_store):
-    async def scenario() -> None:
-        store = await open_store(StoreLimits(ttl_s=0.3, max_attempts=1))
-        job = await _checkpointed(store)
+    async def scenario(store: JobStore, job: JobRecord) -> None:
         await asyncio.sleep(LEASE + 0.2)
         assert await store.reap() == 0  # its last attempt: failed, not requeued
         assert (await store.get(job.id)).state == FAILED
@@ -208,7 +215,7 @@ def test_a_job_out_of_attempts_or_expired_has_no_checkpoints(open_store):
         assert await store.get(job.id) is None
         assert await store.checkpoint(job.id, "chunk-0") is None
 
-    run(open_store, scenario)
+    run_checkpointed(open_store, scenario, limits=StoreLimits(ttl_s=0.3, max_attempts=1))
 
 
 def test_redis_checkpoints_expire_should_they_be_orphaned(redis_server):
