@@ -8,11 +8,12 @@ or a worker never reads a model attribute by name.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 from torch import Tensor
 
 from models.adain.large import Step
+from models.adain.options import StyleKeywords
 from models.control import StepControl
 from models.dit.options import GenerateDefaults, GenerateOptions
 from models.shapes.understand import Understanding
@@ -83,18 +84,11 @@ class StyleTransferModel(ServedModel, Protocol):
     """What the stylize worker calls (``models.adain.StyleTransfer``)."""
 
     def print_stylization(
-        self,
-        content: Tensor,
-        styles: Sequence[Tensor],
-        *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
-        preset: str | None = None,
-        style_scale: float = 1.0,
+        self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> PrintSession:
         """A print-size stylisation of ``content`` ``(3, H, W)`` (uint8 or float in [0, 1])
-        larger than ``models.adain.large.BASE_SIDE``."""
+        larger than ``models.adain.large.BASE_SIDE``; ``keywords``: the stylisation's
+        options (``models.adain.options.StyleOptions``)."""
         ...
 
     def full_size_passes(self, preset: str | None = None) -> float:
@@ -108,18 +102,15 @@ class StyleTransferModel(ServedModel, Protocol):
         content: Tensor,
         styles: Sequence[Tensor],
         *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
-        preset: str | None = None,
-        style_scale: float = 1.0,
         control: StepControl | None = None,
         blend: StageBlend | None = None,
+        **keywords: Unpack[StyleKeywords],
     ) -> Tensor:
         """``(B, 3, H, W)`` in, one ``(3, H, W)`` in ``[0, 1]`` per image ``control`` kept
         (asked before each pass) out; ``blend``: the images are a clip's consecutive
-        frames (``models.temporal.StageBlend``)."""
+        frames (``models.temporal.StageBlend``); ``keywords``: as for
+        :meth:`print_stylization`."""
         ...
 
 

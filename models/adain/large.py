@@ -63,6 +63,7 @@ from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.mixing import convex_weights
+from models.adain.options import StyleOptions
 from models.adain.presets import MAX_STYLE_SCALE
 from models.adain.pyramid import MIN_STYLE_SIDE, resize, stage_size, style_at
 from models.adain.whitening import (
@@ -299,8 +300,8 @@ class PrintStylization:
     Args:
         content: the photo, ``(3, H, W)`` uint8 (or float in [0, 1]), larger than the base.
         styles: style images, each ``(1, 3, h, w)`` float in [0, 1].
-        style_weights, alpha, preserve_color, preset, style_scale: as
-            :meth:`~models.adain.pipeline.StyleTransfer.stylize` takes them (no masks).
+        options: how it is painted (:class:`~models.adain.options.StyleOptions`, its
+            ``style_scale`` already checked).
         base_side: longer side of the base.
         tile_side: side of an octave's tiles.
         tiles_per_step: tiles of one shape batched into one step (a GPU runs several at
@@ -311,12 +312,8 @@ class PrintStylization:
         self,
         content: Tensor,
         styles: Sequence[Tensor],
+        options: StyleOptions = StyleOptions(),
         *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
-        preset: str | None = None,
-        style_scale: float = 1.0,
         base_side: int = BASE_SIDE,
         tile_side: int = TILE_SIDE,
         tiles_per_step: int = 1,
@@ -335,17 +332,15 @@ class PrintStylization:
         self.content = content
         # luminance-only transfer works on luma images throughout (the chroma comes back
         # from the photo at the end), as the pipeline does
-        self.preserve_color = preserve_color
+        self.options = options
         styles = [style.float() for style in styles]
         self.styles = (
-            [luminance(style).contiguous() for style in styles] if preserve_color else styles
+            [luminance(style).contiguous() for style in styles]
+            if options.preserve_color
+            else styles
         )
-        self.style_weights = style_weights
-        self.weights = convex_weights(style_weights, len(self.styles))
-        self.alpha = alpha
-        self.preset = preset
-        self.style_scale = style_scale
-        photo = _luma(content) if preserve_color else content
+        self.weights = convex_weights(options.style_weights, len(self.styles))
+        photo = _luma(content) if options.preserve_color else content
         self._octaves: list[_Octave] = []
         for octave_size in sizes[::-1]:  # fine to coarse
             if self._octaves:
@@ -380,13 +375,14 @@ class PrintStylization:
         and writes nothing). Returns the base ``(1, 3, h, w)``, the octave's map
         ``[M | t]`` ``(64, 65)`` or the tiles ``(T, 3, th, tw)``."""
         if step.kind == "base":
+            options = self.options  # the base is luma already where colour is preserved
             return model.stylize(
                 self.base_photo,
                 self.styles,
-                style_weights=self.style_weights,
-                alpha=self.alpha,
-                preset=self.preset,
-                style_scale=self.style_scale,
+                style_weights=options.style_weights,
+                alpha=options.alpha,
+                preset=options.preset,
+                style_scale=options.style_scale,
             )
         if step.kind == "statistics":
             return self._affine_map(model, step.octave)
@@ -411,7 +407,7 @@ class PrintStylization:
             octave.output = torch.empty((3, *octave.size), dtype=dtype)
         for tile, image in zip(step.tiles, tiles, strict=True):
             region = (slice(None), slice(tile.top, tile.bottom), slice(tile.left, tile.right))
-            if final and self.preserve_color:
+            if final and self.options.preserve_color:
                 image = with_chroma_of(image[None], _as_float(self.content[region])[None])[0]
             octave.output[region] = to_uint8(image) if final else image
         octave.tiles_left -= len(step.tiles)
@@ -469,7 +465,8 @@ class PrintStylization:
         grid = octave_grid_features(model, self._start(octave, rows, columns)[None])
         side = max(octave.size)
         styles = [
-            _octave_style_statistics(model, style, side, self.style_scale) for style in self.styles
+            _octave_style_statistics(model, style, side, self.options.style_scale)
+            for style in self.styles
         ]
         matrix, shift = wct_affine(grid, styles, weights=self.weights, scratch=True)
         return torch.cat([matrix[0], shift[0][:, None]], dim=1)
@@ -484,7 +481,7 @@ class PrintStylization:
             rows = reflect_index(torch.arange(tile.top - HALO, tile.bottom + HALO), height)
             columns = reflect_index(torch.arange(tile.left - HALO, tile.right + HALO), width)
             starts.append(self._start(octave, rows, columns))
-            if self.alpha < 1.0:
+            if self.options.alpha < 1.0:
                 photos.append(pixels_at(octave.photo, rows, columns))
         return octave_tiles(
             model,
@@ -492,7 +489,7 @@ class PrintStylization:
             octave.matrix,
             octave.shift,
             [_edges(tile, octave.size) for tile in step.tiles],
-            alpha=self.alpha,
+            alpha=self.options.alpha,
             photos=torch.stack(photos) if photos else None,
         )
 

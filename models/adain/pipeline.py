@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import torch
 import torch.nn.functional as F  # noqa: N812
@@ -30,6 +31,7 @@ from models.adain.banded import MIN_SIDE, BandedRelu11
 from models.adain.color import luminance, with_chroma_of
 from models.adain.large import BASE_SIDE, PrintStylization
 from models.adain.mixing import check_masks, convex_weights
+from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import (
     PRESETS,
     Preset,
@@ -345,15 +347,11 @@ class StyleTransfer(nn.Module):
         content: Tensor,
         styles: Sequence[Tensor],
         *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
         masks: Sequence[Tensor] | None = None,
         levels: Sequence[str] | None = None,
-        preset: str | None = None,
-        style_scale: float = 1.0,
         control: StepControl | None = None,
         blend: StageBlend | None = None,
+        **keywords: Unpack[StyleKeywords],
     ) -> Tensor:
         """Render ``content`` in the style of ``styles``.
 
@@ -361,23 +359,11 @@ class StyleTransfer(nn.Module):
             content: RGB images in ``[0, 1]``.
             styles: one or more style images, each with batch 1 (shared by every
                 content image) or B (one per content image); any size.
-            style_weights: one non-negative weight per style, normalised to sum 1 by
-                :func:`~models.adain.mixing.convex_weights` (default: equal weights);
-                the styles' statistics are interpolated. Not combined with ``masks``
-                (:func:`~models.adain.mixing.check_masks`).
-            alpha: content-style trade-off on the features, in ``[0, 1]``
-                (0 reconstructs the content, 1 is full style).
-            preserve_color: transfer luminance only and keep the content's chroma.
             masks: one mask per style, values in ``[0, 1]``; each style is applied
                 where its mask is largest (and >= 0.5), with statistics per region;
-                elsewhere the content is kept.
+                elsewhere the content is kept. Not combined with ``style_weights``.
             levels: an AdaIN pass at full size to run instead of the preset, deepest
                 first (``["relu3_1"]`` is the paper's single-level mode).
-            preset: ``"quality"`` or ``"realtime"`` (default: the model's preset): the
-                stages of the pyramid and their passes, see :mod:`models.adain.presets`.
-            style_scale: the size of the style's features in the output, in
-                ``[0.25, 2]``: each stage sees the style resized to ``style_scale`` times
-                its own longer side (1: as large as in the painting at the photo's size).
             control: asked before each pass which images are still wanted
                 (:class:`~models.control.StepControl`); the others stop there and the
                 output holds the kept ones only, each as it would have been without it.
@@ -389,6 +375,8 @@ class StyleTransfer(nn.Module):
                 preset's pyramid only, without masks or a step control; a frame is
                 painted whole at any size up to ``MAX_FRAME_SIDE`` (never by print-size
                 octaves).
+            keywords: ``style_weights``, ``alpha``, ``preserve_color``, ``preset``,
+                ``style_scale``: see :class:`~models.adain.options.StyleOptions`.
 
         Shape:
             - content: ``(B, 3, H, W)``, any ``H, W``
@@ -396,27 +384,23 @@ class StyleTransfer(nn.Module):
             - masks: each ``(1 or B, 1, H, W)``
             - output: ``(B, 3, H, W)`` float32 in ``[0, 1]``, on the model's device.
         """
+        options = StyleOptions(**keywords)
+        alpha, preserve_color = options.alpha, options.preserve_color
         if blend is not None:
             self._check_frames(content, levels, masks, control)
         if blend is None and levels is None and max(content.shape[-2:]) > self.base_side:
-            self._check_arguments(content, styles, style_weights, alpha, masks)
+            self._check_arguments(content, styles, options.style_weights, alpha, masks)
             if masks is not None:
                 raise ValueError(
                     f"masks are supported up to {self.base_side} px on the longer side"
                 )
-            options = {
-                "style_weights": style_weights,
-                "alpha": alpha,
-                "preserve_color": preserve_color,
-                "preset": preset,
-                "style_scale": check_style_scale(style_scale),
-            }
+            options = replace(options, style_scale=check_style_scale(options.style_scale))
             return self._stylize_large(content, styles, options, control)
-        chosen = self.resolve_passes(levels, preset)
+        chosen = self.resolve_passes(levels, options.preset)
         if alpha == 0.0:
             chosen = chosen.last_pass()  # every pass is anchored to the photo
-        weights = self._check_arguments(content, styles, style_weights, alpha, masks)
-        style_scale = check_style_scale(style_scale)
+        weights = self._check_arguments(content, styles, options.style_weights, alpha, masks)
+        style_scale = check_style_scale(options.style_scale)
         given_styles = list(styles)
         content = to_device(content, self.device, torch.float32)
         styles = [to_device(style, self.device, torch.float32) for style in styles]
@@ -477,27 +461,21 @@ class StyleTransfer(nn.Module):
         return output
 
     def print_stylization(
-        self,
-        content: Tensor,
-        styles: Sequence[Tensor],
-        *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
-        preset: str | None = None,
-        style_scale: float = 1.0,
+        self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> PrintStylization:
         """A print-size stylisation of one photo ``(3, H, W)`` larger than :attr:`base_side`
-        (:mod:`models.adain.large`), to run step by step; a GPU batches four tiles a step."""
-        self.resolve_passes(None, preset)
+        (:mod:`models.adain.large`), to run step by step; a GPU batches four tiles a step.
+        ``keywords``: as :meth:`stylize` takes them (no masks)."""
+        return self._print_session(content, styles, StyleOptions(**keywords))
+
+    def _print_session(
+        self, content: Tensor, styles: Sequence[Tensor], options: StyleOptions
+    ) -> PrintStylization:
+        self.resolve_passes(None, options.preset)
         return PrintStylization(
             content,
             styles,
-            style_weights=style_weights,
-            alpha=alpha,
-            preserve_color=preserve_color,
-            preset=preset,
-            style_scale=check_style_scale(style_scale),
+            replace(options, style_scale=check_style_scale(options.style_scale)),
             base_side=self.base_side,
             tiles_per_step=1 if self.device.type == "cpu" else 4,
         )
@@ -506,7 +484,7 @@ class StyleTransfer(nn.Module):
         self,
         content: Tensor,
         styles: Sequence[Tensor],
-        options: dict[str, Any],
+        options: StyleOptions,
         control: StepControl | None,
     ) -> Tensor:
         """:meth:`stylize` of photos larger than :attr:`base_side`: one print-size stylisation
@@ -520,7 +498,7 @@ class StyleTransfer(nn.Module):
             if index not in kept:
                 continue
             own = [style[index if style.shape[0] > 1 else 0][None] for style in styles]
-            session = self.print_stylization(content[index], own, **options)
+            session = self._print_session(content[index], own, options)
             total = session.steps * batch
             for step in [step for phase in session.phases() for step in phase]:
                 kept = self._still_wanted(control, done, total, kept, outputs)

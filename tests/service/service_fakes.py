@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
@@ -45,6 +45,7 @@ from starlette.types import ASGIApp
 
 from models.adain.large import Step, Tile, spans
 from models.adain.mixing import convex_weights
+from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import get_preset
 from models.control import StepControl, image_hook, take_rows, wanted_rows
 from models.shapes.understand import Understanding, understand
@@ -178,30 +179,29 @@ class FakeStyleTransfer(Stepper):
         content: torch.Tensor,
         styles: Sequence[torch.Tensor],
         *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
         masks: Sequence[torch.Tensor] | None = None,
-        preset: str | None = "quality",
-        style_scale: float = 1.0,
         control: StepControl | None = None,
         blend: StageBlend | None = None,
+        **keywords: Unpack[StyleKeywords],
     ) -> torch.Tensor:
+        keywords.setdefault("preset", "quality")  # the real model's default
+        options = StyleOptions(**keywords)
+        alpha = options.alpha
         if blend is not None:
             return self._frames(content, styles, alpha, blend)
         self.batch_sizes.append(content.shape[0])
-        self.presets.append(preset)
-        self.style_scales.append(style_scale)
+        self.presets.append(options.preset)
+        self.style_scales.append(options.style_scale)
         self.entered.set()
         if self.gate is not None:
             assert self.gate.wait(10)
-        passes = get_preset(preset or "quality").passes
+        passes = get_preset(options.preset or "quality").passes
         rows = self.run(content.shape[0], passes, control, lambda rows: content[rows])
-        if preserve_color:
+        if options.preserve_color:
             return content[rows].clone()
         means = [s.mean(dim=(2, 3))[:, :, None, None] for s in styles]  # (B or 1, 3, 1, 1)
         if masks is None:
-            weights = convex_weights(style_weights, len(styles))
+            weights = convex_weights(options.style_weights, len(styles))
             colour = sum((w * m for w, m in zip(weights, means, strict=True)), torch.zeros(()))
             styled = colour.expand_as(content)
         else:  # as the real model: the style whose mask is largest (>= 0.5), else the photo
@@ -233,15 +233,11 @@ class FakeStyleTransfer(Stepper):
         self,
         content: torch.Tensor,
         styles: Sequence[torch.Tensor],
-        *,
-        style_weights: Sequence[float] | None = None,
-        alpha: float = 1.0,
-        preserve_color: bool = False,
-        preset: str | None = None,
-        style_scale: float = 1.0,
+        **keywords: Unpack[StyleKeywords],
     ) -> PrintSession:
-        self.presets.append(preset)
-        self.style_scales.append(style_scale)
+        options = StyleOptions(**keywords)
+        self.presets.append(options.preset)
+        self.style_scales.append(options.style_scale)
         return FakePrintSession(content)
 
 

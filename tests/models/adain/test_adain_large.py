@@ -20,6 +20,7 @@ from models.adain.large import (
     spans,
     tiles_of,
 )
+from models.adain.options import StyleOptions
 from models.adain.pipeline import StyleTransfer
 from models.adain.pyramid import MIN_STYLE_SIDE, style_at
 from models.adain.whitening import CovarianceStats, wct_affine
@@ -117,9 +118,10 @@ def test_tiled_octaves_equal_one_tile_for_the_whole_map(model, options):
     8-bit rounding: the tiles share the octave's statistics and read their halo."""
     content = _photo(150, 230)
     styles = [_style(1), _style(2)] if "style_weights" in options else [_style(1)]
-    whole = PrintStylization(content, styles, base_side=64, tile_side=1000, **options).run(model)
+    chosen = StyleOptions(**options)
+    whole = PrintStylization(content, styles, chosen, base_side=64, tile_side=1000).run(model)
     tiled = PrintStylization(
-        content, styles, base_side=64, tile_side=17, tiles_per_step=3, **options
+        content, styles, chosen, base_side=64, tile_side=17, tiles_per_step=3
     ).run(model)
     assert whole.shape == tiled.shape == (3, 150, 230) and whole.dtype == torch.uint8
     assert int((whole.int() - tiled.int()).abs().max()) <= 1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from PIL import Image
 
 from models.adain import StyleTransfer
 from models.adain.color import luminance, rgb_to_ycbcr, with_chroma_of, ycbcr_to_rgb
+from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.pipeline import pad_to_multiple
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
@@ -248,6 +251,14 @@ def test_bad_shapes(model):
         model.stylize(content, [_images(1, 3, 8, 32, seed=2)])
     with pytest.raises(ValueError, match="at least one style"):
         model.stylize(content, [])
+
+
+def test_style_keywords_are_the_options_fields(model):
+    """The keywords ``stylize`` takes are :class:`StyleOptions`' fields, and no others."""
+    assert list(StyleKeywords.__annotations__) == [f.name for f in fields(StyleOptions)]
+    content = _images(1, 3, 16, 16, seed=1)
+    with pytest.raises(TypeError, match="strength"):
+        model.stylize(content, [content], strength=0.5)
 
 
 def test_fast_path_agrees_with_float32(tiny_networks):
