@@ -84,17 +84,70 @@ def _controlled(control: StepControl | None, done: int, total: int, state: _Stat
     return kept
 
 
-def ddpm(
-    model: Denoiser,
-    x: Tensor,
-    cond: Any,
-    alpha_bar: Tensor,
-    *,
-    steps: int,
-    generator: Generators = None,
-    clip_denoised: bool = False,
-    control: StepControl | None = None,
-) -> Tensor:
+class Sampler:
+    """The loop every sampler shares, around its own update (:meth:`update`).
+
+    Before each step ``control`` may drop rows (``x``, ``cond`` and the state the sampler
+    carries shrink together); then the model gives ``eps`` and ``x0_hat`` at ``t``, the
+    control's ``show`` hook sees ``x0_hat``, and :meth:`update` moves ``x`` from
+    ``alpha_bar_t`` to the next grid point ``alpha_bar_s``.
+    """
+
+    #: the step to clean data (``alpha_bar_s = 1``) returns ``x0_hat`` and ends the loop
+    ends_on_x0 = False
+
+    def __call__(
+        self,
+        model: Denoiser,
+        x: Tensor,
+        cond: Any,
+        alpha_bar: Tensor,
+        *,
+        steps: int,
+        generator: Generators = None,
+        clip_denoised: bool = False,
+        control: StepControl | None = None,
+    ) -> Tensor:
+        """Sample from ``x``.
+
+        Args:
+            x: the starting noise ``x_T``, ``(B, *)``.
+            alpha_bar: the schedule, ``(T,)``.
+            steps: model evaluations (the grid is a subsequence when ``steps < T``).
+            generator: one generator, or one per batch item, for the added noise (a
+                sampler that draws none accepts it for a uniform signature).
+            clip_denoised: clamp ``x0_hat`` to ``[-1, 1]`` (for images).
+            control: asked before each step which rows go on (see the module docstring).
+        """
+        pairs = _pairs(alpha_bar, steps)
+        show = image_hook(control)
+        carried = self.start(generator)
+        for i, (t, ab_t, ab_s) in enumerate(pairs):
+            x, cond, carried = _controlled(control, i, len(pairs), (x, cond, carried))
+            if x.shape[0] == 0:
+                return x
+            eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
+            _show(show, i + 1, len(pairs), x0)
+            if self.ends_on_x0 and ab_s >= 1.0:
+                x = x0
+                break
+            x, carried = self.update(x, eps, x0, ab_t, ab_s, carried)
+        (x,) = _controlled(control, len(pairs), len(pairs), (x,))
+        return x
+
+    def start(self, generator: Generators) -> Any:
+        """The state carried from step to step (per-row values are dropped with their
+        rows, see :func:`~models.control.take_rows`); none by default."""
+        return None
+
+    def update(
+        self, x: Tensor, eps: Tensor, x0: Tensor, ab_t: float, ab_s: float, carried: Any
+    ) -> tuple[Tensor, Any]:
+        """``x_s`` from ``x_t`` and the prediction; the state carried to the next step."""
+        raise NotImplementedError
+
+
+class DDPM(Sampler):
     """Ancestral sampling from the DDPM posterior ``q(x_s | x_t, x0_hat)`` (Ho et al. 2020).
 
     With ``b = 1 - alpha_bar_t / alpha_bar_s`` (the effective beta between the two
@@ -105,79 +158,43 @@ def ddpm(
              + \\frac{\\sqrt{1 - b}\\,(1 - \\bar\\alpha_s)}{1 - \\bar\\alpha_t} x_t,\\qquad
         \\sigma^2 = \\frac{1 - \\bar\\alpha_s}{1 - \\bar\\alpha_t} b
 
-    Args:
-        x: the starting noise ``x_T``, ``(B, *)``.
-        alpha_bar: the schedule, ``(T,)``.
-        steps: model evaluations (the grid is a subsequence when ``steps < T``).
-        generator: one generator, or one per batch item, for the added noise.
-        clip_denoised: clamp ``x0_hat`` to ``[-1, 1]`` (for images).
-        control: asked before each step which rows go on (see the module docstring).
+    The noise is drawn from ``generator`` (the state it carries: one per row follows its
+    row).
     """
-    pairs = _pairs(alpha_bar, steps)
-    show = image_hook(control)
-    for i, (t, ab_t, ab_s) in enumerate(pairs):
-        x, cond, generator = _controlled(control, i, len(pairs), (x, cond, generator))
-        if x.shape[0] == 0:
-            return x
-        _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
-        _show(show, i + 1, len(pairs), x0)
+
+    def start(self, generator: Generators) -> Generators:
+        return generator
+
+    def update(
+        self, x: Tensor, eps: Tensor, x0: Tensor, ab_t: float, ab_s: float, carried: Any
+    ) -> tuple[Tensor, Generators]:
         b = 1.0 - ab_t / ab_s
         mean = (math.sqrt(ab_s) * b / (1 - ab_t)) * x0 + (
             math.sqrt(1 - b) * (1 - ab_s) / (1 - ab_t)
         ) * x
         var = (1 - ab_s) / (1 - ab_t) * b
         if var > 0:
-            mean = mean + math.sqrt(var) * randn(x.shape, generator, device=x.device, dtype=x.dtype)
-        x = mean
-    (x,) = _controlled(control, len(pairs), len(pairs), (x,))
-    return x
+            mean = mean + math.sqrt(var) * randn(x.shape, carried, device=x.device, dtype=x.dtype)
+        return mean, carried
 
 
-def ddim(
-    model: Denoiser,
-    x: Tensor,
-    cond: Any,
-    alpha_bar: Tensor,
-    *,
-    steps: int,
-    generator: Generators = None,
-    clip_denoised: bool = False,
-    control: StepControl | None = None,
-) -> Tensor:
+class DDIM(Sampler):
     """Deterministic DDIM (Song et al. 2021, ``eta = 0``): the first-order step of the
     probability-flow ODE.
 
     .. math::
         x_s = \\sqrt{\\bar\\alpha_s}\\,\\hat x_0 + \\sqrt{1 - \\bar\\alpha_s}\\,\\hat\\epsilon
 
-    Args: as :func:`ddpm`. The sampler draws no noise; ``generator`` is accepted for a
-    uniform signature.
+    It draws no noise.
     """
-    del generator
-    pairs = _pairs(alpha_bar, steps)
-    show = image_hook(control)
-    for i, (t, ab_t, ab_s) in enumerate(pairs):
-        x, cond = _controlled(control, i, len(pairs), (x, cond))
-        if x.shape[0] == 0:
-            return x
-        eps, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
-        _show(show, i + 1, len(pairs), x0)
-        x = math.sqrt(ab_s) * x0 + math.sqrt(1 - ab_s) * eps
-    (x,) = _controlled(control, len(pairs), len(pairs), (x,))
-    return x
+
+    def update(
+        self, x: Tensor, eps: Tensor, x0: Tensor, ab_t: float, ab_s: float, carried: Any
+    ) -> tuple[Tensor, None]:
+        return math.sqrt(ab_s) * x0 + math.sqrt(1 - ab_s) * eps, None
 
 
-def dpm_solver_pp_2m(
-    model: Denoiser,
-    x: Tensor,
-    cond: Any,
-    alpha_bar: Tensor,
-    *,
-    steps: int,
-    generator: Generators = None,
-    clip_denoised: bool = False,
-    control: StepControl | None = None,
-) -> Tensor:
+class DPMSolverPP2M(Sampler):
     """DPM-Solver++(2M), the multistep second-order data-prediction solver (Lu et al. 2022).
 
     With ``lambda = log(a / s)`` and ``h_i = lambda_{i+1} - lambda_i``:
@@ -188,22 +205,19 @@ def dpm_solver_pp_2m(
         \\ r_i = h_{i-1} / h_i
 
     The first step is first order (``D_0 = x0_hat``) and so is the final jump to clean
-    data, which returns ``x0_hat``. The solver draws no noise; ``generator`` is accepted
-    for a uniform signature.
+    data, which returns ``x0_hat``. It carries the previous step's ``x0_hat`` and ``h``,
+    and draws no noise.
     """
-    del generator
-    previous_x0, previous_h = None, None
-    pairs = _pairs(alpha_bar, steps)
-    show = image_hook(control)
-    for i, (t, ab_t, ab_s) in enumerate(pairs):
-        x, cond, previous_x0 = _controlled(control, i, len(pairs), (x, cond, previous_x0))
-        if x.shape[0] == 0:
-            return x
-        _, x0 = _predict(model, x, t, cond, ab_t, clip_denoised)
-        _show(show, i + 1, len(pairs), x0)
-        if ab_s >= 1.0:
-            (x0,) = _controlled(control, len(pairs), len(pairs), (x0,))
-            return x0
+
+    ends_on_x0 = True
+
+    def start(self, generator: Generators) -> tuple[Tensor | None, float | None]:
+        return None, None
+
+    def update(
+        self, x: Tensor, eps: Tensor, x0: Tensor, ab_t: float, ab_s: float, carried: Any
+    ) -> tuple[Tensor, tuple[Tensor, float]]:
+        previous_x0, previous_h = carried
         a_t, s_t = math.sqrt(ab_t), math.sqrt(1 - ab_t)
         a_s, s_s = math.sqrt(ab_s), math.sqrt(1 - ab_s)
         h = math.log(a_s / s_s) - math.log(a_t / s_t)
@@ -211,13 +225,12 @@ def dpm_solver_pp_2m(
         if previous_x0 is not None and previous_h is not None:  # set together
             r = previous_h / h
             direction = (1 + 1 / (2 * r)) * x0 - (1 / (2 * r)) * previous_x0
-        x = (s_s / s_t) * x - a_s * math.expm1(-h) * direction
-        previous_x0, previous_h = x0, h
-    (x,) = _controlled(control, len(pairs), len(pairs), (x,))
-    return x
+        return (s_s / s_t) * x - a_s * math.expm1(-h) * direction, (x0, h)
 
 
-Sampler = Callable[..., Tensor]
+ddpm = DDPM()
+ddim = DDIM()
+dpm_solver_pp_2m = DPMSolverPP2M()
 
 #: Samplers by the name the CLI and the HTTP API use.
 SAMPLERS: dict[str, Sampler] = {"ddpm": ddpm, "ddim": ddim, "dpm++2m": dpm_solver_pp_2m}
