@@ -55,6 +55,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -63,12 +65,11 @@ import torch
 from serve_process import (
     ROOT,
     Check,
+    Footprint,
     Server,
     cpu_seconds,
     latency_check,
     p95,
-    peak_rss_mb,
-    reset_peak_rss,
     rss_mb,
 )
 
@@ -140,6 +141,17 @@ class Reader:
                         )
                 await asyncio.sleep(0.1)
 
+    @asynccontextmanager
+    async def reading(self, urls: list[str], jobs: list[str]) -> AsyncIterator[Reader]:
+        """:meth:`run` in the background while the block runs; stopped (and awaited) as
+        it ends, however it ends."""
+        running = asyncio.create_task(self.run(urls, jobs))
+        try:
+            yield self
+        finally:
+            self.stopped = True
+            await running
+
 
 async def _submit(url: str, count: int, seed: int) -> list[str]:
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
@@ -153,38 +165,37 @@ async def _submit(url: str, count: int, seed: int) -> list[str]:
         return ids
 
 
+def _dit_server(args: argparse.Namespace, settings: dict[str, str]) -> Server:
+    """A DiT server on the job store ``settings`` name, once ready."""
+    server = Server(models="dit", weights_dir=args.weights_dir, settings=settings)
+    server.wait_ready()
+    return server
+
+
 async def _loss_on_redis(args: argparse.Namespace, folder: Path) -> dict:
     redis = _redis_server_class()(folder / "redis").start()
-    base = {"redis_url": redis.url, "job_lease_s": "5", "shutdown_timeout_s": "10"}
-
-    def replica() -> Server:
-        server = Server(models="dit", weights_dir=args.weights_dir, settings=base)
-        server.wait_ready()
-        return server
-
-    a, b = replica(), replica()
+    settings = {"redis_url": redis.url, "job_lease_s": "5", "shutdown_timeout_s": "10"}
+    a, b = _dit_server(args, settings), _dit_server(args, settings)
     urls = [a.url, b.url]
     jobs = await _submit(a.url, args.loss_jobs // 2, 0) + await _submit(
         b.url, args.loss_jobs // 2, 100
     )
     reader = Reader()
-    reading = asyncio.create_task(reader.run(urls, jobs))
     try:
-        await _running(a.url, jobs[0])
-        urls.remove(a.url)
-        a.kill()
-        a = replica()
-        urls.append(a.url)
-        await asyncio.sleep(2)
-        urls.remove(b.url)
-        b.stop()  # SIGTERM: drain, hand back
-        b = replica()
-        urls.append(b.url)
-        async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
-            finals = [await _finished(client, job) for job in jobs]
+        async with reader.reading(urls, jobs):
+            await _running(a.url, jobs[0])
+            urls.remove(a.url)
+            a.kill()
+            a = _dit_server(args, settings)
+            urls.append(a.url)
+            await asyncio.sleep(2)
+            urls.remove(b.url)
+            b.stop()  # SIGTERM: drain, hand back
+            b = _dit_server(args, settings)
+            urls.append(b.url)
+            async with httpx.AsyncClient(base_url=a.url, timeout=30) as client:
+                finals = [await _finished(client, job) for job in jobs]
     finally:
-        reader.stopped = True
-        await reading
         a.stop()
         b.stop()
         redis.stop()
@@ -193,30 +204,22 @@ async def _loss_on_redis(args: argparse.Namespace, folder: Path) -> dict:
 
 async def _loss_on_sqlite(args: argparse.Namespace, folder: Path) -> dict:
     settings = {"state_dir": str(folder / "state"), "job_lease_s": "5", "shutdown_timeout_s": "10"}
-
-    def server() -> Server:
-        started = Server(models="dit", weights_dir=args.weights_dir, settings=settings)
-        started.wait_ready()
-        return started
-
-    current = server()
+    current = _dit_server(args, settings)
     urls = [current.url]
     jobs = await _submit(current.url, args.loss_jobs, 200)
     reader = Reader()
-    reading = asyncio.create_task(reader.run(urls, jobs))
     try:
-        await _running(current.url, jobs[0])
-        for stop in ("kill", "stop"):
-            urls.clear()
-            getattr(current, stop)()
-            current = server()
-            urls.append(current.url)
-            await asyncio.sleep(2)
-        async with httpx.AsyncClient(base_url=current.url, timeout=30) as client:
-            finals = [await _finished(client, job) for job in jobs]
+        async with reader.reading(urls, jobs):
+            await _running(current.url, jobs[0])
+            for stop in ("kill", "stop"):
+                urls.clear()
+                getattr(current, stop)()
+                current = _dit_server(args, settings)
+                urls.append(current.url)
+                await asyncio.sleep(2)
+            async with httpx.AsyncClient(base_url=current.url, timeout=30) as client:
+                finals = [await _finished(client, job) for job in jobs]
     finally:
-        reader.stopped = True
-        await reading
         current.stop()
     return {"finals": finals, "reader": reader}
 
@@ -333,8 +336,7 @@ async def _growth_while_queueing(server: Server, files, count: int, warm: bool) 
     async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
         if warm:
             (await client.post("/v1/stylize", files=files, data={"size": "256"})).raise_for_status()
-        before = rss_mb(server.pid)
-        reset_peak_rss(server.pid)
+        footprint = Footprint(server.pid)
         started = await asyncio.gather(
             *(
                 client.post("/v1/stylize", files=files, data={"size": "1024"}, headers=ASYNC)
@@ -343,11 +345,11 @@ async def _growth_while_queueing(server: Server, files, count: int, warm: bool) 
         )
         accepted = [r.json()["id"] for r in started if r.status_code == 202]
         await asyncio.sleep(5.0)
-        growth = peak_rss_mb(server.pid) - before
+        growth = footprint.growth_mb()
         after = rss_mb(server.pid)
         for job in accepted:
             await client.delete(f"/v1/jobs/{job}")
-    return {"accepted": len(accepted), "rss_before_mb": round(before),
+    return {"accepted": len(accepted), "rss_before_mb": round(footprint.before_mb),
             "peak_rss_growth_mb": round(growth), "rss_after_mb": round(after)}  # fmt: skip
 
 

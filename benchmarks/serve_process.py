@@ -86,6 +86,24 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
 
 
+class Footprint:
+    """What process ``pid`` takes from now on: its RSS now (``before_mb``, and the peak
+    RSS reset to it), then on each call the peak's growth over it and the CPU seconds
+    spent since."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.before_mb = rss_mb(pid)
+        reset_peak_rss(pid)
+        self._cpu_s = cpu_seconds(pid)
+
+    def growth_mb(self) -> float:
+        return peak_rss_mb(self.pid) - self.before_mb
+
+    def cpu_s(self) -> float:
+        return cpu_seconds(self.pid) - self._cpu_s
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -74,16 +74,7 @@ import job_faults  # siblings: run as a script, this folder is on sys.path
 import numpy as np
 import store_faults
 from PIL import Image
-from serve_process import (
-    Check,
-    Server,
-    cpu_seconds,
-    latency_check,
-    p95,
-    peak_rss_mb,
-    reset_peak_rss,
-    rss_mb,
-)
+from serve_process import Check, Footprint, Server, latency_check, p95, rss_mb
 
 
 def metric(url: str, name: str, must_contain: str = "") -> float:
@@ -315,25 +306,22 @@ async def image_round(url: str, pid: int, big: bytes, args: argparse.Namespace) 
     async with httpx.AsyncClient(base_url=url, timeout=300.0) as client:
         idle = await stylize_latencies(client, args.probes)
 
-        rss_before = rss_mb(pid)
-        reset_peak_rss(pid)
-        cpu_before = cpu_seconds(pid)
+        alone = Footprint(pid)
         await large_image_flood(client, big, args.flood)
-        cpu_per_request = (cpu_seconds(pid) - cpu_before) / args.flood
-        growth = peak_rss_mb(pid) - rss_before
+        cpu_per_request = alone.cpu_s() / args.flood
+        growth = alone.growth_mb()
 
-        reset_peak_rss(pid)
-        rss_before_loaded = rss_mb(pid)
+        probed = Footprint(pid)
         flood = asyncio.create_task(large_image_flood(client, big, args.flood))
         loaded = await stylize_latencies(client, args.probes)
         await flood
-        growth = max(growth, peak_rss_mb(pid) - rss_before_loaded)
+        growth = max(growth, probed.growth_mb())
     return {
         "idle": idle,
         "loaded": loaded,
         "peak_rss_growth_mb": growth,
         "cpu_s_per_flood_request": cpu_per_request,
-        "rss_before_mb": rss_before,
+        "rss_before_mb": alone.before_mb,
         "rss_after_mb": rss_mb(pid),
     }
 
