@@ -90,14 +90,10 @@ def _single(spec: ObjectSpec, rng: np.random.Generator) -> str:
         return _pick(rng, (phrase, f"draw {phrase}", f"there is {phrase}", f"just {phrase}"))
     bare = _noun_phrase(spec, rng, place=False)
     place = _pick(rng, _PLACE_WORDS[spec.position])
-    frame = rng.integers(4)
-    if frame == 0:
-        return f"{bare} {place}"
-    if frame == 1:
-        return f"{place}, {bare}"
-    if frame == 2:
-        return f"{bare}, {place.removeprefix('in the ').removeprefix('at the ')}"
-    return f"{bare}. it is {place}"
+    short = place.removeprefix("in the ").removeprefix("at the ")
+    return _pick(
+        rng, (f"{bare} {place}", f"{place}, {bare}", f"{bare}, {short}", f"{bare}. it is {place}")
+    )
 
 
 def _join(phrases: list[str], rng: np.random.Generator) -> str:
