@@ -557,7 +557,7 @@ def assemble(
     container metadata. Segments are read lazily, one at a time.
     """
     if info.container == "gif":
-        _assemble_gif(segments, source, info, metadata, out)
+        _assemble_gif(segments, source, info.fps, metadata.get("comment"), out)
         return
     pieces = iter(segments)
     first = next(pieces, None)
@@ -816,14 +816,10 @@ def _gif_segment(pixels: np.ndarray, fps: Fraction) -> bytes:
 
 
 def _assemble_gif(
-    segments: Iterable[bytes],
-    source: bytes,
-    info: VideoInfo,
-    metadata: dict[str, str],
-    out: BinaryIO,
+    segments: Iterable[bytes], source: bytes, fps: Fraction, comment: str | None, out: BinaryIO
 ) -> None:
-    """The segments' frames as one GIF, with the source's frame delays and loop count, and
-    ``metadata["comment"]`` as its comment."""
+    """The segments' frames as one GIF, with the source's frame delays and loop count (a
+    frame past the source's last shown ``1 / fps``), and ``comment`` as its comment."""
     source_header, source_frames = _parse_gif(source)
     delays = [frame.delay_cs for frame in source_frames]
     written, size = 0, None
@@ -831,11 +827,11 @@ def _assemble_gif(
         header, frames = _parse_gif(data)
         if size is None:
             size = header.width, header.height
-            out.write(_gif_head(*size, source_header.loop, metadata.get("comment")))
+            out.write(_gif_head(*size, source_header.loop, comment))
         elif (header.width, header.height) != size:
             raise ValueError(f"segment {index} was not encoded like the first one")
         for frame in frames:
-            delay = delays[written] if written < len(delays) else _delay_cs(info.fps)
+            delay = delays[written] if written < len(delays) else _delay_cs(fps)
             out.write(_gif_frame(frame.image, delay))
             written += 1
     if written == 0:
