@@ -9,6 +9,7 @@ import models.adain.banded as banded_module
 from models.adain.banded import BandedRelu11
 from models.adain.pipeline import StyleTransfer
 from models.adain.whitening import CovarianceStats, grid_stride, wct_affine
+from tests.models.seeded import seeded_rand
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -22,7 +23,7 @@ def networks64(tiny_networks):
 
 
 def _image(*shape, seed):
-    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return seeded_rand(*shape, seed=seed, dtype=torch.float64)
 
 
 def _affine(batch, seed):

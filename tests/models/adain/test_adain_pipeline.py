@@ -18,6 +18,7 @@ from models.adain.pipeline import pad_to_multiple
 from models.adain.stats import FeatureStats, StyleStatsCache, content_key
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.hub import WeightsNotFoundError
+from tests.models.seeded import seeded_rand
 
 
 def _reference_adain(content, mean_s, std_s, eps=1e-5):
@@ -41,15 +42,11 @@ def model(tiny_networks):
     return StyleTransfer(encoder, decoders, levels=("relu3_1", "relu2_1", "relu1_1"))
 
 
-def _images(*shape, seed):
-    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed))
-
-
 # ---- feature-level maths -------------------------------------------------------------
 
 
 def test_weighted_styles_interpolate_statistics():
-    content, s1, s2 = (_images(2, 5, 6, 7, seed=i) * (i + 1) for i in range(3))
+    content, s1, s2 = (seeded_rand(2, 5, 6, 7, seed=i) * (i + 1) for i in range(3))
     out = transfer(content, [_stats(s1), _stats(s2)], weights=[0.25, 0.75])
     for b in range(2):
         mean = 0.25 * s1[b].flatten(1).double().mean(1) + 0.75 * s2[b].flatten(1).double().mean(1)
@@ -62,7 +59,7 @@ def test_weighted_styles_interpolate_statistics():
 @given(alpha=st.floats(0.0, 1.0))
 @settings(max_examples=15, deadline=None)
 def test_alpha_interpolates_features(alpha):
-    content, style = _images(1, 4, 5, 5, seed=3), _images(1, 4, 3, 3, seed=4) * 3
+    content, style = seeded_rand(1, 4, 5, 5, seed=3), seeded_rand(1, 4, 3, 3, seed=4) * 3
     full = transfer(content, [_stats(style)], weights=[1.0])
     out = transfer(content, [_stats(style)], weights=[1.0], alpha=alpha)
     torch.testing.assert_close(out, alpha * full + (1 - alpha) * content, rtol=1e-5, atol=1e-5)
@@ -70,8 +67,8 @@ def test_alpha_interpolates_features(alpha):
 
 @pytest.mark.parametrize("alpha", [1.0, 0.3])
 def test_adain_affine_is_transfer_as_a_per_channel_affine(alpha):
-    content = _images(2, 5, 6, 7, seed=8) * 3 - 1
-    styles = [_stats(_images(1, 5, 4, 4, seed=9) * 2), _stats(_images(2, 5, 3, 5, seed=10))]
+    content = seeded_rand(2, 5, 6, 7, seed=8) * 3 - 1
+    styles = [_stats(seeded_rand(1, 5, 4, 4, seed=9) * 2), _stats(seeded_rand(2, 5, 3, 5, seed=10))]
     scale, shift = adain_affine(content, styles, weights=[0.4, 0.6], alpha=alpha)
     assert scale.shape == shift.shape == (2, 5)
     expected = transfer(content, styles, weights=[0.4, 0.6], alpha=alpha)
@@ -80,8 +77,8 @@ def test_adain_affine_is_transfer_as_a_per_channel_affine(alpha):
 
 
 def test_masked_regions_get_their_own_statistics():
-    content = _images(1, 3, 8, 8, seed=5)
-    styles = [_images(1, 3, 4, 4, seed=6) * 4 + 2, _images(1, 3, 4, 4, seed=7) - 3]
+    content = seeded_rand(1, 3, 8, 8, seed=5)
+    styles = [seeded_rand(1, 3, 4, 4, seed=6) * 4 + 2, seeded_rand(1, 3, 4, 4, seed=7) - 3]
     left = torch.zeros(1, 1, 8, 8)
     left[..., :3] = 1.0  # 3 columns for style 0, the rest for style 1
     labels = region_labels([left, 1 - left], (8, 8), batch=1)
@@ -108,13 +105,13 @@ def test_region_labels_follow_the_largest_mask_and_leave_gaps():
 
 @pytest.mark.parametrize("size", [(19, 26), (8, 8), (5, 3)])
 def test_any_size_gives_the_same_size_in_range(model, size):
-    out = model.stylize(_images(2, 3, *size, seed=1), [_images(1, 3, 16, 18, seed=2)])
+    out = model.stylize(seeded_rand(2, 3, *size, seed=1), [seeded_rand(1, 3, 16, 18, seed=2)])
     assert out.shape == (2, 3, *size) and out.dtype == torch.float32
     assert float(out.min()) >= 0.0 and float(out.max()) <= 1.0
 
 
 def test_pad_then_crop_round_trips():
-    image = _images(1, 3, 13, 7, seed=0)
+    image = seeded_rand(1, 3, 13, 7, seed=0)
     padded, (h, w) = pad_to_multiple(image, 4)
     assert padded.shape[-2:] == (16, 8)
     assert torch.equal(padded[..., :h, :w], image)
@@ -123,22 +120,22 @@ def test_pad_then_crop_round_trips():
 
 
 def test_same_input_same_output(model):
-    content, style = _images(1, 3, 16, 16, seed=1), _images(1, 3, 16, 16, seed=2)
+    content, style = seeded_rand(1, 3, 16, 16, seed=1), seeded_rand(1, 3, 16, 16, seed=2)
     first = model.stylize(content, [style])
     model.cache.clear()
     assert torch.equal(first, model.stylize(content, [style]))
 
 
 def test_alpha_zero_single_level_is_plain_reconstruction(model):
-    content = _images(1, 3, 16, 20, seed=1)
-    out = model.stylize(content, [_images(1, 3, 16, 16, seed=2)], alpha=0.0, levels=["relu3_1"])
+    content = seeded_rand(1, 3, 16, 20, seed=1)
+    out = model.stylize(content, [seeded_rand(1, 3, 16, 16, seed=2)], alpha=0.0, levels=["relu3_1"])
     with torch.no_grad():
         expected = model.decoders["relu3_1"](model.encoder.encode(content, "relu3_1")).clamp(0, 1)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_single_level_matches_adain_on_style_features(model):
-    content, style = _images(1, 3, 16, 16, seed=3), _images(1, 3, 16, 20, seed=4)
+    content, style = seeded_rand(1, 3, 16, 16, seed=3), seeded_rand(1, 3, 16, 20, seed=4)
     out = model.stylize(content, [style], levels=["relu2_1"])
     from norms.functional import adain
 
@@ -151,8 +148,8 @@ def test_single_level_matches_adain_on_style_features(model):
 
 
 def test_one_hot_weights_equal_the_single_style(model):
-    content = _images(1, 3, 16, 16, seed=1)
-    s1, s2 = _images(1, 3, 16, 16, seed=2), _images(1, 3, 16, 16, seed=3)
+    content = seeded_rand(1, 3, 16, 16, seed=1)
+    s1, s2 = seeded_rand(1, 3, 16, 16, seed=2), seeded_rand(1, 3, 16, 16, seed=3)
     torch.testing.assert_close(
         model.stylize(content, [s1, s2], style_weights=[3.0, 0.0]), model.stylize(content, [s1])
     )
@@ -160,8 +157,8 @@ def test_one_hot_weights_equal_the_single_style(model):
 
 def test_huge_weights_are_normalised_without_overflow(model):
     """1e308 + 1e308 is inf in float: the weights are scaled by their maximum first."""
-    content = _images(1, 3, 16, 16, seed=1)
-    s1, s2 = _images(1, 3, 16, 16, seed=2), _images(1, 3, 16, 16, seed=3)
+    content = seeded_rand(1, 3, 16, 16, seed=1)
+    s1, s2 = seeded_rand(1, 3, 16, 16, seed=2), seeded_rand(1, 3, 16, 16, seed=3)
     torch.testing.assert_close(
         model.stylize(content, [s1, s2], style_weights=[1e308, 1e308]),
         model.stylize(content, [s1, s2], style_weights=[1.0, 1.0]),
@@ -169,8 +166,8 @@ def test_huge_weights_are_normalised_without_overflow(model):
 
 
 def test_per_item_styles_in_one_batch_match_separate_calls(model):
-    contents = _images(2, 3, 16, 16, seed=1)
-    styles = _images(2, 3, 16, 16, seed=2)
+    contents = seeded_rand(2, 3, 16, 16, seed=1)
+    styles = seeded_rand(2, 3, 16, 16, seed=2)
     batched = model.stylize(contents, [styles])
     for b in range(2):
         single = model.stylize(contents[b : b + 1], [styles[b : b + 1]])
@@ -178,13 +175,13 @@ def test_per_item_styles_in_one_batch_match_separate_calls(model):
 
 
 def test_full_mask_equals_unmasked(model):
-    content, style = _images(1, 3, 16, 16, seed=1), _images(1, 3, 16, 16, seed=2)
+    content, style = seeded_rand(1, 3, 16, 16, seed=1), seeded_rand(1, 3, 16, 16, seed=2)
     masked = model.stylize(content, [style], masks=[torch.ones(1, 1, 16, 16)])
     torch.testing.assert_close(masked, model.stylize(content, [style]), rtol=1e-4, atol=1e-5)
 
 
 def test_style_statistics_are_cached_by_content(model):
-    content, style = _images(1, 3, 16, 16, seed=1), _images(1, 3, 16, 16, seed=2)
+    content, style = seeded_rand(1, 3, 16, 16, seed=1), seeded_rand(1, 3, 16, 16, seed=2)
     model.stylize(content, [style])
     misses = model.cache.misses
     model.stylize(content, [style.clone()])  # a new tensor with the same pixels
@@ -238,17 +235,19 @@ def test_describe(model):
 )
 def test_bad_arguments(model, kwargs, message):
     with pytest.raises(ValueError, match=message):
-        model.stylize(_images(1, 3, 16, 16, seed=1), [_images(1, 3, 16, 16, seed=2)], **kwargs)
+        model.stylize(
+            seeded_rand(1, 3, 16, 16, seed=1), [seeded_rand(1, 3, 16, 16, seed=2)], **kwargs
+        )
 
 
 def test_bad_shapes(model):
-    content = _images(2, 3, 16, 16, seed=1)
+    content = seeded_rand(2, 3, 16, 16, seed=1)
     with pytest.raises(ValueError, match="content"):
         model.stylize(content[:, :2], [content])
     with pytest.raises(ValueError, match="style 0"):
-        model.stylize(content, [_images(3, 3, 16, 16, seed=2)])
+        model.stylize(content, [seeded_rand(3, 3, 16, 16, seed=2)])
     with pytest.raises(ValueError, match="at least 16 px"):
-        model.stylize(content, [_images(1, 3, 8, 32, seed=2)])
+        model.stylize(content, [seeded_rand(1, 3, 8, 32, seed=2)])
     with pytest.raises(ValueError, match="at least one style"):
         model.stylize(content, [])
 
@@ -256,7 +255,7 @@ def test_bad_shapes(model):
 def test_style_keywords_are_the_options_fields(model):
     """The keywords ``stylize`` takes are :class:`StyleOptions`' fields, and no others."""
     assert list(StyleKeywords.__annotations__) == [f.name for f in fields(StyleOptions)]
-    content = _images(1, 3, 16, 16, seed=1)
+    content = seeded_rand(1, 3, 16, 16, seed=1)
     with pytest.raises(TypeError, match="strength"):
         model.stylize(content, [content], strength=0.5)
 
@@ -265,7 +264,7 @@ def test_fast_path_agrees_with_float32(tiny_networks):
     encoder, decoders = tiny_networks
     plain = StyleTransfer(encoder, decoders, levels=("relu3_1",))
     fast = StyleTransfer(encoder, decoders, levels=("relu3_1",), fast=True)
-    content, style = _images(1, 3, 24, 24, seed=1), _images(1, 3, 24, 24, seed=2)
+    content, style = seeded_rand(1, 3, 24, 24, seed=1), seeded_rand(1, 3, 24, 24, seed=2)
     a, b = plain.stylize(content, [style]), fast.stylize(content, [style])
     assert float((a - b).abs().mean()) < 0.02
 
@@ -290,8 +289,8 @@ def test_ycbcr_matches_pillow():
 
 def test_chroma_comes_from_the_content():
     # mid-range luma and mild chroma stay inside the RGB gamut, so nothing is clamped
-    stylised = _images(1, 3, 8, 8, seed=1) * 0.4 + 0.3
-    content = _images(1, 3, 8, 8, seed=2) * 0.2 + 0.4
+    stylised = seeded_rand(1, 3, 8, 8, seed=1) * 0.4 + 0.3
+    content = seeded_rand(1, 3, 8, 8, seed=2) * 0.2 + 0.4
     out = with_chroma_of(stylised, content)
     torch.testing.assert_close(
         rgb_to_ycbcr(out)[:, 1:], rgb_to_ycbcr(content)[:, 1:], atol=1e-5, rtol=0
@@ -308,7 +307,7 @@ def test_preserve_color_is_luminance_transfer_with_content_chroma(model):
 
     (The 3/255 mean-chroma target is checked on real photos in test_adain_quality.py;
     random decoders saturate, and clamping then moves chroma.)"""
-    content = _images(1, 3, 16, 16, seed=1) * 0.5 + 0.25
+    content = seeded_rand(1, 3, 16, 16, seed=1) * 0.5 + 0.25
     style = torch.zeros(1, 3, 16, 16)
     style[:, 0] = 1.0  # pure red painting
     out = model.stylize(content, [style], preserve_color=True)
@@ -319,8 +318,8 @@ def test_preserve_color_is_luminance_transfer_with_content_chroma(model):
 def test_alpha_zero_multi_level_reconstructs_with_the_last_decoder(model):
     """alpha blends to the photo's own features at every pass, so alpha = 0 is the last
     level's reconstruction of the photo (no chain of reconstruction errors)."""
-    content = _images(1, 3, 16, 16, seed=1)
-    out = model.stylize(content, [_images(1, 3, 16, 16, seed=2)], alpha=0.0)
+    content = seeded_rand(1, 3, 16, 16, seed=1)
+    out = model.stylize(content, [seeded_rand(1, 3, 16, 16, seed=2)], alpha=0.0)
     with torch.no_grad():
         expected = model.decoders["relu1_1"](model.encoder.encode(content, "relu1_1")).clamp(0, 1)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
@@ -362,8 +361,8 @@ def test_from_pretrained_adds_the_adain_relu4_1_pair_when_present(tmp_path):
     model = StyleTransfer.from_pretrained([tmp_path], fast=False)
     assert model.encoder.depth == "relu4_1"
     assert str(tmp_path / ADAIN_DECODER_FILE) in model.describe()["weight_files"]
-    content = _images(1, 3, 20, 28, seed=1)
-    out = model.stylize(content, [_images(1, 3, 16, 16, seed=2)], levels=["relu4_1"])
+    content = seeded_rand(1, 3, 20, 28, seed=1)
+    out = model.stylize(content, [seeded_rand(1, 3, 16, 16, seed=2)], levels=["relu4_1"])
     assert out.shape == content.shape
     # the relu3_1 features are unchanged: the deeper file starts with the same tensors
     torch.testing.assert_close(
@@ -389,7 +388,7 @@ def test_a_given_key_replaces_the_hash_of_the_image():
 
 
 def test_a_model_on_a_gpu_keys_styles_by_their_host_copy(model, monkeypatch):
-    style = _images(1, 3, 16, 16, seed=2)
+    style = seeded_rand(1, 3, 16, 16, seed=2)
     assert model._host_key(style, "scale=1.0") is None  # on the CPU: hash what is computed on
     monkeypatch.setattr(StyleTransfer, "device", property(lambda self: torch.device("cuda")))
     assert model._host_key(style, "scale=0.5") == f"{content_key(style)}|scale=0.5"
@@ -401,7 +400,7 @@ def test_stylize_reads_nothing_back_per_pass(model, alpha):
     # a GPU would wait at every host read: the count must not grow with the passes
     from models.devices import HostReads
 
-    content, style = _images(2, 3, 24, 32, seed=1), _images(1, 3, 16, 16, seed=2)
+    content, style = seeded_rand(2, 3, 24, 32, seed=1), seeded_rand(1, 3, 16, 16, seed=2)
     counts = []
     for levels in (("relu3_1",), ("relu3_1", "relu2_1", "relu1_1")):
         model.cache.clear()
@@ -429,7 +428,7 @@ def test_with_alpha_below_one_the_photo_is_encoded_once_per_level(model, levels)
     starts from the photo: one encoder run per level, and the output is the two-encode
     computation's, bit for bit."""
     # a style as large as the photo is used as it is (no resizing in the reference)
-    content, style = _images(1, 3, 16, 20, seed=1), _images(1, 3, 20, 16, seed=2)
+    content, style = seeded_rand(1, 3, 16, 20, seed=1), seeded_rand(1, 3, 20, 16, seed=2)
     out = model.stylize(content, [style], alpha=0.5, levels=levels)  # caches the style
     runs = []
     hook = model.encoder.register_forward_pre_hook(lambda module, args: runs.append(1))

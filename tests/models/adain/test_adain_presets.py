@@ -23,12 +23,9 @@ from models.adain.presets import (
 from models.adain.pyramid import next_stage_start, resize, style_at
 from models.adain.whitening import CovarianceStats, wct_transfer
 from models.vgg import LEVELS
+from tests.models.seeded import seeded_rand
 
 pytestmark = pytest.mark.usefixtures("single_thread")
-
-
-def _images(*shape, seed):
-    return torch.rand(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float32)
 
 
 @pytest.fixture
@@ -82,14 +79,14 @@ def _upsample2x_keys64(image: torch.Tensor, dim: int) -> torch.Tensor:
 
 
 def test_resize_and_the_next_stage_start_against_float64_references():
-    image = _images(2, 3, 24, 32, seed=1)
+    image = seeded_rand(2, 3, 24, 32, seed=1)
     assert resize(image, (24, 32)) is image
     for size in ((6, 8), (48, 64)):
         torch.testing.assert_close(
             resize(image, size).double(), _resize64(image, size), rtol=0, atol=1e-6
         )
     photo, small = image, resize(image, (12, 16))
-    stylised = _images(2, 3, 12, 16, seed=2)
+    stylised = seeded_rand(2, 3, 12, 16, seed=2)
     up = _upsample2x_keys64(_upsample2x_keys64(stylised.double() - small.double(), -1), -2)
     expected = (photo.double() + up).clamp(0, 1)
     torch.testing.assert_close(
@@ -100,7 +97,7 @@ def test_resize_and_the_next_stage_start_against_float64_references():
 
 
 def test_style_at_sizes_the_style_by_the_stage_and_the_style_scale():
-    style = _images(1, 3, 40, 200, seed=4)
+    style = seeded_rand(1, 3, 40, 200, seed=4)
     assert style_at(style, 100, 1.0, min_side=16).shape[-2:] == (20, 100)
     assert style_at(style, 100, 2.0, min_side=16).shape[-2:] == (40, 200)
     assert style_at(style, 100, 0.5, min_side=16).shape[-2:] == (16, 80)  # the minimum side
@@ -115,7 +112,7 @@ def test_style_scale_outside_its_range_is_refused(model, bad):
         check_style_scale(bad)
     with pytest.raises(ValueError, match="style_scale"):
         model.stylize(
-            _images(1, 3, 16, 16, seed=1), [_images(1, 3, 16, 16, seed=2)], style_scale=bad
+            seeded_rand(1, 3, 16, 16, seed=1), [seeded_rand(1, 3, 16, 16, seed=2)], style_scale=bad
         )
 
 
@@ -147,7 +144,7 @@ def _reference(model, content, style, preset, alpha=1.0, style_scale=1.0):
 @pytest.mark.parametrize("name", ["quality", "realtime"])
 @pytest.mark.parametrize(("alpha", "style_scale"), [(1.0, 1.0), (0.5, 1.0), (1.0, 2.0)])
 def test_a_preset_is_its_pyramid_of_wct_passes(model, name, alpha, style_scale):
-    content, style = _images(1, 3, 32, 40, seed=1), _images(1, 3, 36, 36, seed=2)
+    content, style = seeded_rand(1, 3, 32, 40, seed=1), seeded_rand(1, 3, 36, 36, seed=2)
     with torch.no_grad():
         got = model.stylize(content, [style], preset=name, alpha=alpha, style_scale=style_scale)
         expected = _reference(model, content, style, PRESETS[name], alpha, style_scale)
@@ -165,7 +162,7 @@ def test_every_stage_sees_the_style_at_its_own_scale(model, monkeypatch):
         return original(self, style, levels, transform, key=key)
 
     monkeypatch.setattr(StyleTransfer, "style_stats", spy)
-    content, style = _images(1, 3, 64, 48, seed=1), _images(1, 3, 60, 80, seed=2)
+    content, style = seeded_rand(1, 3, 64, 48, seed=1), seeded_rand(1, 3, 60, 80, seed=2)
     model.stylize(content, [style], preset="quality", style_scale=2.0)
     stages = PRESETS["quality"].stages
     # the stages' longer sides are 64 x factor: the style's is twice that (at least 16 px
@@ -181,7 +178,7 @@ def test_every_stage_sees_the_style_at_its_own_scale(model, monkeypatch):
 
 @pytest.mark.parametrize("name", ["quality", "realtime"])
 def test_alpha_zero_is_the_last_pass_reconstruction_of_the_photo(model, name):
-    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 24, 24, seed=2)
+    content, style = seeded_rand(1, 3, 24, 32, seed=1), seeded_rand(1, 3, 24, 24, seed=2)
     level = PRESETS[name].stages[-1].levels[-1]
     with torch.no_grad():
         expected = model.decoders[level](model.encoder.encode(content, level)).clamp(0, 1)
@@ -194,14 +191,14 @@ def test_a_flat_photo_stays_flat(model, name):
     """No pattern from nowhere (the old realtime laid the style's shuffled fine texture over
     flat regions, a crinkled-paper look): constant features have no covariance to colour."""
     content = torch.full((1, 3, 32, 40), 0.4)
-    out = model.stylize(content, [_images(1, 3, 32, 32, seed=2)], preset=name)
+    out = model.stylize(content, [seeded_rand(1, 3, 32, 32, seed=2)], preset=name)
     assert float(out.std(dim=(2, 3)).max()) < 1e-5
 
 
 def test_the_model_default_preset_is_used_and_described(tiny_networks):
     encoder, decoders = tiny_networks
     default_realtime = StyleTransfer(encoder, decoders, preset="realtime")
-    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 24, 24, seed=2)
+    content, style = seeded_rand(1, 3, 24, 32, seed=1), seeded_rand(1, 3, 24, 24, seed=2)
     torch.testing.assert_close(
         default_realtime.stylize(content, [style]),
         default_realtime.stylize(content, [style], preset="realtime"),
@@ -213,14 +210,14 @@ def test_the_model_default_preset_is_used_and_described(tiny_networks):
 
 @pytest.mark.parametrize("name", ["quality", "realtime"])
 def test_a_full_mask_equals_no_mask(model, name):
-    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 24, 24, seed=2)
+    content, style = seeded_rand(1, 3, 24, 32, seed=1), seeded_rand(1, 3, 24, 24, seed=2)
     masked = model.stylize(content, [style], masks=[torch.ones(1, 1, 24, 32)], preset=name)
     plain = model.stylize(content, [style], preset=name)
     torch.testing.assert_close(masked, plain, rtol=1e-4, atol=1e-4)
 
 
 def test_preserve_color_keeps_the_photo_chroma_mean(model):
-    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 24, 24, seed=2)
+    content, style = seeded_rand(1, 3, 24, 32, seed=1), seeded_rand(1, 3, 24, 24, seed=2)
     out = model.stylize(content, [style], preserve_color=True)
     chroma = lambda x: rgb_to_ycbcr(x)[:, 1:].mean(dim=(2, 3))  # noqa: E731
     assert float((chroma(out) - chroma(content)).abs().max()) < 0.05
@@ -229,8 +226,8 @@ def test_preserve_color_keeps_the_photo_chroma_mean(model):
 def test_a_batch_of_different_styles_matches_separate_calls_and_control_drops_rows(model):
     """The service batches requests with different styles: each row keeps its own WCT; an
     image the step control drops leaves the batch, the others are unchanged."""
-    contents = _images(2, 3, 24, 32, seed=7)
-    styles = torch.cat([_images(1, 3, 32, 32, seed=8), _images(1, 3, 32, 32, seed=9) * 0.3])
+    contents = seeded_rand(2, 3, 24, 32, seed=7)
+    styles = torch.cat([seeded_rand(1, 3, 32, 32, seed=8), seeded_rand(1, 3, 32, 32, seed=9) * 0.3])
     batched = model.stylize(contents, [styles])
     singles = [model.stylize(contents[b : b + 1], [styles[b : b + 1]]) for b in range(2)]
     for b in range(2):
@@ -250,7 +247,7 @@ def test_a_batch_of_different_styles_matches_separate_calls_and_control_drops_ro
 
 def test_a_model_with_its_own_levels_runs_them_unless_a_preset_is_asked(tiny_networks):
     encoder, decoders = tiny_networks
-    content, style = _images(1, 3, 24, 32, seed=1), _images(1, 3, 24, 24, seed=2)
+    content, style = seeded_rand(1, 3, 24, 32, seed=1), seeded_rand(1, 3, 24, 24, seed=2)
     plain = StyleTransfer(encoder, decoders)
     passes = [level for stage in PRESETS["quality"].stages for level in stage.levels]
     assert plain.describe()["levels"] == passes
@@ -270,7 +267,7 @@ def test_full_size_passes_count_the_pixels_the_passes_run_on(model, name):
     pixels over the photo's (64 x 64: every stage's size divides the encoder's strides).
     Every pass, whole-map or banded, runs the encoder's first layer (the 1x1
     preprocessing) once on the image it encodes."""
-    content, style = _images(1, 3, 64, 64, seed=1), _images(1, 3, 32, 32, seed=2)
+    content, style = seeded_rand(1, 3, 64, 64, seed=1), seeded_rand(1, 3, 32, 32, seed=2)
     model.stylize(content, [style], preset=name)  # style statistics cached from here on
     pixels = []
     hook = model.encoder.layers[0].register_forward_pre_hook(
