@@ -15,7 +15,7 @@ from torch import Tensor
 from models.adain.large import Step
 from models.adain.options import StyleKeywords
 from models.control import StepControl
-from models.dit.options import GenerateDefaults, GenerateOptions
+from models.dit.options import GenerateDefaults, GenerateOptions, SampleKeywords
 from models.shapes.understand import Understanding
 from models.temporal import StageBlend
 
@@ -134,11 +134,10 @@ class TextToImageModel(ServedModel, Protocol):
         self,
         prompts: Sequence[Understanding],
         options: GenerateOptions,
-        *,
-        negative_prompts: Sequence[str | None] | None = None,
-        seeds: Sequence[int] | None = None,
-        control: StepControl | None = None,
+        **keywords: Unpack[SampleKeywords],
     ) -> Tensor:
         """One ``(3, H, W)`` image in ``[0, 1]`` per read prompt ``control`` kept (asked
-        before each sampler step), as ``(N', 3, H, W)``; ``options`` are used as given."""
+        before each sampler step), as ``(N', 3, H, W)``; ``options`` are used as given;
+        ``keywords``: negative prompts, seeds, a step control
+        (``models.dit.options.SampleKeywords``)."""
         ...

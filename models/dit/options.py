@@ -4,12 +4,30 @@ A request's ``None`` fields are resolved here once (by the HTTP route, the CLI, 
 ``TextToImage.generate`` for library callers), so a default lives in one place (the
 model's :class:`GenerateDefaults`) and every option, the guidance scale included, is
 checked once; ``TextToImage.sample`` and the samplers take the resulting
-:class:`GenerateOptions` as given.
+:class:`GenerateOptions` as given. What ``sample`` takes per image besides (negative
+prompts, seeds, a step control) is typed once by :class:`SampleKeywords`, which
+``sample``, the service's protocol for it and its fake take as keywords.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
+
+from models.control import StepControl
+
+__all__ = ["GenerateDefaults", "GenerateOptions", "SampleKeywords"]
+
+
+class SampleKeywords(TypedDict, total=False):
+    """The keyword options of ``TextToImage.sample`` (``**keywords:
+    Unpack[SampleKeywords]``), each optional and per image; their meaning is documented
+    there."""
+
+    negative_prompts: Sequence[str | None] | None
+    seeds: Sequence[int] | None
+    control: StepControl | None
 
 
 @dataclass(frozen=True)

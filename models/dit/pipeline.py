@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 import numpy as np
 import torch
@@ -29,7 +29,7 @@ from models.diffusion import (
 )
 from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
-from models.dit.options import GenerateDefaults, GenerateOptions
+from models.dit.options import GenerateDefaults, GenerateOptions, SampleKeywords
 from models.hub import resolve
 from models.shapes.planner import plan_regions
 from models.shapes.understand import Understanding, understand
@@ -215,10 +215,7 @@ class TextToImage:
         self,
         prompts: Sequence[Understanding],
         options: GenerateOptions,
-        *,
-        negative_prompts: Sequence[str | None] | None = None,
-        seeds: Sequence[int] | None = None,
-        control: StepControl | None = None,
+        **keywords: Unpack[SampleKeywords],
     ) -> Tensor:
         """Sample one image per read prompt with resolved options; the one entry point
         that runs the network (under ``torch.inference_mode``).
@@ -250,13 +247,17 @@ class TextToImage:
         Raises:
             ValueError: no prompt, or as many negative prompts or seeds as prompts.
         """
+        if unknown := keywords.keys() - SampleKeywords.__annotations__.keys():
+            raise TypeError(f"sample() got unexpected keyword arguments {sorted(unknown)}")
         n = len(prompts)
         if n == 0:
             raise ValueError("need at least one prompt")
+        negative_prompts = keywords.get("negative_prompts")
         negatives: list[str | None] = (
             list(negative_prompts) if negative_prompts is not None else [None] * n
         )
-        seeds = list(seeds) if seeds is not None else [random_seed() for _ in range(n)]
+        given_seeds = keywords.get("seeds")
+        seeds = list(given_seeds) if given_seeds is not None else [random_seed() for _ in range(n)]
         if len(negatives) != n or len(seeds) != n:
             raise ValueError(
                 f"got {n} prompts, {len(negatives)} negative prompts, {len(seeds)} seeds"
@@ -282,7 +283,7 @@ class TextToImage:
                 steps=options.steps,
                 generator=generators,
                 clip_denoised=True,
-                control=converted_images(control, _as_picture),
+                control=converted_images(keywords.get("control"), _as_picture),
             )
         return to_host(((images.float() + 1) / 2).clamp(0, 1))
 

@@ -48,6 +48,7 @@ from models.adain.mixing import convex_weights
 from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import get_preset
 from models.control import StepControl, image_hook, take_rows, wanted_rows
+from models.dit.options import SampleKeywords
 from models.shapes.understand import Understanding, understand
 from models.temporal import StageBlend
 from service.config import Settings
@@ -323,14 +324,11 @@ class FakeTextToImage(Stepper):
         self,
         prompts: Sequence[Understanding],
         options: GenerateOptions,
-        *,
-        negative_prompts: Sequence[str | None] | None = None,
-        seeds: Sequence[int] | None = None,
-        control: StepControl | None = None,
+        **keywords: Unpack[SampleKeywords],
     ) -> torch.Tensor:
         """``None`` fills as the real pipeline fills it: no negative prompts, random seeds."""
-        negative_prompts = negative_prompts or [None] * len(prompts)
-        seeds = seeds or [random.getrandbits(31) for _ in prompts]
+        negative_prompts = keywords.get("negative_prompts") or [None] * len(prompts)
+        seeds = keywords.get("seeds") or [random.getrandbits(31) for _ in prompts]
         self.calls.append(
             {
                 "prompts": [prompt.prompt for prompt in prompts],
@@ -343,6 +341,7 @@ class FakeTextToImage(Stepper):
             }
         )
         images = torch.stack([self.image(seed) for seed in seeds])
+        control = keywords.get("control")
         rows = self.run(len(prompts), options.steps, control, lambda rows: images[rows])
         return images[rows]
 

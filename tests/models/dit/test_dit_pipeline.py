@@ -253,6 +253,14 @@ def test_sample_uses_the_read_prompts_and_resolved_options_as_given(pipe, monkey
     assert torch.equal(sampled, generated)
 
 
+def test_sample_refuses_a_keyword_it_does_not_take(pipe):
+    """``sample``'s keywords are :class:`~models.dit.options.SampleKeywords`' fields: a
+    misspelt one is a ``TypeError``, not a silent default."""
+    read = [pipe.understand("a red circle")]
+    with pytest.raises(TypeError, match="'seed'"):
+        pipe.sample(read, pipe.defaults.resolve(steps=1), seed=[3])
+
+
 def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, capsys):
     options = ["--seed", "1", "--steps", "2", "--checkpoint", str(checkpoint), "-o", str(tmp_path)]
     assert cli_main(["generate", "Two HUGE red squares and a kitten", *options]) == 0
