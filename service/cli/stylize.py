@@ -32,6 +32,7 @@ from tqdm import tqdm
 from models.adain import StyleTransfer
 from models.adain.large import styles_side
 from models.adain.mixing import convex_weights
+from models.adain.options import StyleKeywords
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
@@ -159,14 +160,10 @@ def run(args: argparse.Namespace) -> int:
             output = model.stylize(
                 content,
                 styles,
-                style_weights=args.style_weights,
-                alpha=args.alpha,
-                preserve_color=args.preserve_color,
                 masks=masks,
                 levels=args.levels,
-                preset=args.preset,
-                style_scale=args.style_scale,
                 control=_progress(bar),
+                **style_keywords(args),
             )
     except (OSError, ValueError, ServiceError) as exc:
         print(f"error: {exc.message if isinstance(exc, ServiceError) else exc}", file=sys.stderr)
@@ -175,6 +172,18 @@ def run(args: argparse.Namespace) -> int:
     save_image(output, args.output, _parameters(args, model, content), quality=args.quality)
     print(args.output)
     return 0
+
+
+def style_keywords(args: argparse.Namespace) -> StyleKeywords:
+    """The stylisation options the flags name (``models.adain.options.StyleOptions``), as
+    a photo and a video are painted with them."""
+    return StyleKeywords(
+        style_weights=args.style_weights,
+        alpha=args.alpha,
+        preserve_color=args.preserve_color,
+        preset=args.preset,
+        style_scale=args.style_scale,
+    )
 
 
 def image_limits(args: argparse.Namespace, size: int) -> ImageLimits:
@@ -248,13 +257,7 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
             to_float(decode_file(path, limits, styles_side(max(size))))[None]
             for path in args.styles
         ]
-        options = {
-            "style_weights": args.style_weights,
-            "alpha": args.alpha,
-            "preserve_color": args.preserve_color,
-            "preset": args.preset,
-            "style_scale": args.style_scale,
-        }
+        options = dict(style_keywords(args))
         segments = []
         chunks = frame_chunks(data, CHUNK_FRAMES, size=size)
         with tqdm(total=info.frames, unit="frame", disable=None, file=sys.stderr) as bar:
