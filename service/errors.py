@@ -68,7 +68,8 @@ class ServiceError(StarletteHTTPException):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        ServiceError.by_code.setdefault(cls.code, cls)
+        if "code" in cls.__dict__:  # a class that names its own code (not a shared base)
+            ServiceError.by_code.setdefault(cls.code, cls)
 
     def __init__(
         self, message: str, *, code: str | None = None, headers: dict[str, str] | None = None
@@ -139,15 +140,27 @@ class ValidationFailed(ServiceError):
     status_code, code = 422, "validation_error"
 
 
-class Overloaded(ServiceError):
-    """A worker queue is full; ``retry_after_s`` goes out as the ``Retry-After`` header."""
+class RetryLater(ServiceError):
+    """An error the client may retry: ``retry_after_s`` (rounded up to whole seconds, at
+    least 1) goes out as the ``Retry-After`` header and stays as ``retry_after_s``."""
 
-    status_code, code = 429, "overloaded"
+    #: the wait when the raiser names none
+    default_retry_after_s: float = 1.0
 
-    def __init__(self, message: str, *, retry_after_s: float = 1.0, code: str | None = None):
+    def __init__(
+        self, message: str, *, retry_after_s: float | None = None, code: str | None = None
+    ):
+        if retry_after_s is None:
+            retry_after_s = self.default_retry_after_s
         seconds = max(1, math.ceil(retry_after_s))
         super().__init__(message, code=code, headers={"Retry-After": str(seconds)})
         self.retry_after_s = seconds
+
+
+class Overloaded(RetryLater):
+    """A worker queue is full; ``retry_after_s`` goes out as the ``Retry-After`` header."""
+
+    status_code, code = 429, "overloaded"
 
 
 class JobNotFound(ServiceError):
@@ -206,13 +219,11 @@ class ShuttingDown(ServiceError):
     status_code, code = 503, "shutting_down"
 
 
-class StoreUnavailable(ServiceError):
+class StoreUnavailable(RetryLater):
     """The job store (Redis, or the SQLite file) cannot be reached; retry shortly."""
 
     status_code, code = 503, "store_unavailable"
-
-    def __init__(self, message: str, *, retry_after_s: int = 2, code: str | None = None):
-        super().__init__(message, code=code, headers={"Retry-After": str(retry_after_s)})
+    default_retry_after_s = 2
 
 
 class StoreFull(StoreUnavailable):

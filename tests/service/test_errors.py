@@ -36,6 +36,26 @@ def test_an_unknown_or_missing_job_error_is_an_internal_error():
     assert error_of_job(None).code == "internal_error"
 
 
+@pytest.mark.parametrize(
+    ("kind", "given", "header"),
+    [
+        (errors.Overloaded, None, "1"),
+        (errors.Overloaded, 0.2, "1"),
+        (errors.Overloaded, 2.5, "3"),
+        (errors.StoreUnavailable, None, "2"),
+        (errors.StoreFull, 4, "4"),
+    ],
+)
+def test_retry_later_errors_send_whole_seconds_of_retry_after(kind, given, header):
+    error = kind("busy") if given is None else kind("busy", retry_after_s=given)
+    assert error.headers == {"Retry-After": header}
+    assert error.retry_after_s == int(header)
+
+
+def test_a_shared_base_without_its_own_code_is_not_a_job_error_class():
+    assert errors.RetryLater not in ServiceError.by_code.values()
+
+
 def test_error_responses_document_each_status_once(client):
     documented = client.get("/openapi.json").json()["paths"]["/v1/generate"]["post"]["responses"]
     for status in ("400", "401", "422", "429", "503", "504"):
