@@ -1,7 +1,7 @@
 """The routes' shared dependencies, as ``Annotated`` aliases: settings, the job store,
 the model catalog, the caller's key, the request's executor (how its work runs), and
 the request headers every work route reads (``Prefer``, ``Idempotency-Key``) with the
-caller's rate limit.
+caller's rate limit. A work route takes them together as :data:`WorkDep`.
 
 This is where a request meets the application's state (``request.app.state``): what
 lies below the routes is handed what it needs, and reads none of it itself.
@@ -12,8 +12,10 @@ thread hop per request for reading an attribute.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Request
 from starlette.types import Receive
@@ -22,7 +24,7 @@ from service.auth import Caller
 from service.catalog import ModelCatalog
 from service.config import Settings
 from service.errors import Overloaded, ValidationFailed
-from service.execution.executor import Executor
+from service.execution.executor import Executor, Submission
 from service.jobs.store import JobStore
 
 
@@ -144,3 +146,50 @@ async def rate_limited(request: Request, store: StoreDep, caller: CallerDep) -> 
 
 
 RateLimited = Depends(rate_limited)
+
+
+@dataclass(frozen=True)
+class WorkContext:
+    """What a work route (``/v1/generate``, ``/v1/stylize``) is handed besides its own
+    fields: the request, the settings, the model catalog, the request's executor, and
+    the two headers that decide how its work is answered."""
+
+    request: Request
+    settings: Settings
+    models: ModelCatalog
+    executor: Executor
+    #: ``Prefer: respond-async``: answer 202 with a job
+    respond_async: bool
+    #: ``Idempotency-Key``, checked
+    idempotency_key: str | None
+
+    def submission(
+        self,
+        identity: Sequence[bytes | str],
+        *,
+        webhook: dict[str, Any] | None,
+        previews: bool = False,
+    ) -> Submission:
+        """The request's submission; with an ``Idempotency-Key``, the request is known
+        by its route and ``identity`` (its fields and uploads)."""
+        return Submission.of(
+            respond_async=self.respond_async,
+            idempotency_key=self.idempotency_key,
+            identity=[self.request.url.path, *identity],
+            webhook=webhook,
+            previews=previews,
+        )
+
+
+async def work_context(
+    request: Request,
+    settings: SettingsDep,
+    models: CatalogDep,
+    executor: ExecutorDep,
+    respond_async: RespondAsync,
+    idempotency_key: IdempotencyKey,
+) -> WorkContext:
+    return WorkContext(request, settings, models, executor, respond_async, idempotency_key)
+
+
+WorkDep = Annotated[WorkContext, Depends(work_context)]

@@ -13,23 +13,16 @@ from __future__ import annotations
 import base64
 from typing import Annotated, Any, get_args
 
-from fastapi import APIRouter, Header, Request, Response
+from fastapi import APIRouter, Header, Response
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from models.diffusion.random import MAX_SEED, consecutive_seeds
 from service.config import Settings
 from service.errors import ValidationFailed, error_responses
-from service.execution.executor import Accepted, Submission
+from service.execution.executor import Accepted
 from service.execution.generate import GenerateWork
 from service.jobs.webhooks import WebhookEvent
-from service.routes.deps import (
-    CatalogDep,
-    ExecutorDep,
-    IdempotencyKey,
-    RateLimited,
-    RespondAsync,
-    SettingsDep,
-)
+from service.routes.deps import RateLimited, WorkDep
 from service.routes.jobs import job_accepted
 
 router = APIRouter(prefix="/v1", tags=["generate"])
@@ -149,15 +142,10 @@ class GenerateResponse(BaseModel):
 )
 async def generate(
     body: GenerateRequest,
-    request: Request,
-    settings: SettingsDep,
-    models: CatalogDep,
-    executor: ExecutorDep,
-    respond_async: RespondAsync,
-    idempotency_key: IdempotencyKey,
+    context: WorkDep,
     accept: Annotated[str | None, Header()] = None,
 ) -> GenerateResponse | Response:
-    served = await models.lookup("dit")
+    served = await context.models.lookup("dit")
     try:
         options = served.defaults.resolve(
             steps=body.steps,
@@ -167,18 +155,16 @@ async def generate(
         )
     except ValueError as exc:
         raise ValidationFailed(str(exc)) from None
-    check_generate_cost(options.steps, body.num_images, settings)
-    webhook = await executor.webhook(body.webhook, body.webhook_events)
+    check_generate_cost(options.steps, body.num_images, context.settings)
+    webhook = await context.executor.webhook(body.webhook, body.webhook_events)
     seeds = consecutive_seeds(body.seed, body.num_images)
     work = GenerateWork(body.prompt, body.negative_prompt, tuple(seeds), options)
-    submission = Submission.of(
-        respond_async=respond_async,
-        idempotency_key=idempotency_key,
-        identity=[request.url.path, body.model_dump_json(by_alias=True, exclude={"previews"})],
+    submission = context.submission(
+        [body.model_dump_json(by_alias=True, exclude={"previews"})],
         webhook=webhook,
         previews=body.previews,
     )
-    result = await executor.submit(work, served, submission)
+    result = await context.executor.submit(work, served, submission)
     if isinstance(result, Accepted):
         return job_accepted(result.job)
     if body.num_images == 1 and accept is not None and "image/png" in accept:

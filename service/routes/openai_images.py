@@ -42,6 +42,7 @@ from service.routes.deps import (
     IdempotencyKey,
     RateLimited,
     SettingsDep,
+    WorkContext,
 )
 from service.routes.generate import GenerateRequest, GenerateResponse, generate
 
@@ -241,16 +242,11 @@ async def create_images(
             message=f"this model draws {native} images only; send size={native!r} or 'auto' "
             f"(or leave it out), got {body.size!r}",
         )
-    answer = await generate(
-        body,
-        request,
-        settings,
-        models,
-        executor,
-        respond_async=False,
-        idempotency_key=idempotency_key,
-        accept=None,
+    # answered at once, never as a job: no Prefer header is read here
+    context = WorkContext(
+        request, settings, models, executor, respond_async=False, idempotency_key=idempotency_key
     )
+    answer = await generate(body, context, accept=None)
     assert isinstance(answer, GenerateResponse)  # no Accept: image/png, no Prefer here
     return ImagesResponse(
         created=int(time.time()),

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import torch
-from fastapi import APIRouter, File, Form, Request, Response, UploadFile
+from fastapi import APIRouter, File, Form, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
@@ -29,18 +29,11 @@ from models.images import check_output_side
 from models.video import looks_like_video
 from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
-from service.execution.executor import Accepted, Submission
+from service.execution.executor import Accepted
 from service.execution.stylize import StylizeWork
 from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
 from service.jobs.webhooks import EVENTS_PATTERN, parse_events
-from service.routes.deps import (
-    CatalogDep,
-    ExecutorDep,
-    IdempotencyKey,
-    RateLimited,
-    RespondAsync,
-    SettingsDep,
-)
+from service.routes.deps import RateLimited, WorkContext, WorkDep
 from service.routes.jobs import job_accepted
 from service.routes.stylize_video import video_work
 
@@ -166,33 +159,18 @@ def _decode_all(
     return content_image, style_images, mask_images
 
 
-def _decoding(request: Request, settings: Settings, deadline: float | None) -> Decoding:
+def _fields_json(fields: list[object]) -> str:
+    """The request's fields as they fingerprint it (an ``Idempotency-Key``'s request)."""
+    return json.dumps(fields, sort_keys=True)
+
+
+def _decoding(context: WorkContext, deadline: float | None) -> Decoding:
     """How this request's uploads are decoded: the image limits, the shared decode slots."""
+    settings = context.settings
     return Decoding(
         ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-        request.app.state.decode_slots,
+        context.request.app.state.decode_slots,
         deadline,
-    )
-
-
-def _submission(
-    request: Request,
-    *,
-    respond_async: bool,
-    idempotency_key: str | None,
-    fields: list[object],
-    uploads: list[bytes],
-    hook: dict[str, Any] | None,
-    previews: bool = False,
-) -> Submission:
-    """The request's submission; with an ``Idempotency-Key``, its fingerprint is the
-    route, the fields (JSON) and every upload's bytes."""
-    return Submission.of(
-        respond_async=respond_async,
-        idempotency_key=idempotency_key,
-        identity=[request.url.path, json.dumps(fields, sort_keys=True), *uploads],
-        webhook=hook,
-        previews=previews,
     )
 
 
@@ -224,12 +202,7 @@ def _submission(
     dependencies=[RateLimited],
 )
 async def stylize(
-    request: Request,
-    settings: SettingsDep,
-    models: CatalogDep,
-    executor: ExecutorDep,
-    respond_async: RespondAsync,
-    idempotency_key: IdempotencyKey,
+    context: WorkDep,
     content: Annotated[UploadFile, File(description="The photo.")],
     style: Annotated[
         list[UploadFile],
@@ -313,7 +286,7 @@ async def stylize(
         ),
     ] = False,
 ) -> Response:
-    served = await models.lookup("adain")
+    served = await context.models.lookup("adain")
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     weights = parse_style_weights(style_weights, len(style))
@@ -331,11 +304,11 @@ async def stylize(
     if video:
         is_video = await run_in_threadpool(looks_like_video, video)
     if is_video:
-        executor.require_job(respond_async, "content: a video")
+        context.executor.require_job(context.respond_async, "content: a video")
         if mask is not None:
             raise ValidationFailed("mask: masks are not supported for a video")
-        hook = await executor.webhook(webhook, parse_events(webhook_events))
-        await executor.check_admission(respond_async)
+        hook = await context.executor.webhook(webhook, parse_events(webhook_events))
+        await context.executor.check_admission(context.respond_async)
         styles = [await upload.read() for upload in style]
         clip = await video_work(
             video=video,
@@ -343,32 +316,33 @@ async def stylize(
             options=options,
             size=size,
             served=served,
-            settings=settings,
-            decoding=_decoding(request, settings, executor.deadline()),
+            settings=context.settings,
+            decoding=_decoding(context, context.executor.deadline()),
         )
-        submission = _submission(
-            request,
-            respond_async=True,
-            idempotency_key=idempotency_key,
-            fields=[options, size, webhook, webhook_events],
-            uploads=[video, *styles],
-            hook=hook,
+        submission = context.submission(
+            [_fields_json([options, size, webhook, webhook_events]), video, *styles],
+            webhook=hook,
         )
-        accepted = await executor.submit(clip, served, submission)
+        accepted = await context.executor.submit(clip, served, submission)
         assert isinstance(accepted, Accepted)  # a video: always a job
         return job_accepted(accepted.job)
     del video
     await content.seek(0)
     size = DEFAULT_SIZE if size is None else size
-    if size > settings.max_side:
-        raise ValidationFailed(f"size: at most {settings.max_side}, got {size}")
+    if size > context.settings.max_side:
+        raise ValidationFailed(f"size: at most {context.settings.max_side}, got {size}")
     try:
         check_output_side(format, size)
     except ValueError as exc:
         raise ValidationFailed(f"format: {exc}") from None
     passes = served.full_size_passes(preset)
     check_cost(
-        size, len(style), passes, settings, respond_async=respond_async, style_scale=style_scale
+        size,
+        len(style),
+        passes,
+        context.settings,
+        respond_async=context.respond_async,
+        style_scale=style_scale,
     )
     if mask is not None:
         if size > MAX_MASK_SIZE:
@@ -377,12 +351,14 @@ async def stylize(
             check_masks(len(mask), len(style), weighted=weights is not None)
         except ValueError as exc:
             raise ValidationFailed(f"mask: {exc}") from None
-    hook = await executor.webhook(webhook, parse_events(webhook_events))
-    await executor.check_admission(respond_async)  # refuse before anything is decoded
-    deadline = executor.deadline()
+    hook = await context.executor.webhook(webhook, parse_events(webhook_events))
+    # refuse before anything is decoded
+    await context.executor.check_admission(context.respond_async)
+    deadline = context.executor.deadline()
     style_side = styles_side(size)
     weight = size * size * (1 + (0 if mask is None else len(mask))) + len(style) * style_side**2
-    async with executor.preparing(weight, deadline):  # given back once the work is handed off
+    # the preparation budget is given back once the work is handed off
+    async with context.executor.preparing(weight, deadline):
         uploads = [await content.read(), *[await upload.read() for upload in style]]
         mask_bytes = None if mask is None else [await upload.read() for upload in mask]
         content_image, style_images, mask_images = await run_in_threadpool(
@@ -392,7 +368,7 @@ async def stylize(
             mask_bytes,
             size=size,
             style_size=style_side,
-            decoding=_decoding(request, settings, deadline),
+            decoding=_decoding(context, deadline),
         )
         parameters = {
             "alpha": alpha,
@@ -408,16 +384,16 @@ async def stylize(
         work = StylizeWork(
             content_image, style_images, mask_images, options, format, parameters, quality
         )
-        submission = _submission(
-            request,
-            respond_async=respond_async,
-            idempotency_key=idempotency_key,
-            fields=[options, size, format, quality, webhook, webhook_events],
-            uploads=[*uploads, *(mask_bytes or [])],
-            hook=hook,
+        submission = context.submission(
+            [
+                _fields_json([options, size, format, quality, webhook, webhook_events]),
+                *uploads,
+                *(mask_bytes or []),
+            ],
+            webhook=hook,
             previews=previews and size <= BASE_SIDE,
         )
-        result = await executor.submit(work, served, submission)
+        result = await context.executor.submit(work, served, submission)
     if isinstance(result, Accepted):
         return job_accepted(result.job)
     return Response(result.images[0], media_type=result.media_type)
