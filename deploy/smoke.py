@@ -141,6 +141,16 @@ def wait_until(predicate, timeout_s: float, what: str, interval_s: float = 0.25)
     raise SmokeFailure(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+def stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    """SIGTERM ``process`` and wait up to ``timeout_s`` for it to exit; SIGKILL past that."""
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 def apt_install(*packages: str) -> None:
     env = {"DEBIAN_FRONTEND": "noninteractive"}
     run("apt-get", "update", "-qq", env=env)
@@ -165,11 +175,7 @@ def docker_daemon(report: Report, cache: Path) -> Iterator[None]:
         report.ok(f"started dockerd (pid {daemon.pid}); it is stopped at the end")
         yield
     finally:
-        daemon.send_signal(signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
+        stop(daemon, 60)
         log.close()
         print(f"stopped dockerd (pid {daemon.pid})", flush=True)
 
@@ -324,8 +330,7 @@ def serve_folder(folder: Path, port: int) -> Iterator[str]:
         wait_until(lambda: succeeds("python3", "-c", f"import urllib.request as u; u.urlopen('{url}/')"), 30, "the index server")  # fmt: skip
         yield url
     finally:
-        server.terminate()
-        server.wait(timeout=30)
+        stop(server, 30)
 
 
 def build(

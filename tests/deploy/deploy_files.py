@@ -8,13 +8,16 @@ way those tools do, for the parts the tests check: YAML with compose's merge tag
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import shlex
+import sys
 import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
@@ -28,6 +31,15 @@ TRAEFIK_DIR = ROOT / "deploy" / "traefik"
 REDIS_DIR = ROOT / "deploy" / "redis"
 KUBERNETES_DIR = ROOT / "deploy" / "kubernetes"
 DEPLOYMENT_DOC = ROOT / "docs" / "deployment.md"
+
+
+def deploy_script(name: str) -> ModuleType:
+    """The script ``deploy/<name>.py`` imported as a module (``deploy/`` is not a package)."""
+    sys.path.insert(0, str(ROOT / "deploy"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "deploy"))
 
 
 # ---------------------------------------------------------------- YAML (compose tags)

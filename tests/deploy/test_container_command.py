@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -13,7 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from deploy_files import ROOT, dockerfile_instructions
+from deploy_files import ROOT, deploy_script, dockerfile_instructions
+
+smoke = deploy_script("smoke")
 
 STARTUP_LIMIT_S = 90.0
 
@@ -87,9 +88,4 @@ def test_cmd_serves_and_passes_its_healthcheck_with_environment_settings(tmp_pat
         # The same probe on another port fails: the server took ATELIER_PORT from the env.
         assert _healthcheck({**env, "ATELIER_PORT": str(_free_port())}).returncode == 1
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        smoke.stop(server, 20)

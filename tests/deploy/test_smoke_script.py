@@ -15,13 +15,9 @@ import time
 import zipfile
 from pathlib import Path
 
-from deploy_files import ROOT, load_yaml
+from deploy_files import ROOT, deploy_script, load_yaml
 
-sys.path.insert(0, str(ROOT / "deploy"))
-try:
-    import smoke
-finally:
-    sys.path.remove(str(ROOT / "deploy"))
+smoke = deploy_script("smoke")
 
 
 def _wheel(folder: Path, name: str, version: str) -> Path:
