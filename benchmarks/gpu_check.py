@@ -788,51 +788,57 @@ def _write(results: dict, out: Path | None) -> None:
         out.write_text(json.dumps(results, indent=1, default=str) + "\n")
 
 
+def _row(label: str, figure: str) -> str:
+    """A row of the summary table."""
+    return f"| {label} | {figure} |"
+
+
 def summary(results: dict) -> str:
     """The short table printed at the end."""
     lines = ["| section | figure |", "|---|---|"]
     device = results.get("device", {})
     if "name" in device:
-        lines.append(
-            f"| device | {device['name']} (capability {device.get('capability', '-')}, "
-            f"bf16 native {device.get('bf16_native')}), copy "
-            f"{device.get('copy_bandwidth_gbs')} GB/s |"
-        )
+        bf16 = device.get("bf16_native")
+        copy = f"copy {device.get('copy_bandwidth_gbs')} GB/s"
+        capability = f"capability {device.get('capability', '-')}, bf16 native {bf16}"
+        lines.append(_row("device", f"{device['name']} ({capability}), {copy}"))
     numerics = results.get("numerics", {})
     if "members" in numerics:
         bad = [f"{r['member']}/{r['dtype']}" for r in numerics["members"] if not r["ok"]]
-        lines.append(f"| numerics | members ok: {numerics['all_ok']} {bad or ''} |")
+        lines.append(_row("numerics", f"members ok: {numerics['all_ok']} {bad or ''}"))
     for row in results.get("adain", {}).get("runs", []):
         if "images_per_s" in row:
             memory = row["peak_memory_mib"]
-            lines.append(
-                f"| adain {row['pass']} {row['size']} px b{row['batch']} | "
-                f"{row['images_per_s']} images/s"
-                + (f", peak {memory:.0f} MiB |" if memory else " |")
+            figure = f"{row['images_per_s']} images/s" + (
+                f", peak {memory:.0f} MiB" if memory else ""
             )
+            lines.append(_row(f"adain {row['pass']} {row['size']} px b{row['batch']}", figure))
     dit = results.get("dit", {})
     for row in dit.get("runs", []):
         lines.append(
-            f"| dit b{row['batch']} ({dit['steps']} steps) | {row['images_per_s']} images/s |"
+            _row(f"dit b{row['batch']} ({dit['steps']} steps)", f"{row['images_per_s']} images/s")
         )
     if "syncs" in dit:
-        lines.append(f"| dit syncs per step | {dit['syncs']['per_step']} |")
+        lines.append(_row("dit syncs per step", str(dit["syncs"]["per_step"])))
     if "bf16_vs_fp32" in dit:
-        lines.append(f"| dit bf16 vs fp32 | {dit['bf16_vs_fp32']} |")
+        lines.append(_row("dit bf16 vs fp32", str(dit["bf16_vs_fp32"])))
     profiled = results.get("profile", {})
     if "top_ops" in profiled:
-        lines.append(
-            f"| profile paper {profiled['size']} px b{profiled['batch']} | host to host "
-            f"{profiled['host_to_host_ms']} ms, on the device {profiled['on_device_ms']} ms, "
-            f"copy back {profiled['copy_to_pageable_ms']} ms pageable / "
-            f"{profiled['copy_to_page_locked_ms']} ms page-locked |"
+        copy_back = (
+            f"{profiled['copy_to_pageable_ms']} ms pageable / "
+            f"{profiled['copy_to_page_locked_ms']} ms page-locked"
         )
+        times = (
+            f"host to host {profiled['host_to_host_ms']} ms, "
+            f"on the device {profiled['on_device_ms']} ms, copy back {copy_back}"
+        )
+        lines.append(_row(f"profile paper {profiled['size']} px b{profiled['batch']}", times))
     for name in ("oom", "training", "app"):
         section = results.get(name, {})
         brief = {k: v for k, v in section.items() if k not in ("traceback", "answers")}
-        lines.append(f"| {name} | {json.dumps(brief, default=str)[:200]} |")
+        lines.append(_row(name, json.dumps(brief, default=str)[:200]))
     for name, target in results.get("targets", {}).items():
-        lines.append(f"| target {name} | {json.dumps(target)} |")
+        lines.append(_row(f"target {name}", json.dumps(target)))
     return "\n".join(lines)
 
 
