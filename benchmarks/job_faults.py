@@ -62,6 +62,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import torch
+from scenario_flags import FlagGroup
 from serve_process import (
     ROOT,
     Check,
@@ -730,17 +731,20 @@ SCENARIOS = {
 }
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("job scenarios")
-    group.add_argument("--loss-jobs", type=int, default=8, help="jobs in flight in job-loss")
-    group.add_argument("--flood-jobs", type=int, default=64, help="one key's async backlog")
-    group.add_argument("--queued", type=int, default=64, help="queued 1024 px stylize jobs")
-    group.add_argument("--streams", type=int, default=200, help="event streams of one key")
-    group.add_argument("--readers", type=int, default=64, help="concurrent result reads")
-    group.add_argument("--pairs", type=int, default=30, help="queue-overhead request pairs")
-    group.add_argument("--preview-rounds", type=int, default=10, help="previews on/off pairs")
-    group.add_argument("--preview-size", type=int, default=512, help="previews' stylize size")
-    group.add_argument("--preview-steps", type=int, default=100, help="previews' DiT steps")
+FLAGS = FlagGroup(
+    "job scenarios",
+    {
+        "--loss-jobs": (8, "jobs in flight in job-loss"),
+        "--flood-jobs": (64, "one key's async backlog"),
+        "--queued": (64, "queued 1024 px stylize jobs"),
+        "--streams": (200, "event streams of one key"),
+        "--readers": (64, "concurrent result reads"),
+        "--pairs": (30, "queue-overhead request pairs"),
+        "--preview-rounds": (10, "previews on/off pairs"),
+        "--preview-size": (512, "previews' stylize size"),
+        "--preview-steps": (100, "previews' DiT steps"),
+    },
+)
 
 
-__all__ = ["SCENARIOS", "add_arguments"]
+__all__ = ["FLAGS", "SCENARIOS"]

@@ -74,6 +74,7 @@ import job_faults  # siblings: run as a script, this folder is on sys.path
 import numpy as np
 import store_faults
 from PIL import Image
+from scenario_flags import FlagGroup
 from serve_process import Check, Footprint, Server, latency_check, p95, rss_mb
 
 
@@ -478,6 +479,35 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], object]] = {
 }
 
 
+FLAG_GROUPS = (
+    FlagGroup(
+        "disconnect and deadline",
+        {
+            "--rounds": (3, "rounds of every flood scenario"),
+            "--clients": (20, None),
+            "--disconnect-after": (0.2, None),
+            "--heavy-steps": (200, None),
+            "--valid": (4, "valid requests per phase"),
+            "--valid-steps": (10, None),
+            "--deadline-s": (10.0, None),
+        },
+    ),
+    FlagGroup(
+        "images and slow-clients",
+        {
+            "--flood": (8, "concurrent large-image requests"),
+            "--side": (6300, "side of the large PNG"),
+            "--probes": (5, "valid requests per phase"),
+            "--slow-headers": (50, None),
+            "--slow-bodies": (10, None),
+            "--slow-give-up-s": (60.0, None),
+        },
+    ),
+    job_faults.FLAGS,
+    store_faults.FLAGS,
+)
+
+
 def print_summary(checks: list[Check]) -> None:
     rows = [("scenario", "figure", "measured", "target", "result")] + [
         (c.scenario, c.figure, c.measured, c.target, "met" if c.met else "MISSED") for c in checks
@@ -499,23 +529,8 @@ def main() -> int:
         "--scenario", action="append", choices=list(SCENARIOS), help="repeatable; default all"
     )
     parser.add_argument("--weights-dir", type=Path, default=os.environ.get("ATELIER_WEIGHTS_DIR"))
-    group = parser.add_argument_group("disconnect and deadline")
-    group.add_argument("--rounds", type=int, default=3, help="rounds of every flood scenario")
-    group.add_argument("--clients", type=int, default=20)
-    group.add_argument("--disconnect-after", type=float, default=0.2)
-    group.add_argument("--heavy-steps", type=int, default=200)
-    group.add_argument("--valid", type=int, default=4, help="valid requests per phase")
-    group.add_argument("--valid-steps", type=int, default=10)
-    group.add_argument("--deadline-s", type=float, default=10.0)
-    group = parser.add_argument_group("images and slow-clients")
-    group.add_argument("--flood", type=int, default=8, help="concurrent large-image requests")
-    group.add_argument("--side", type=int, default=6300, help="side of the large PNG")
-    group.add_argument("--probes", type=int, default=5, help="valid requests per phase")
-    group.add_argument("--slow-headers", type=int, default=50)
-    group.add_argument("--slow-bodies", type=int, default=10)
-    group.add_argument("--slow-give-up-s", type=float, default=60.0)
-    job_faults.add_arguments(parser)
-    store_faults.add_arguments(parser)
+    for flags in FLAG_GROUPS:
+        flags.add_to(parser)
     args = parser.parse_args()
     names = args.scenario or list(SCENARIOS)
     if args.weights_dir is None and set(names) - {"disconnect", "deadline"}:

@@ -38,6 +38,7 @@ from pathlib import Path
 
 import httpx
 from job_faults import ASYNC, _finished, _redis_server_class
+from scenario_flags import FlagGroup
 from serve_process import Check, Server, p95
 
 SMALL = {"prompt": "a red circle left of a blue square", "steps": 2}
@@ -299,13 +300,16 @@ def _counts(answers) -> dict[int, int]:
 SCENARIOS = {"store-stall": store_stall, "store-full": store_full}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("store scenarios")
-    group.add_argument("--stall-s", type=float, default=20.0, help="SIGSTOP of Redis this long")
-    group.add_argument("--full-s", type=float, default=10.0, help="the disk full this long")
-    group.add_argument("--tmpfs-mb", type=int, default=16, help="store-full's file system")
-    group.add_argument("--mix-interval-s", type=float, default=0.2, help="between mix rounds")
-    group.add_argument("--settle-s", type=float, default=5.0, help="mix before and after")
+FLAGS = FlagGroup(
+    "store scenarios",
+    {
+        "--stall-s": (20.0, "SIGSTOP of Redis this long"),
+        "--full-s": (10.0, "the disk full this long"),
+        "--tmpfs-mb": (16, "store-full's file system"),
+        "--mix-interval-s": (0.2, "between mix rounds"),
+        "--settle-s": (5.0, "mix before and after"),
+    },
+)
 
 
-__all__ = ["SCENARIOS", "add_arguments"]
+__all__ = ["FLAGS", "SCENARIOS"]
