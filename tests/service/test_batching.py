@@ -77,6 +77,15 @@ async def _inside_forward(
     return task
 
 
+async def _queue(batcher: Batcher, items, **kw) -> list[asyncio.Future]:
+    """Submit ``items`` and wait until every one of them waits in ``batcher``'s queue
+    (its depth grown by ``len(items)``): their tasks, in order."""
+    depth = batcher.queued + len(items)
+    tasks = [asyncio.ensure_future(batcher.submit(item, **kw)) for item in items]
+    await _until(lambda: batcher.queued == depth)
+    return tasks
+
+
 def _make(forward, **kw) -> Batcher:
     options = {"max_batch_size": 4, "max_wait_s": HOUR, "queue_size": 16}
     options.update(kw)
@@ -93,14 +102,25 @@ async def _running(forward, **kw) -> AsyncIterator[Batcher]:
     await batcher.close()
 
 
-def test_full_batch_flushes_at_once():
-    async def scenario():
-        forward = RecordingForward()
-        async with _running(forward, max_batch_size=3) as batcher:
-            results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3)))
-        return forward, results
+def _submit_at_once(forward, items, *, keys=None, **kw) -> list:
+    """Submit ``items`` together (``keys[i]`` as item i's key, where given) to a
+    :func:`_running` batcher over ``forward``: each item's outcome, its result or its
+    exception, in order, once the batcher is closed."""
 
-    forward, results = asyncio.run(scenario())
+    async def scenario():
+        async with _running(forward, **kw) as batcher:
+            submits = (
+                batcher.submit(item, key=key)
+                for item, key in zip(items, keys or [None] * len(items), strict=True)
+            )
+            return await asyncio.gather(*submits, return_exceptions=True)
+
+    return asyncio.run(scenario())
+
+
+def test_full_batch_flushes_at_once():
+    forward = RecordingForward()
+    results = _submit_at_once(forward, (1, 2, 3), max_batch_size=3)
     assert results == [2, 4, 6]
     assert forward.calls == [[1, 2, 3]]
 
@@ -109,8 +129,7 @@ def test_partial_batch_waits_for_companions():
     async def scenario():
         forward = RecordingForward()
         async with _running(forward, max_batch_size=3) as batcher:
-            first = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-            await _until(lambda: batcher.queued == 2)
+            first = await _queue(batcher, (1, 2))
             for _ in range(50):  # let the batching task run as much as it wants
                 await asyncio.sleep(0)
             calls_before = list(forward.calls)
@@ -124,13 +143,8 @@ def test_partial_batch_waits_for_companions():
 
 
 def test_partial_batch_flushes_after_max_wait():
-    async def scenario():
-        forward = RecordingForward()
-        async with _running(forward, max_batch_size=8, max_wait_s=0.01) as batcher:
-            result = await batcher.submit(5)
-        return forward, result
-
-    forward, result = asyncio.run(scenario())
+    forward = RecordingForward()
+    [result] = _submit_at_once(forward, (5,), max_batch_size=8, max_wait_s=0.01)
     assert result == 10
     assert forward.calls == [[5]]
 
@@ -139,8 +153,7 @@ def test_close_flushes_what_is_queued():
     async def scenario():
         forward = RecordingForward()
         async with _running(forward, max_batch_size=8) as batcher:
-            pending = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-            await _until(lambda: batcher.queued == 2)
+            pending = await _queue(batcher, (1, 2))
         with pytest.raises(Closed):
             await batcher.submit(3)
         return forward, [await p for p in pending]
@@ -151,14 +164,8 @@ def test_close_flushes_what_is_queued():
 
 
 def test_incompatible_requests_do_not_share_a_forward():
-    async def scenario():
-        forward = RecordingForward()
-        async with _running(forward, max_batch_size=2) as batcher:
-            keyed = [(1, "a"), (2, "b"), (3, "a"), (4, "b")]
-            results = await asyncio.gather(*(batcher.submit(x, key=k) for x, k in keyed))
-        return forward, results
-
-    forward, results = asyncio.run(scenario())
+    forward = RecordingForward()
+    results = _submit_at_once(forward, (1, 2, 3, 4), keys=("a", "b", "a", "b"), max_batch_size=2)
     assert results == [2, 4, 6, 8]
     assert sorted(sorted(call) for call in forward.calls) == [[1, 3], [2, 4]]
 
@@ -167,14 +174,7 @@ def test_errors_fan_out_to_every_caller():
     def always(items, control=None):
         raise RuntimeError("model exploded")
 
-    async def scenario():
-        async with _running(RecordingForward(fail=always), max_batch_size=3) as batcher:
-            outcomes = await asyncio.gather(
-                *(batcher.submit(i) for i in (1, 2, 3)), return_exceptions=True
-            )
-        return outcomes
-
-    outcomes = asyncio.run(scenario())
+    outcomes = _submit_at_once(RecordingForward(fail=always), (1, 2, 3), max_batch_size=3)
     assert len(outcomes) == 3
     assert all(isinstance(o, RuntimeError) and "exploded" in str(o) for o in outcomes)
 
@@ -184,15 +184,8 @@ def test_one_poisoned_request_fails_alone():
         if 13 in items:
             raise ValueError("13 is poison")
 
-    async def scenario():
-        forward = RecordingForward(fail=poison)
-        async with _running(forward, max_batch_size=3) as batcher:
-            outcomes = await asyncio.gather(
-                *(batcher.submit(i) for i in (1, 13, 3)), return_exceptions=True
-            )
-        return forward, outcomes
-
-    forward, outcomes = asyncio.run(scenario())
+    forward = RecordingForward(fail=poison)
+    outcomes = _submit_at_once(forward, (1, 13, 3), max_batch_size=3)
     assert outcomes[0] == 2 and outcomes[2] == 6
     assert isinstance(outcomes[1], ValueError)
     assert forward.calls == [[1, 13, 3], [1], [13], [3]]
@@ -202,14 +195,7 @@ def test_wrong_number_of_results_is_an_error_not_a_mixup():
     def short(items, control=None):
         return [0] * (len(items) - 1)
 
-    async def scenario():
-        async with _running(short, max_batch_size=2) as batcher:
-            outcomes = await asyncio.gather(
-                *(batcher.submit(i) for i in (1, 2)), return_exceptions=True
-            )
-        return outcomes
-
-    outcomes = asyncio.run(scenario())
+    outcomes = _submit_at_once(short, (1, 2), max_batch_size=2)
     assert all(isinstance(o, RuntimeError) and "results for" in str(o) for o in outcomes)
 
 
@@ -224,18 +210,14 @@ def test_out_of_memory_splits_the_batch():
 
     released = []
 
-    async def scenario():
-        forward = RecordingForward(fail=oom_above_two)
-        async with _running(
-            forward,
-            max_batch_size=4,
-            is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
-            release_memory=lambda: released.append(True),
-        ) as batcher:
-            results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
-        return forward, results
-
-    forward, results = asyncio.run(scenario())
+    forward = RecordingForward(fail=oom_above_two)
+    results = _submit_at_once(
+        forward,
+        (1, 2, 3, 4),
+        max_batch_size=4,
+        is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
+        release_memory=lambda: released.append(True),
+    )
     assert results == [2, 4, 6, 8]
     assert [len(c) for c in forward.calls] == [4, 2, 2]
     assert released == [True]
@@ -256,8 +238,7 @@ def test_request_past_its_deadline_is_dropped_before_the_forward():
         forward = RecordingForward(gate=gate)
         async with _running(forward, max_batch_size=1, max_wait_s=0.0, clock=clock) as batcher:
             blocker = await _inside_forward(batcher, forward, 1)  # item 1 is inside the forward
-            late = asyncio.ensure_future(batcher.submit(2, timeout_s=30.0))
-            await _until(lambda: batcher.queued == 1)
+            [late] = await _queue(batcher, (2,), timeout_s=30.0)
             clock.now += 31.0  # item 2's deadline passes while it queues
             gate.set()
             with pytest.raises(Expired):
@@ -294,8 +275,7 @@ def test_full_queue_answers_overloaded_with_retry_after():
         forward = RecordingForward(gate=gate)
         async with _running(forward, max_batch_size=1, max_wait_s=0.0, queue_size=2) as batcher:
             in_flight = await _inside_forward(batcher, forward, 0)
-            queued = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
-            await _until(lambda: batcher.queued == 2)
+            queued = await _queue(batcher, (1, 2))
             with pytest.raises(QueueFull) as info:
                 await batcher.submit(3)
             gate.set()
@@ -314,8 +294,7 @@ def test_load_counts_queued_and_in_flight_items():
         async with _running(forward, max_batch_size=2, max_wait_s=0.0) as batcher:
             tasks = [asyncio.ensure_future(batcher.submit(i)) for i in (1, 2)]
             await _thread_event(forward.started)
-            tasks.append(asyncio.ensure_future(batcher.submit(3)))
-            await _until(lambda: batcher.queued == 1)
+            tasks += await _queue(batcher, (3,))
             load = batcher.load
             gate.set()
             await asyncio.gather(*tasks)
@@ -354,17 +333,14 @@ def test_out_of_memory_frees_the_failed_forward_before_the_halves_run():
         release_threads.append(threading.current_thread().name)
         alive_at_release.append(holders[0]() is not None)
 
-    async def scenario():
-        async with _running(
-            forward,
-            is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
-            release_memory=release,
-            name="oom-test",
-        ) as batcher:
-            results = await asyncio.gather(*(batcher.submit(i) for i in (1, 2, 3, 4)))
-        return results
-
-    assert asyncio.run(scenario()) == [2, 4, 6, 8]
+    results = _submit_at_once(
+        forward,
+        (1, 2, 3, 4),
+        is_out_of_memory=lambda exc: isinstance(exc, FakeOutOfMemory),
+        release_memory=release,
+        name="oom-test",
+    )
+    assert results == [2, 4, 6, 8]
     assert alive_at_release == [False]  # the failed forward's frame was gone
     assert release_threads[0].startswith("oom-test")  # on the worker thread
 
@@ -422,12 +398,8 @@ def test_an_owner_with_a_backlog_delays_another_owner_by_at_most_one_batch():
             first = await _inside_forward(
                 batcher, forward, "a0", owner="a"
             )  # a0 runs; a's backlog queues behind it
-            backlog = [
-                asyncio.ensure_future(batcher.submit(f"a{i}", owner="a")) for i in range(1, 7)
-            ]
-            await _until(lambda: batcher.queued == 6)
-            other = asyncio.ensure_future(batcher.submit("b0", owner="b"))
-            await _until(lambda: batcher.queued == 7)
+            backlog = await _queue(batcher, [f"a{i}" for i in range(1, 7)], owner="a")
+            [other] = await _queue(batcher, ("b0",), owner="b")
             gate.set()
             await asyncio.gather(first, other, *backlog)
         return forward.calls
@@ -499,9 +471,7 @@ def test_a_deadline_cancel_is_counted_as_a_deadline():
             forward, max_batch_size=1, max_wait_s=0.0, observer=Observer()
         ) as batcher:
             blocker = await _inside_forward(batcher, forward, 0)
-            late = asyncio.ensure_future(batcher.submit(1))
-            gone = asyncio.ensure_future(batcher.submit(2))
-            await _until(lambda: batcher.queued == 2)
+            late, gone = await _queue(batcher, (1, 2))
             late.cancel("deadline")
             gone.cancel()
             await asyncio.gather(late, gone, return_exceptions=True)
