@@ -31,7 +31,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.auth import bearer_token, caller_of, needs_api_key, unauthorized
 from service.catalog import ModelCatalog
 from service.config import Settings
 from service.errors import (
@@ -47,7 +46,7 @@ from service.jobs.redis_store import RedisJobStore
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.store import JobStore, StoreLimits
 from service.jobs.webhooks import WebhookDispatcher, WebhookPolicy, WebhookSettings
-from service.keys import KeyRing
+from service.keys import KeyRing, bearer_token, caller_of, needs_api_key, unauthorized
 from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, samples, stylize
 from service.routes.jobs import ResultCache

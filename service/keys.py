@@ -1,4 +1,5 @@
-"""Named API keys: who a request comes from, and that key's limits.
+"""Named API keys and who a request comes from: the keys file, the key ring a server
+accepts, and the ``Authorization: Bearer <key>`` check against it.
 
 A key is a random token (``atl_`` and 43 URL-safe characters: 256 bits) shown once when
 it is made; the keys file keeps only its SHA-256 with the key's name and limits, so the
@@ -7,6 +8,13 @@ file leaks no key. ``atelier keys add|list|revoke --file F`` edits the file and
 it changes (checked on every authenticated request: one ``stat``) or on SIGHUP, so a
 revoked key is refused from the next request on, without a restart. The single key of
 ``ATELIER_API_KEY`` keeps working as a key named ``default``.
+
+When any key is configured every ``/v1`` route needs one and, unless
+``protect_metrics_and_docs`` is off, ``/metrics`` and the API docs too. The check runs in
+the outermost middleware (``service.app``), before any body is read: a client without a
+valid key gets 401 whatever it sends. Probes, the page and its assets stay open. The
+request's :class:`Caller` (the key's name and limits) goes into the ASGI scope's state,
+where routes, logs and metrics read it.
 
 With no key configured, every request is the key ``anonymous`` with the default limits
 (``key_max_jobs``, ``key_rate``). Names, never keys, appear in jobs, logs and metrics.
@@ -30,10 +38,18 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from starlette.datastructures import Headers
+
+from service.config import Settings
+from service.errors import Unauthorized
+
 KEY_PREFIX = "atl_"
 ANONYMOUS = "anonymous"
 DEFAULT = "default"
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+#: Operational paths that need the key when ``protect_metrics_and_docs`` is on.
+METRICS_AND_DOCS = ("/metrics", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json")
 
 
 def key_hash(token: str) -> str:
@@ -172,3 +188,53 @@ class KeyRing:
         self._refresh()
         names = [k.name for k in self._keys if not k.revoked]
         return names + ([DEFAULT] if self._single else [])
+
+
+# ------------------------------------------------------------- a request's caller
+
+
+@dataclass(frozen=True)
+class Caller:
+    """The key a request came with, and its limits (the server's defaults filled in).
+
+    ``rate`` is requests per second with bursts of ``max(1, rate)``; ``None`` is no limit.
+    """
+
+    name: str
+    max_jobs: int
+    rate: float | None
+
+    @property
+    def burst(self) -> float:
+        return max(1.0, self.rate or 1.0)
+
+
+def caller_of(key: ApiKey | None, settings: Settings) -> Caller:
+    if key is None:
+        return Caller(ANONYMOUS, settings.key_max_jobs, settings.key_rate)
+    return Caller(
+        key.name,
+        key.max_jobs if key.max_jobs is not None else settings.key_max_jobs,
+        key.rate if key.rate is not None else settings.key_rate,
+    )
+
+
+def needs_api_key(path: str, method: str, settings: Settings, keys: KeyRing) -> bool:
+    """Whether a request to ``path`` must carry a key (CORS preflights never do)."""
+    if not keys.required or method == "OPTIONS":
+        return False
+    if path == "/v1" or path.startswith("/v1/"):
+        return True
+    return settings.protect_metrics_and_docs and path in METRICS_AND_DOCS
+
+
+def bearer_token(headers: Headers) -> str | None:
+    scheme, _, token = headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" and token.strip() else None
+
+
+def unauthorized() -> Unauthorized:
+    return Unauthorized(
+        "missing, wrong or revoked API key (send 'Authorization: Bearer <key>')",
+        headers={"WWW-Authenticate": "Bearer"},
+    )

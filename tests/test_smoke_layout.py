@@ -70,7 +70,6 @@ def test_samplers_know_nothing_of_the_dit():
 #: the app assembles the routes. Every module of ``service/`` must be placed here.
 SERVICE_LAYERS: tuple[tuple[str, ...], ...] = (
     (  # the foundation: one module each, free to import one another
-        "service.auth",
         "service.batching",
         "service.config",
         "service.errors",

@@ -36,7 +36,6 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
-from service.auth import Caller
 from service.catalog import Served
 from service.config import Settings
 from service.errors import (
@@ -54,6 +53,7 @@ from service.images import PreparationBudget, return_freed_memory
 from service.jobs.records import JobRecord, JobResult, new_job_id, off_loop_if_large
 from service.jobs.store import JobStore, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
+from service.keys import Caller
 from service.priorities import BACKGROUND, INTERACTIVE
 
 T = TypeVar("T")

@@ -20,12 +20,12 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Request
 from starlette.types import Receive
 
-from service.auth import Caller
 from service.catalog import ModelCatalog
 from service.config import Settings
 from service.errors import Overloaded, ValidationFailed
 from service.execution.executor import Executor, Submission
 from service.jobs.store import JobStore
+from service.keys import Caller
 
 
 async def app_settings(request: Request) -> Settings:

@@ -27,11 +27,10 @@ from deploy_files import (
 from kubernetes_validate.utils import latest_version
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.auth import needs_api_key
 from service.cli import build_parser
 from service.cli.serve import uvicorn_config
 from service.config import Settings
-from service.keys import KeyRing
+from service.keys import KeyRing, needs_api_key
 
 #: Oldest Kubernetes these manifests promise to work on, and the newest schemas shipped.
 VERSIONS = ("1.30", latest_version())
