@@ -62,10 +62,10 @@ import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
-from models.adain.mixing import convex_weights
 from models.adain.options import StyleOptions
 from models.adain.presets import MAX_STYLE_SCALE
 from models.adain.pyramid import MIN_STYLE_SIDE, resize, stage_size, style_at
+from models.adain.stats import convex_weights
 from models.adain.whitening import (
     CovarianceStats,
     feature_covariance,

@@ -33,9 +33,9 @@ class StyleOptions:
 
     Attributes:
         style_weights: one non-negative weight per style, normalised to sum 1 by
-            :func:`~models.adain.mixing.convex_weights` (default: equal weights); the
+            :func:`~models.adain.stats.convex_weights` (default: equal weights); the
             styles' statistics are interpolated. Not combined with masks
-            (:func:`~models.adain.mixing.check_masks`).
+            (:func:`~models.adain.stats.check_masks`).
         alpha: content-style trade-off on the features, in ``[0, 1]`` (0 reconstructs the
             content, 1 is full style).
         preserve_color: transfer luminance only and keep the content's chroma.

@@ -30,7 +30,6 @@ from torch import Tensor, nn
 from models.adain.banded import MIN_SIDE, BandedRelu11
 from models.adain.color import luminance, with_chroma_of
 from models.adain.large import BASE_SIDE, PrintStylization
-from models.adain.mixing import check_masks, convex_weights
 from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import (
     PRESETS,
@@ -47,7 +46,13 @@ from models.adain.pyramid import (
     stage_size,
     style_at,
 )
-from models.adain.stats import FeatureStats, StyleStatsCache, content_key
+from models.adain.stats import (
+    FeatureStats,
+    StyleStatsCache,
+    check_masks,
+    content_key,
+    convex_weights,
+)
 from models.adain.transfer import adain_affine, region_labels, transfer
 from models.adain.whitening import CovarianceStats, grid_stride, wct_affine, wct_transfer
 from models.checkpoints import load_state_dict

@@ -1,15 +1,23 @@
-"""Style statistics: per-channel means and standard deviations of VGG features.
+"""Style statistics: per-channel means and standard deviations of VGG features, how
+several styles' statistics combine, and their cache.
 
 AdaIN only needs a style's first two moments per channel at each level, so a style
 image is reduced once to :class:`FeatureStats` per level and those are cached, keyed by
 a sha256 of the image's bytes (same pixels, same statistics, whatever the object). The
 hash reads the image on the host: for a model on a GPU the caller computes the key from
 its host copy (``key=``), so the cache never copies an image back from the device.
+
+Several styles combine in one of two ways: their statistics are mixed by convex weights
+(:func:`convex_weights`; :func:`mix` here, WCT's
+:func:`~models.adain.whitening.mix_covariance`), or masks give each pixel one style's
+statistics (:func:`check_masks`). The style-transfer model, the service and the command
+line all check and normalise through these functions.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -51,6 +59,43 @@ class FeatureStats:
         if self.mean.shape[0] != 1:
             raise ValueError(f"style statistics have batch {self.mean.shape[0]}, need 1 or {batch}")
         return FeatureStats(self.mean.expand(batch, -1), self.std.expand(batch, -1))
+
+
+def convex_weights(weights: Sequence[float] | None, count: int) -> tuple[float, ...]:
+    """Convex weights over ``count`` styles: ``w_i / sum_j w_j`` for given weights,
+    ``1 / count`` each for ``None``.
+
+    The sum is taken over ``w / max(w)``, whose terms lie in ``[0, 1]`` and add up to
+    at most ``count``, so huge weights such as ``(1e308, 1e308)`` cannot overflow it.
+
+    Raises:
+        ValueError: not one weight per style, or a weight negative or not finite, or all 0.
+    """
+    if count < 1:
+        raise ValueError("at least one style image is needed")
+    if weights is None:
+        return (1.0 / count,) * count
+    values = [float(weight) for weight in weights]
+    if len(values) != count:
+        raise ValueError(f"got {len(values)} style weights for {count} styles")
+    if any(not math.isfinite(w) or w < 0 for w in values) or max(values) <= 0:
+        raise ValueError(f"style weights must be finite, >= 0 and not all 0, got {values}")
+    peak = max(values)
+    scaled = [w / peak for w in values]
+    total = math.fsum(scaled)
+    return tuple(w / total for w in scaled)
+
+
+def check_masks(masks: int, styles: int, *, weighted: bool) -> None:
+    """Masks choose the style of each pixel: one mask per style, and no style weights.
+
+    Raises:
+        ValueError: weights given with masks, or not one mask per style.
+    """
+    if weighted:
+        raise ValueError("style_weights and masks cannot be combined: masks choose the style")
+    if masks != styles:
+        raise ValueError(f"got {masks} masks for {styles} styles; need one per style")
 
 
 def mix(stats: Sequence[FeatureStats], weights: Sequence[float], batch: int) -> FeatureStats:

@@ -100,7 +100,7 @@ def transfer(
         content: content features.
         styles: statistics of each style at this level.
         weights: convex weights over ``styles``
-            (:func:`~models.adain.mixing.convex_weights`; unused with ``labels``).
+            (:func:`~models.adain.stats.convex_weights`; unused with ``labels``).
         labels: from :func:`region_labels`; each region is normalised with its own
             content statistics and given its style's statistics. Pixels labelled -1
             keep the content features.

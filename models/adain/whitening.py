@@ -37,7 +37,7 @@ import torch
 from torch import Tensor
 
 import norms.functional as NF  # noqa: N812 - looked up at each call: the maths is norms'
-from models.adain.mixing import convex_weights
+from models.adain.stats import convex_weights
 from models.adain.transfer import blend_with_anchor, restyle_regions
 
 #: Eigenvalues of a feature covariance at or below this are treated as zero (Li et al.'s
@@ -121,7 +121,7 @@ def wct_affine(
     alpha: float = 1.0,
     scratch: bool = False,
 ) -> tuple[Tensor, Tensor]:
-    """WCT towards styles mixed by convex ``weights`` (:func:`~models.adain.mixing.convex_weights`),
+    """WCT towards styles mixed by convex ``weights`` (:func:`~models.adain.stats.convex_weights`),
     blended with the content by ``alpha``, as one affine map:
 
     .. math:: \\mathrm{lerp}(c, \\mathrm{WCT}(c), \\alpha) = M c + t, \\quad

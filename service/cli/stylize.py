@@ -31,9 +31,9 @@ from tqdm import tqdm
 
 from models.adain import StyleTransfer
 from models.adain.large import styles_side
-from models.adain.mixing import convex_weights
 from models.adain.options import StyleKeywords
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
+from models.adain.stats import convex_weights
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
 from models.hub import WeightsNotFoundError

@@ -23,8 +23,8 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from models.adain.large import BASE_SIDE, octave_sizes, styles_side
-from models.adain.mixing import check_masks, convex_weights
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
+from models.adain.stats import check_masks, convex_weights
 from models.images import check_output_side
 from models.video import looks_like_video
 from service.config import Settings
@@ -57,7 +57,7 @@ _WEIGHTS_PATTERN = {"pattern": rf"^ *{_WEIGHT} *(, *{_WEIGHT} *)*$"}
 
 def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | None:
     """``"3,1"`` -> ``(0.75, 0.25)``: the model's convex weights
-    (:func:`~models.adain.mixing.convex_weights`) of one number per style; ``None`` when
+    (:func:`~models.adain.stats.convex_weights`) of one number per style; ``None`` when
     absent. Normalised here, so requests whose weights differ by a factor batch together.
     """
     if text is None or not text.strip():

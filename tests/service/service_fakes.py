@@ -44,9 +44,9 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from models.adain.large import Step, Tile, spans
-from models.adain.mixing import convex_weights
 from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import get_preset
+from models.adain.stats import convex_weights
 from models.control import StepControl, image_hook, take_rows, wanted_rows
 from models.dit.options import SampleKeywords
 from models.shapes.understand import Understanding, understand

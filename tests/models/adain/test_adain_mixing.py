@@ -1,4 +1,4 @@
-"""Style mixing: the convex weights and the masks' rules, owned by ``models.adain.mixing``."""
+"""Style mixing: the convex weights and the masks' rules, owned by ``models.adain.stats``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models.adain.mixing import check_masks, convex_weights
+from models.adain.stats import check_masks, convex_weights
 
 
 def test_no_weights_are_equal_weights():
