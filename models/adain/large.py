@@ -11,7 +11,7 @@ A photo whose longer side is above ``BASE_SIDE`` (1024 px) is painted in two par
 2. **The octaves**: sizes ``S_0 = (H, W)``, ``S_{k+1} = ceil(S_k / 2)`` down to the last
    one whose longer side is above ``BASE_SIDE``, run coarse to fine. Octave ``k`` starts
    from the photo at its size plus the style residual of the octave below, upsampled,
-   exactly as a finer stage of the pyramid does (:mod:`models.adain.pyramid`):
+   exactly as a finer stage of the pyramid does (:mod:`models.adain.presets`):
 
    .. math::
 
@@ -19,10 +19,10 @@ A photo whose longer side is above ``BASE_SIDE`` (1024 px) is painted in two par
 
    with ``T`` the presets' own finest pass, relu1_1 WCT, towards the style resized to the
    octave as every stage of the pyramid resizes it (``style_scale`` times the octave's
-   side, :func:`~models.adain.pyramid.style_at`), so its grain keeps the size it has in
+   side, :func:`~models.adain.presets.style_at`), so its grain keeps the size it has in
    the base; ``x_k`` the photo at octave ``k``
    (the photo itself at full size, each coarser one the finer one halved by a 2 x 2
-   mean; at the base, :func:`~models.adain.pyramid.resize` of the coarsest octave), and
+   mean; at the base, :func:`~models.adain.presets.resize` of the coarsest octave), and
    ``up`` the pyramid's bicubic resize (Keys, ``a = -0.75``), evaluated on any rows and
    columns (:func:`resample_region`). The photo's edges, text and windows come back at
    native resolution from ``x_k``; the style's grain and colours from ``T``.
@@ -63,8 +63,7 @@ from torch import Tensor, nn
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.options import StyleOptions
-from models.adain.presets import MAX_STYLE_SCALE
-from models.adain.pyramid import MIN_STYLE_SIDE, resize, stage_size, style_at
+from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SIDE, resize, stage_size, style_at
 from models.adain.stats import convex_weights
 from models.adain.whitening import (
     CovarianceStats,
@@ -532,7 +531,7 @@ def _octave_style_statistics(
     model: StyleTransfer, style: Tensor, side: int, style_scale: float
 ) -> CovarianceStats:
     """A style's relu1_1 WCT statistics at an octave whose longer side is ``side``: the
-    style resized as every stage of the pyramid resizes it (:func:`~models.adain.pyramid.style_at`,
+    style resized as every stage of the pyramid resizes it (:func:`~models.adain.presets.style_at`,
     to ``style_scale x side``), read on the grid a whole-map pass reads, so that an
     enlarged style is never held whole.
 

@@ -32,15 +32,13 @@ from models.adain.color import luminance, with_chroma_of
 from models.adain.large import BASE_SIDE, PrintStylization
 from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import (
+    MIN_STYLE_SIDE,
     PRESETS,
     Preset,
     Transform,
     check_style_scale,
     get_preset,
     levels_preset,
-)
-from models.adain.pyramid import (
-    MIN_STYLE_SIDE,
     next_stage_start,
     resize,
     stage_size,

@@ -22,7 +22,7 @@ from models.adain.large import (
 )
 from models.adain.options import StyleOptions
 from models.adain.pipeline import StyleTransfer
-from models.adain.pyramid import MIN_STYLE_SIDE, style_at
+from models.adain.presets import MIN_STYLE_SIDE, style_at
 from models.adain.whitening import CovarianceStats, wct_affine
 
 pytestmark = pytest.mark.usefixtures("single_thread")

@@ -1,5 +1,5 @@
 """Presets on seeded random networks: the pyramid's composition, its pieces
-(:mod:`models.adain.pyramid`), style_scale, the cost of each preset."""
+(the pyramid of :mod:`models.adain.presets`), style_scale, the cost of each preset."""
 
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ from models.adain.presets import (
     PresetName,
     check_style_scale,
     get_preset,
+    next_stage_start,
+    resize,
+    style_at,
 )
-from models.adain.pyramid import next_stage_start, resize, style_at
 from models.adain.whitening import CovarianceStats, wct_transfer
 from models.vgg import LEVELS
 from tests.models.seeded import seeded_rand
