@@ -26,8 +26,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from models.diffusion.parameterization import to_x0
-from models.diffusion.schedules import add_noise
+from models.diffusion.process import add_noise, to_x0
 from models.dit.model import DiT
 from models.shapes.captions import ParsedCaption
 from models.text_encoder import TextCondition

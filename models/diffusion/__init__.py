@@ -1,14 +1,19 @@
-"""Diffusion maths as pure functions: schedules, samplers, guidance, the training loss.
+"""Diffusion maths as pure functions: the noise process, samplers, guidance, the loss.
 
 Nothing here knows the network: a sampler takes ``model(x, t, cond) -> eps``.
 """
 
 from models.diffusion.guidance import classifier_free_guidance
 from models.diffusion.losses import diffusion_loss
-from models.diffusion.parameterization import (
+from models.diffusion.process import (
     PREDICTIONS,
+    add_noise,
+    cosine_schedule,
     epsilon_model,
+    get_schedule,
+    linear_schedule,
     prediction_target,
+    sampling_timesteps,
     to_epsilon,
     to_x0,
 )
@@ -21,13 +26,6 @@ from models.diffusion.random import (
 )
 from models.diffusion.regions import Regions, regional_denoiser
 from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
-from models.diffusion.schedules import (
-    add_noise,
-    cosine_schedule,
-    get_schedule,
-    linear_schedule,
-    sampling_timesteps,
-)
 
 __all__ = [
     "MAX_SEED",

@@ -7,9 +7,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.diffusion.parameterization import prediction_target
+from models.diffusion.process import add_noise, prediction_target
 from models.diffusion.samplers import Denoiser
-from models.diffusion.schedules import add_noise
 
 
 def diffusion_loss(

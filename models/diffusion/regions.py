@@ -31,8 +31,8 @@ import torch
 from torch import Tensor
 
 from models.control import take_rows
+from models.diffusion.process import ScheduleOnDevice
 from models.diffusion.samplers import Denoiser
-from models.diffusion.schedules import ScheduleOnDevice
 
 
 class Regions(NamedTuple):

@@ -3,7 +3,7 @@
 A sampler knows the model only as a callable ``model(x, t, cond) -> eps``: ``x`` is the
 noisy batch ``(B, *)``, ``t`` the integer timesteps ``(B,)`` (long), ``cond`` whatever the
 caller passes (handed through untouched). Every sampler walks the timesteps returned by
-:func:`~models.diffusion.schedules.sampling_timesteps` and ends with one last jump to
+:func:`~models.diffusion.process.sampling_timesteps` and ends with one last jump to
 clean data (``alpha_bar = 1``), so ``steps`` is exactly the number of model calls.
 
 Every sampler takes an optional ``control`` (:class:`~models.control.StepControl`):
@@ -35,8 +35,8 @@ import torch
 from torch import Tensor
 
 from models.control import ShowImages, StepControl, image_hook, take_rows, wanted_rows
+from models.diffusion.process import sampling_timesteps
 from models.diffusion.random import Generators, randn
-from models.diffusion.schedules import sampling_timesteps
 
 Denoiser = Callable[[Tensor, Tensor, Any], Tensor]
 

@@ -32,9 +32,9 @@ class DiTConfig:
             a white square"); indices past the table share its last row.
         frequency_dim: width of the sinusoidal timestep features.
         num_timesteps: length of the discrete diffusion schedule the model is trained on.
-        schedule: name of the noise schedule (see ``models.diffusion.schedules``).
+        schedule: name of the noise schedule (see ``models.diffusion.process``).
         prediction: what the network outputs, ``"epsilon"`` or ``"v"``
-            (see ``models.diffusion.parameterization``).
+            (see ``models.diffusion.process``).
         norm: the affine norm layer over the last dim before each cross-attention and on
             the text tokens, by its ``norms`` registry name (``norms.build(norm, D,
             eps=...)``): ``"layer"`` (the checkpoints' layout: ``weight`` and ``bias``),

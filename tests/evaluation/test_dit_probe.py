@@ -15,8 +15,7 @@ from evaluation.probe import (
     used_share,
 )
 from models.diffusion import get_schedule
-from models.diffusion.parameterization import prediction_target, to_x0
-from models.diffusion.schedules import add_noise
+from models.diffusion.process import add_noise, prediction_target, to_x0
 from models.dit.config import get_preset
 from models.dit.model import DiT
 from models.shapes import compose_caption, parse_caption

@@ -364,7 +364,7 @@ def test_generators_live_on_the_device_asked_for_and_draw_there():
 
 
 def test_the_schedule_is_copied_to_a_device_once():
-    from models.diffusion.schedules import ScheduleOnDevice
+    from models.diffusion.process import ScheduleOnDevice
 
     alpha_bar = get_schedule("cosine", 10)
     schedule = ScheduleOnDevice(alpha_bar)
