@@ -80,7 +80,7 @@ def take_rows(value: Any, rows: Tensor) -> Any:
 
     Tensors are indexed along dim 0; lists (e.g. one generator per row) by position;
     tuples and named tuples item by item; an object with a ``take_rows(rows)`` method
-    (e.g. :class:`~models.diffusion.regions.Regions`) does it itself; anything else
+    (e.g. :class:`~models.diffusion.guidance.Regions`) does it itself; anything else
     (``None``, one shared generator, numbers) is kept as it is.
     """
     if hasattr(value, "take_rows"):

@@ -3,7 +3,7 @@
 Nothing here knows the network: a sampler takes ``model(x, t, cond) -> eps``.
 """
 
-from models.diffusion.guidance import classifier_free_guidance
+from models.diffusion.guidance import Regions, classifier_free_guidance, regional_denoiser
 from models.diffusion.losses import diffusion_loss
 from models.diffusion.process import (
     PREDICTIONS,
@@ -24,7 +24,6 @@ from models.diffusion.random import (
     randn,
     random_seed,
 )
-from models.diffusion.regions import Regions, regional_denoiser
 from models.diffusion.samplers import SAMPLERS, ddim, ddpm, dpm_solver_pp_2m, get_sampler
 
 __all__ = [

@@ -228,7 +228,7 @@ class TextToImage:
                 With ``options.plan_layout``, a caption naming several objects is split
                 into one-object prompts at planned grid cells and each cell is denoised
                 under its own prompt (:func:`~models.shapes.planner.plan_regions`,
-                :func:`~models.diffusion.regions.regional_denoiser`); other prompts are
+                :func:`~models.diffusion.guidance.regional_denoiser`); other prompts are
                 drawn in one piece.
             negative_prompts: per prompt, a caption whose prediction replaces the null
                 condition in guidance (``None`` keeps the null condition); used as given.

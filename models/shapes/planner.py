@@ -10,7 +10,7 @@ size carries over; an unstated one stays unstated, so the model chooses as it wo
 
 This is the layout half of layout-grounded generation (Lian et al. 2023 ask a language
 model for the boxes; the grammar here is small enough to read exactly); the regional
-denoiser (:mod:`models.diffusion.regions`) is the other half.
+denoiser (:mod:`models.diffusion.guidance`) is the other half.
 """
 
 from __future__ import annotations
