@@ -19,10 +19,10 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 # Debian packages the tests use: a real Redis for the job store's tests, headless
-# Chromium for the page's tests. Installed when missing (as root, with apt); without them
+# Chromium for the page's tests, curl for the README's examples. Installed when missing (as root, with apt); without them
 # those tests are skipped with the reason. (axe-core, for the page's accessibility test,
 # comes with the dev extra: the PyPI package axe-core-python ships axe.min.js.)
-DEBIAN_PACKAGES := redis-server chromium chromium-driver
+DEBIAN_PACKAGES := redis-server chromium chromium-driver curl
 
 .PHONY: test serve lint install system-deps clean
 

@@ -49,7 +49,6 @@ from service.jobs.webhooks import WebhookDispatcher, WebhookPolicy, WebhookSetti
 from service.keys import KeyRing, bearer_token, caller_of, needs_api_key, unauthorized
 from service.metrics import Metrics
 from service.routes import generate, health, jobs, models, openai_images, page, samples, stylize
-from service.routes.jobs import ResultCache
 from service.workers.loading import build_pools, load_models
 from service.workers.registry import MODELS, AnyModelEntry
 
@@ -406,7 +405,6 @@ def create_app(
     app.state.metrics = metrics
     app.state.lifecycle = lifecycle
     app.state.keys = keys
-    app.state.result_cache = ResultCache()
     app.state.decode_slots = DecodeSlots(
         settings.max_concurrent_decodes, settings.large_image_pixels
     )

@@ -195,3 +195,48 @@ def _cycle(modules: dict[str, set[str]]) -> list[str]:
 def test_service_modules_import_one_another_in_no_cycle():
     assert not _cycle(_service_modules())
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+
+
+#: The modules that may touch the application's state (``app.state``): the app that
+#: fills it, the CLI above it, and the routes' dependencies, where a request meets it.
+APP_STATE_READERS = ("service.app", "service.cli", "service.routes.deps")
+
+
+def _app_state_lines(source: str) -> list[int]:
+    """The lines of ``source`` that touch ``app.state`` (``request.app.state``,
+    ``app.state``, ``self.app.state``, ...)."""
+    return sorted(
+        node.lineno
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr == "state"
+        and (
+            (isinstance(node.value, ast.Attribute) and node.value.attr == "app")
+            or (isinstance(node.value, ast.Name) and node.value.id == "app")
+        )
+    )
+
+
+def test_only_the_routes_dependencies_read_the_app_state():
+    """A route (and anything below the routes) is handed the app's parts by
+    ``service/routes/deps.py``; caches a route keeps per app come from its ``app_owned``."""
+    touching = {}
+    for path in (ROOT / "service").rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        if any(module == name or module.startswith(name + ".") for name in APP_STATE_READERS):
+            continue
+        lines = _app_state_lines(path.read_text())
+        if lines:
+            touching[module] = lines
+    assert not touching, f"app.state outside service/routes/deps.py: {touching}"
+
+
+def test_the_app_state_check_sees_a_read():
+    source = (
+        "def f(request, app, store):\n"
+        "    a = request.app.state.store\n"
+        "    app.state.cache = 1\n"
+        "    b = request.state.caller\n"  # the request's own state: fine
+        "    c = getattr(request.app.state, 'x', None)\n"
+    )
+    assert _app_state_lines(source) == [2, 3, 5]

@@ -1,10 +1,14 @@
 """The routes' shared dependencies, as ``Annotated`` aliases: settings, the job store,
 the model catalog, the caller's key, the request's executor (how its work runs), and
 the request headers every work route reads (``Prefer``, ``Idempotency-Key``) with the
-caller's rate limit. A work route takes them together as :data:`WorkDep`.
+caller's rate limit. A work route takes them together as :data:`WorkDep`. The rest of
+the app's parts a route uses (metrics, the drain state, the event-stream feeds, the
+decode slots, the models loaded here) and the caches a route module keeps per app
+(:func:`app_owned`) come from here too.
 
-This is where a request meets the application's state (``request.app.state``): what
-lies below the routes is handed what it needs, and reads none of it itself.
+This is the one module that reads the application's state (``request.app.state``;
+``tests/test_smoke_layout.py`` checks it): the routes are handed what they need as
+dependencies, and what lies below them reads none of it either.
 
 They are ``async def``: FastAPI runs a plain ``def`` dependency on a worker thread, a
 thread hop per request for reading an attribute.
@@ -12,10 +16,11 @@ thread hop per request for reading an attribute.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import Depends, Header, Request
 from starlette.types import Receive
@@ -24,8 +29,15 @@ from service.catalog import ModelCatalog
 from service.config import Settings
 from service.errors import Overloaded, ValidationFailed
 from service.execution.executor import Executor, Submission
+from service.images import DecodeSlots
+from service.jobs.feeds import JobFeeds
 from service.jobs.store import JobStore
 from service.keys import Caller
+from service.metrics import Metrics
+from service.workers.loading import ModelStatus
+from service.workers.pool import AnyWorkerPool
+
+T = TypeVar("T")
 
 
 async def app_settings(request: Request) -> Settings:
@@ -55,6 +67,85 @@ async def caller(request: Request) -> Caller:
 StoreDep = Annotated[JobStore, Depends(job_store)]
 CatalogDep = Annotated[ModelCatalog, Depends(catalog)]
 CallerDep = Annotated[Caller, Depends(caller)]
+
+
+async def store_if_open(request: Request) -> JobStore | None:
+    """The job store, or ``None`` before the app's lifespan has opened it (the probes
+    and ``/metrics`` answer then too)."""
+    store: JobStore | None = getattr(request.app.state, "store", None)
+    return store
+
+
+async def app_metrics(request: Request) -> Metrics:
+    metrics: Metrics = request.app.state.metrics
+    return metrics
+
+
+class DrainState(Protocol):
+    """What the routes read of the app's ``Lifecycle`` (``service.app``)."""
+
+    #: ``/readyz`` answers 503 (a load balancer takes the replica out of rotation)
+    leaving: bool
+    #: set once draining begins: event streams end so that clients reconnect elsewhere
+    drain_started: asyncio.Event
+
+
+async def drain_state(request: Request) -> DrainState:
+    state: DrainState = request.app.state.lifecycle
+    return state
+
+
+async def job_feeds(request: Request) -> JobFeeds:
+    """One reader per followed job, feeding its event streams (made by the lifespan)."""
+    feeds: JobFeeds = request.app.state.feeds
+    return feeds
+
+
+async def decode_slots(request: Request) -> DecodeSlots:
+    """The app's shared slots for decoding uploads (large images one at a time)."""
+    slots: DecodeSlots = request.app.state.decode_slots
+    return slots
+
+
+@dataclass(frozen=True)
+class LocalModels:
+    """The models this process was asked to load: each one's load result, and the pools
+    of those it serves (both empty before the lifespan has loaded them)."""
+
+    statuses: Mapping[str, ModelStatus]
+    pools: Mapping[str, AnyWorkerPool]
+
+
+async def local_models(request: Request) -> LocalModels:
+    return LocalModels(request.app.state.model_status, request.app.state.pools)
+
+
+OpenStoreDep = Annotated[JobStore | None, Depends(store_if_open)]
+MetricsDep = Annotated[Metrics, Depends(app_metrics)]
+DrainDep = Annotated[DrainState, Depends(drain_state)]
+FeedsDep = Annotated[JobFeeds, Depends(job_feeds)]
+DecodeSlotsDep = Annotated[DecodeSlots, Depends(decode_slots)]
+LocalModelsDep = Annotated[LocalModels, Depends(local_models)]
+
+
+def app_owned(name: str, make: Callable[[], T]) -> Callable[[Request], Awaitable[T]]:
+    """A dependency giving the app's one ``make()`` (a cache a route module keeps, such
+    as its thumbnails), made on first use and kept on the app's state as ``name``.
+
+    The route module owns the class and names the dependency
+    (``Annotated[Thumbnails, Depends(app_owned("job_thumbnails", Thumbnails))]``), so
+    this module needs no import of the routes.
+    """
+
+    async def held(request: Request) -> T:
+        value: T | None = getattr(request.app.state, name, None)
+        if value is None:
+            value = make()
+            setattr(request.app.state, name, value)
+        return value
+
+    held.__name__ = f"app_owned_{name}"
+    return held
 
 
 async def disconnected(receive: Receive) -> None:

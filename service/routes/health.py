@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
 from service.errors import ErrorBody, NotReady, ShuttingDown, StoreUnavailable
+from service.routes.deps import DrainDep, LocalModelsDep, MetricsDep, OpenStoreDep
 
 #: The most /readyz waits for the job store (a probe's own timeout is often 1 s).
 READY_STORE_BUDGET_S = 0.5
@@ -31,12 +32,10 @@ async def healthz() -> dict[str, str]:
         }
     },
 )
-async def readyz(request: Request) -> JSONResponse:
-    state = request.app.state
-    models = {name: ("loaded" if s.loaded else s.error) for name, s in state.model_status.items()}
-    if state.lifecycle.leaving:
+async def readyz(local: LocalModelsDep, drain: DrainDep, store: OpenStoreDep) -> JSONResponse:
+    models = {name: ("loaded" if s.loaded else s.error) for name, s in local.statuses.items()}
+    if drain.leaving:
         return ShuttingDown("the service is shutting down").response(models=models)
-    store = getattr(state, "store", None)
     if store is None:  # the lifespan has not opened it (yet)
         return NotReady("starting: the job store is not open").response(models=models)
     try:
@@ -48,9 +47,9 @@ async def readyz(request: Request) -> JSONResponse:
     except StoreUnavailable as exc:
         return exc.response(models=models, dependencies={"store": f"unavailable: {exc.message}"})
     for name, (_, live) in remote.items():
-        if name not in state.pools:
+        if name not in local.pools:
             models[name] = "served by workers" if live else "no worker serves it now"
-    if not state.pools and not remote:
+    if not local.pools and not remote:
         refusal = NotReady("no model is loaded here or served by a worker")
         return refusal.response(models=models)
     return JSONResponse({"status": "ready", "models": models, "dependencies": {"store": "ok"}})
@@ -68,9 +67,7 @@ for _path, _probe in (("/healthz", healthz), ("/readyz", readyz)):
     response_class=Response,
     responses={200: {"content": {"text/plain": {"schema": {"type": "string"}}}}},
 )
-async def metrics(request: Request) -> Response:
-    registry = request.app.state.metrics
-    store = getattr(request.app.state, "store", None)
+async def metrics(registry: MetricsDep, store: OpenStoreDep) -> Response:
     if store is not None:
         try:
             for model, queued in (await store.queue_depths()).items():

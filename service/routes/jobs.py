@@ -34,10 +34,9 @@ from service.errors import (
     error_responses,
     json_error_responses,
 )
-from service.jobs.feeds import JobFeeds
 from service.jobs.records import JobRecord, JobResult, off_loop_if_large, pack, unpack
 from service.jobs.store import JobStore, job_topic
-from service.routes.deps import CallerDep, StoreDep
+from service.routes.deps import CallerDep, DrainDep, FeedsDep, StoreDep, app_owned
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
 
@@ -113,6 +112,9 @@ class ResultCache:
             self._bytes -= len(old)
 
 
+#: The app's cache of serialized results.
+ResultCacheDep = Annotated[ResultCache, Depends(app_owned("result_cache", ResultCache))]
+
 #: Results sent inline (base64) in the job's JSON; others only through ``result_url``.
 STILL_TYPES = frozenset({"image/png", "image/jpeg", "image/webp"})
 #: The file name suffix of a result's download, by media type.
@@ -141,7 +143,7 @@ def _result_json(packed: bytes) -> bytes:
     return json.dumps(body).encode()
 
 
-async def _job_body(request: Request, store: JobStore, record: JobRecord) -> list[bytes]:
+async def _job_body(results: ResultCache, store: JobStore, record: JobRecord) -> list[bytes]:
     """The job as JSON, in parts (the result, once it succeeded, is one large part)."""
     head = json.dumps(record.public()).encode()
     result = b"null"
@@ -151,7 +153,7 @@ async def _job_body(request: Request, store: JobStore, record: JobRecord) -> lis
             packed = await store.result(record.id)
             return None if packed is None else await run_in_threadpool(_result_json, packed)
 
-        result = await request.app.state.result_cache.get(record.id, build) or b"null"
+        result = await results.get(record.id, build) or b"null"
     return [head[:-1], b', "result": ', result, b"}"]
 
 
@@ -164,8 +166,8 @@ async def _job_body(request: Request, store: JobStore, record: JobRecord) -> lis
         **error_responses(401, 404, 503),
     },
 )
-async def get_job(request: Request, job: JobDep, store: StoreDep) -> Response:
-    return json_bytes_response(await _job_body(request, store, job))
+async def get_job(job: JobDep, store: StoreDep, results: ResultCacheDep) -> Response:
+    return json_bytes_response(await _job_body(results, store, job))
 
 
 #: Bodies larger than this go out in pieces of this size.
@@ -234,12 +236,8 @@ class Thumbnails:
         self.made = 0
 
 
-def thumbnails_of(request: Request) -> Thumbnails:
-    """The app's thumbnails, made on first use."""
-    held: Thumbnails | None = getattr(request.app.state, "job_thumbnails", None)
-    if held is None:
-        held = request.app.state.job_thumbnails = Thumbnails()
-    return held
+#: The app's thumbnails, made on first use.
+ThumbnailsDep = Annotated[Thumbnails, Depends(app_owned("job_thumbnails", Thumbnails))]
 
 
 def make_thumbnail(packed: bytes, index: int, side: int) -> bytes | None:
@@ -281,9 +279,9 @@ def make_thumbnail(packed: bytes, index: int, side: int) -> bytes | None:
     },
 )
 async def get_job_thumbnail(
-    request: Request,
     job: JobDep,
     store: StoreDep,
+    thumbnails: ThumbnailsDep,
     size: Annotated[
         int,
         Query(
@@ -299,7 +297,6 @@ async def get_job_thumbnail(
     changes)."""
     if job.state != "succeeded":
         raise JobNotReady(f"the job is {job.state}; its thumbnail exists once it succeeded")
-    thumbnails = thumbnails_of(request)
 
     async def build() -> bytes | None:
         packed = await store.result(job.id)
@@ -441,10 +438,9 @@ async def me(who: CallerDep) -> Me:
 
 
 # ----------------------------------------------------------------- event streams
-async def stream_room(request: Request, job: JobDep) -> AsyncIterator[JobRecord]:
+async def stream_room(job: JobDep, feeds: FeedsDep) -> AsyncIterator[JobRecord]:
     """The job, with one of its key's stream places held until the stream ends (else
     429). A dependency with ``yield``: FastAPI leaves it after the answer has ended."""
-    feeds: JobFeeds = request.app.state.feeds
     with feeds.room(job.owner):
         yield job
 
@@ -457,13 +453,15 @@ async def stream_room(request: Request, job: JobDep) -> AsyncIterator[JobRecord]
     responses=json_error_responses(401, 404, 429, 503),
 )
 async def job_events(
-    request: Request, job: Annotated[JobRecord, Depends(stream_room)]
+    request: Request,
+    job: Annotated[JobRecord, Depends(stream_room)],
+    feeds: FeedsDep,
+    drain: DrainDep,
 ) -> AsyncIterator[ServerSentEvent]:
-    feeds: JobFeeds = request.app.state.feeds
     exempt = request.scope.get("state", {}).get("exempt_from_connection_cap")
     if exempt is not None:
         exempt()  # a long stream must not hold one of max_connections' places
-    stop = request.app.state.lifecycle.drain_started
+    stop = drain.drain_started
     async with feeds.stream(job.id) as feed:
         seen = sent = sent_preview = 0
         while True:

@@ -15,13 +15,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from models.adain.large import BASE_SIDE
 from service.errors import error_responses
-from service.routes.deps import SettingsDep
+from service.routes.deps import CatalogDep, LocalModelsDep, SettingsDep
 from service.routes.generate import MAX_NUM_IMAGES
 from service.routes.stylize import MAX_MASK_SIZE
 
@@ -36,14 +36,15 @@ _ABSOLUTE_PATH = re.compile(r"(?<![\w.~-])/[\w.~+@%=-]+(?:/[\w.~+@%=-]+)*/?")
     summary="Models requested at startup and their state",
     responses=error_responses(401, 503),
 )
-async def list_models(request: Request) -> dict[str, Any]:
+async def list_models(
+    local: LocalModelsDep, catalog: CatalogDep, settings: SettingsDep
+) -> dict[str, Any]:
     """Each model requested here (``where: "here"``), then each model served (or once
     served) by workers elsewhere on the job store (``where: "workers"``)."""
-    local = request.app.state.model_status
-    statuses = [status.as_dict() | {"where": "here"} for status in local.values()]
-    remote = await request.app.state.catalog.remote()
+    statuses = [status.as_dict() | {"where": "here"} for status in local.statuses.values()]
+    remote = await catalog.remote()
     for name, (details, live) in sorted(remote.items()):
-        if name in request.app.state.pools:
+        if name in local.pools:
             continue
         statuses.append(
             {
@@ -55,7 +56,7 @@ async def list_models(request: Request) -> dict[str, Any]:
                 "where": "workers",
             }
         )
-    folders = request.app.state.settings.weight_search_path()
+    folders = settings.weight_search_path()
     public = await run_in_threadpool(lambda: [public_status(s, folders) for s in statuses])
     return {"models": public}
 

@@ -23,15 +23,15 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Depends, Response
 from fastapi.responses import FileResponse, JSONResponse
 from PIL import Image, ImageOps
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from service.routes.deps import SettingsDep
+from service.routes.deps import SettingsDep, app_owned
 
 router = APIRouter(include_in_schema=False)
 
@@ -167,12 +167,8 @@ class Thumbnails:
         return data
 
 
-def thumbnails_of(request: Request) -> Thumbnails:
-    """The app's thumbnail cache, made on first use."""
-    cache: Thumbnails | None = getattr(request.app.state, "sample_thumbnails", None)
-    if cache is None:
-        cache = request.app.state.sample_thumbnails = Thumbnails()
-    return cache
+#: The app's thumbnail cache, made on first use.
+ThumbnailsDep = Annotated[Thumbnails, Depends(app_owned("sample_thumbnails", Thumbnails))]
 
 
 def _not_found(what: str) -> HTTPException:
@@ -208,11 +204,11 @@ async def sample_file(settings: SettingsDep, kind: str, name: str) -> FileRespon
 
 @router.get("/samples/{kind}/{name}/thumbnail")
 async def sample_thumbnail(
-    request: Request, settings: SettingsDep, kind: str, name: str
+    settings: SettingsDep, thumbnails: ThumbnailsDep, kind: str, name: str
 ) -> Response:
     sample = await _sample(settings, kind, name)
     try:
-        data = await thumbnails_of(request).get(sample, settings.max_pixels)
+        data = await thumbnails.get(sample, settings.max_pixels)
     except ValueError as exc:
         raise _not_found(f"{kind}/{name!r} as a thumbnail: {exc}") from None
     return Response(data, media_type="image/jpeg", headers={"Cache-Control": CACHE_CONTROL})

@@ -31,9 +31,9 @@ from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
 from service.execution.executor import Accepted
 from service.execution.stylize import StylizeWork
-from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
+from service.images import ACCEPTED_FORMATS, DecodeSlots, Decoding, ImageLimits
 from service.jobs.webhooks import EVENTS_PATTERN, parse_events
-from service.routes.deps import RateLimited, WorkContext, WorkDep
+from service.routes.deps import DecodeSlotsDep, RateLimited, WorkContext, WorkDep
 from service.routes.jobs import job_accepted
 from service.routes.stylize_video import video_work
 
@@ -164,12 +164,12 @@ def _fields_json(fields: list[object]) -> str:
     return json.dumps(fields, sort_keys=True)
 
 
-def _decoding(context: WorkContext, deadline: float | None) -> Decoding:
+def _decoding(context: WorkContext, slots: DecodeSlots, deadline: float | None) -> Decoding:
     """How this request's uploads are decoded: the image limits, the shared decode slots."""
     settings = context.settings
     return Decoding(
         ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-        context.request.app.state.decode_slots,
+        slots,
         deadline,
     )
 
@@ -203,6 +203,7 @@ def _decoding(context: WorkContext, deadline: float | None) -> Decoding:
 )
 async def stylize(
     context: WorkDep,
+    slots: DecodeSlotsDep,
     content: Annotated[UploadFile, File(description="The photo.")],
     style: Annotated[
         list[UploadFile],
@@ -317,7 +318,7 @@ async def stylize(
             size=size,
             served=served,
             settings=context.settings,
-            decoding=_decoding(context, context.executor.deadline()),
+            decoding=_decoding(context, slots, context.executor.deadline()),
         )
         submission = context.submission(
             [_fields_json([options, size, webhook, webhook_events]), video, *styles],
@@ -368,7 +369,7 @@ async def stylize(
             mask_bytes,
             size=size,
             style_size=style_side,
-            decoding=_decoding(context, deadline),
+            decoding=_decoding(context, slots, deadline),
         )
         parameters = {
             "alpha": alpha,
