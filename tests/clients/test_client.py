@@ -275,3 +275,18 @@ def test_inputs_may_be_paths_or_file_objects(fake_server, tmp_path):
         from_path = client.stylize(tmp_path / "photo.png", io.BytesIO(solid_png(PAINTING)))
         from_bytes = client.stylize(solid_png(PHOTO), solid_png(PAINTING))
     assert from_path.content == from_bytes.content
+
+
+def test_a_request_the_server_answers_send_as_job_is_sent_again_as_a_job(fake_server):
+    """Four paintings at twice their scale cost over the budget of a request answered
+    at once (but not a job's): the server answers 422 send_as_job, the client sends it
+    again as a job and returns its result."""
+    seen: list[Progress] = []
+    paintings = [solid_png(PAINTING)] * 4
+    with Client(fake_server.url) as client:
+        result = client.stylize(solid_png(PHOTO), paintings, size=1024, style_scale=2.0)
+        seen_job = client.stylize(
+            solid_png(PHOTO), paintings, size=1024, style_scale=2.0, progress=seen.append
+        )
+    assert result.job is not None and result.job.state == "succeeded"
+    assert result.content == seen_job.content and seen
