@@ -25,18 +25,13 @@ import argparse
 import base64
 import json
 import statistics
-import sys
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import httpx
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # serve_process
-
-from atelier_client import Client  # noqa: E402
-from serve_process import Server  # noqa: E402
+from atelier_client import Client
+from serve_process import Server  # run as a script: its folder is on sys.path
 
 TARGET_MS = 5.0
 
