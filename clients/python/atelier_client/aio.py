@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Unpack
 
@@ -213,7 +214,7 @@ class AsyncClient:
         response = await self._request("DELETE", f"/v1/jobs/{_id(job_id)}")
         return None if response.status_code == 204 else Job.from_json(response.json())
 
-    async def events(self, job_id: str | Job) -> AsyncIterator[_core.Event]:
+    async def events(self, job_id: str | Job) -> AsyncGenerator[_core.Event, None]:
         timeout = httpx.Timeout(None, connect=10.0)
         url = f"/v1/jobs/{_id(job_id)}/events"
         async with self._http.stream("GET", url, timeout=timeout) as response:
@@ -249,17 +250,18 @@ class AsyncClient:
         state = self.retry.state()
         while True:
             try:
-                async for event in self.events(job_id):
-                    if event.event == "gone":
-                        raise JobNotFound(f"job {job_id} was forgotten")
-                    if event.event not in ("progress", "done"):
-                        continue
-                    job = Job.from_json(json.loads(event.data))
-                    if callback is not None:
-                        callback(job.progress)
-                    if event.event == "done" or job.finished:
-                        return job
-                    _check_deadline(deadline, job_id)
+                async with contextlib.aclosing(self.events(job_id)) as events:
+                    async for event in events:
+                        if event.event == "gone":
+                            raise JobNotFound(f"job {job_id} was forgotten")
+                        if event.event not in ("progress", "done"):
+                            continue
+                        job = Job.from_json(json.loads(event.data))
+                        if callback is not None:
+                            callback(job.progress)
+                        if event.event == "done" or job.finished:
+                            return job
+                        _check_deadline(deadline, job_id)
             except TooManyStreams:
                 return await self._poll(job_id, callback, deadline)
             except httpx.TransportError as exc:

@@ -13,11 +13,12 @@ connection breaks.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Unpack
 
@@ -279,7 +280,7 @@ class Client:
         response = self._request("DELETE", f"/v1/jobs/{_id(job_id)}")
         return None if response.status_code == 204 else Job.from_json(response.json())
 
-    def events(self, job_id: str | Job) -> Iterator[_core.Event]:
+    def events(self, job_id: str | Job) -> Generator[_core.Event, None, None]:
         """The job's Server-Sent Events as they come (``progress``, ``preview``,
         ``done``; ``reconnect`` when the replica stops), one connection."""
         timeout = httpx.Timeout(None, connect=10.0)
@@ -323,17 +324,18 @@ class Client:
         state = self.retry.state()
         while True:
             try:
-                for event in self.events(job_id):
-                    if event.event == "gone":
-                        raise JobNotFound(f"job {job_id} was forgotten")
-                    if event.event not in ("progress", "done"):
-                        continue
-                    job = Job.from_json(json.loads(event.data))
-                    if callback is not None:
-                        callback(job.progress)
-                    if event.event == "done" or job.finished:
-                        return job
-                    _check_deadline(deadline, job_id)
+                with contextlib.closing(self.events(job_id)) as events:
+                    for event in events:
+                        if event.event == "gone":
+                            raise JobNotFound(f"job {job_id} was forgotten")
+                        if event.event not in ("progress", "done"):
+                            continue
+                        job = Job.from_json(json.loads(event.data))
+                        if callback is not None:
+                            callback(job.progress)
+                        if event.event == "done" or job.finished:
+                            return job
+                        _check_deadline(deadline, job_id)
             except TooManyStreams:
                 return self._poll(job_id, callback, deadline)
             except httpx.TransportError as exc:
