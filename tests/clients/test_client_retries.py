@@ -47,12 +47,26 @@ def test_a_429_waits_the_retry_after_the_server_sent(tmp_path):
                 impatient.generate("a red circle", seed=1, steps=1)
         assert caught.value.status == 429 and caught.value.retry_after == 1.0
         on_retry = lambda reason, delay: retries.append((reason, delay))  # noqa: E731
-        with Client(url, retry=Retry(on_retry=on_retry)) as client:
+        keys: list[str | None] = []
+        recording = httpx.HTTPTransport()
+        original = recording.handle_request
+
+        def record(request: httpx.Request) -> httpx.Response:
+            keys.append(request.headers.get("idempotency-key"))
+            return original(request)
+
+        recording.handle_request = record  # type: ignore[method-assign]
+        with Client(url, retry=Retry(on_retry=on_retry), transport=recording) as client:
             started = time.monotonic()
             result = client.generate("a red circle", seed=1, steps=1)
-            waited = time.monotonic() - started
-    assert retries and retries[0] == ("429 rate_limited", 1.0)
-    assert waited >= 1.0 * len(retries)
+            waited, retried = time.monotonic() - started, len(retries)
+            client.generate("a red circle", seed=2, steps=1)
+    assert retried and retries[0] == ("429 rate_limited", 1.0)
+    assert waited >= 1.0 * retried
+    # every POST carries a key, the same on each retry of a call, another for the next call
+    first, second = keys[: retried + 1], keys[retried + 1 :]
+    assert None not in keys and len(set(first)) == 1 and len(set(second)) == 1
+    assert set(second).isdisjoint(first)
     np.testing.assert_array_equal(pixels_of(result.images[0]), FakeTextToImage.pixels(1))
 
 
