@@ -186,3 +186,28 @@ def _answers(port: int) -> bool:
         return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
     except httpx.TransportError:
         return False
+
+
+def test_a_refused_event_stream_falls_back_to_polling(tmp_path):
+    """With its key's one stream taken (``key_max_event_streams=1``), ``wait`` is
+    refused a stream (429 ``too_many_streams``) and polls the job to its end instead."""
+    hold = tmp_path / "hold"
+    hold.touch()  # both jobs wait before their second step until the test lets them go
+    app = create_app(make_settings(key_max_event_streams=1), model_entries=Fakes(hold).entries())
+    seen: list[object] = []
+    with served(app) as url, Client(url) as client, httpx.Client(base_url=url) as raw:
+        first = client.submit_generate("a red circle", seed=1, steps=3)
+        second = client.submit_generate("a red circle", seed=2, steps=3)
+        with raw.stream("GET", f"/v1/jobs/{first.id}/events") as taken:
+            assert taken.status_code == 200
+            refused = raw.get(f"/v1/jobs/{second.id}/events", timeout=5)
+            assert refused.status_code == 429 and "too_many_streams" in refused.text
+            follower = threading.Thread(
+                target=lambda: seen.append(client.wait(second, progress=seen.append))
+            )
+            follower.start()
+            _until(lambda: seen, "the first polled progress")
+            hold.unlink()
+            follower.join(30)
+    assert seen[-1].state == "succeeded" and seen[-1].id == second.id
+    assert seen[-2].step == 3  # progress came from the polls
