@@ -290,3 +290,23 @@ def test_a_request_the_server_answers_send_as_job_is_sent_again_as_a_job(fake_se
         )
     assert result.job is not None and result.job.state == "succeeded"
     assert result.content == seen_job.content and seen
+
+
+def test_the_async_client_resumes_a_download_and_writes_a_print(fake_server, tmp_path):
+    photo, pixels = noise_png(1100, 300, seed=5)
+
+    async def main() -> tuple[bytes, bytes, Result]:
+        async with AsyncClient(fake_server.url) as client:
+            job = await client.wait(await client.submit_generate("a red circle", seed=1))
+            whole = await client.result(job)
+            (tmp_path / f"out.png.{job.id}-0.part").write_bytes(b"y" * 50)
+            path = await client.download(job, tmp_path / "out.png")
+            printed = await client.stylize(
+                photo, solid_png(PAINTING), size=1100, output=tmp_path / "print.png"
+            )
+            return whole, path.read_bytes(), printed
+
+    whole, resumed, printed = asyncio.run(main())
+    assert resumed == b"y" * 50 + whole[50:]
+    assert printed.job is not None and printed.path == tmp_path / "print.png"
+    np.testing.assert_array_equal(pixels_of(printed.content), 255 - pixels.astype(int))
