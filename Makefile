@@ -26,10 +26,13 @@ DEBIAN_PACKAGES := redis-server chromium chromium-driver curl
 
 .PHONY: test serve lint install system-deps clean
 
-$(STAMP): pyproject.toml
+# The Python client (clients/python, a package of its own) goes in after the project: the
+# CLI's --server, the ComfyUI nodes and their tests use it.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e 'clients/python[all]'
 	touch $(STAMP)
 
 install: $(STAMP)

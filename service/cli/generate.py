@@ -1,10 +1,14 @@
-"""``atelier generate "PROMPT"``: text to PNG files with the trained DiT."""
+"""``atelier generate "PROMPT"``: text to PNG files with the trained DiT (here, or on a
+service with ``--server URL``: ``service.cli.remote``)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
+
+from service.cli import remote
+from service.cli.remote import add_server_options
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,10 +38,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
     parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
+    add_server_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.server:
+        return remote.generate(args)
     from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
     from models.images import save_image

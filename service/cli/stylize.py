@@ -10,6 +10,7 @@ Examples::
     atelier stylize photo.jpg starry.jpg --style-scale 2 -o big-strokes.png
     atelier stylize photo_12mp.jpg starry.jpg --size 4000 -o print.png   # tile progress bar
     atelier stylize clip.mp4 starry.jpg -o painted.mp4   # a video: frame progress bar
+    atelier stylize photo.jpg starry.jpg -o out.png --server http://gpu-box:8000  # remote
 
 A video (MP4, MOV, WebM, MKV, animated GIF) is written in its own container at its frame
 rate with its audio copied; ``--size`` scales its frames down (default: its own size).
@@ -47,6 +48,8 @@ from models.video import (
     looks_like_video,
     probe,
 )
+from service.cli import remote
+from service.cli.remote import add_server_options
 from service.cli.serve import tune_glibc_malloc
 from service.cli.settings import settings_from_args
 from service.errors import ServiceError
@@ -128,10 +131,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="JPEG or WebP quality (default 92 and 90); PNG is lossless",
     )
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
+    add_server_options(parser)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.server:
+        return remote.stylize(args)
     try:
         data = args.content.read_bytes()
     except OSError as exc:
