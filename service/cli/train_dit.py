@@ -1,4 +1,5 @@
-"""``atelier train-dit``: train the text-to-image DiT on the captioned-shapes data."""
+"""``atelier train-dit``: train the text-to-image DiT (everyday things at 64 px with a
+64 px preset, captioned shapes at 32 px with a 32 px one)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--ema-decay", type=float, default=0.998)
     parser.add_argument("--cond-dropout", type=float, default=0.1)
+    parser.add_argument(
+        "--timesteps",
+        default="uniform",
+        help="how training timesteps are drawn: uniform or logit-normal",
+    )
+    parser.add_argument(
+        "--weighting", default="none", help="per-timestep loss weight: none or min-snr"
+    )
+    parser.add_argument(
+        "--things",
+        type=int,
+        help="train on the vocabulary's first N things only (a CPU-sized run; 64 px presets)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="processes that render the training scenes (0: the training process)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the exported checkpoint's weights",
+    )
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
@@ -99,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         trainer.save(state_path)
         trainer.export(
             export,
+            dtype=args.dtype,
             preset=args.preset,
             loss=loss,
             **lineage,
