@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -423,3 +424,71 @@ class Trainer:
         if on_checkpoint:
             on_checkpoint(self, smoothed)
         return smoothed
+
+
+def run_training(
+    config: TrainConfig,
+    *,
+    encoder: TextEncoder,
+    device: str,
+    run_dir: Path,
+    export: Path,
+    max_steps: int,
+    time_limit_s: float = math.inf,
+    checkpoint_every_s: float = math.inf,
+    resume: bool = False,
+    init_from: Path | None = None,
+    dtype: str = "float32",
+    progress: bool = True,
+) -> Trainer:
+    """One training run as ``atelier train-dit`` (and the GPU script) runs it.
+
+    Resumes from ``run_dir/train_state.pt`` when ``resume`` and it exists, else starts
+    from ``init_from``'s weights when given (a fine-tune, or the next leg of a run whose
+    full state could not travel), else from scratch. At every checkpoint it writes the
+    full state (for ``resume``) and exports the EMA weights to ``export`` in ``dtype``;
+    the export's info records the lineage: ``total_samples`` and ``total_train_hours``
+    add this run's to those of the checkpoint it started from. Prints one JSON line per
+    checkpoint.
+    """
+    state_path = run_dir / "train_state.pt"
+    trainer = Trainer(config, encoder=encoder, device=device)
+    if resume and state_path.exists():
+        trainer.resume(state_path)
+        print(f"resumed from {state_path} at step {trainer.step}")
+    elif init_from is not None:
+        trainer.initialize_from(init_from)
+        print(f"initialised from {init_from}")
+    start: dict[str, Any] = read_metadata(init_from)[1] if init_from is not None else {}
+    lineage: dict[str, Any] = {}
+    if init_from is not None:  # kept on resume, so every export names its start
+        lineage["init_from"] = {k: start.get(k) for k in ("step", "samples", "init_from")}
+    print(
+        f"training {config.preset} ({trainer.model.num_parameters():,} parameters) on "
+        f"{device}, autocast={trainer.autocast}"
+    )
+
+    def checkpoint(trainer: Trainer, loss: float) -> None:
+        trainer.save(state_path)
+        samples = trainer.step * trainer.config.batch_size
+        hours = trainer.train_seconds / 3600
+        trainer.export(
+            export,
+            dtype=dtype,
+            preset=config.preset,
+            loss=loss,
+            total_samples=samples + int(start.get("total_samples", start.get("samples", 0))),
+            total_train_hours=round(hours + float(start.get("total_train_hours", 0.0)), 4),
+            **lineage,
+        )
+        record = {"step": trainer.step, "loss": loss, "export": str(export)}
+        print(json.dumps(record), flush=True)
+
+    trainer.fit(
+        max_steps,
+        time_limit_s=time_limit_s,
+        checkpoint_every_s=checkpoint_every_s,
+        on_checkpoint=checkpoint,
+        progress=progress,
+    )
+    return trainer

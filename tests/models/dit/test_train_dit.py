@@ -324,3 +324,6 @@ def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
     info = read_metadata(export)[1]
     assert info["step"] == 1
     assert info["init_from"] == {"step": 1, "samples": 4, "init_from": None}
+    # the lineage adds up: this leg's 2 samples on top of the start's 4
+    assert info["total_samples"] == 2 + 4
+    assert info["total_train_hours"] >= info["train_hours"]
