@@ -40,6 +40,8 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from evaluation.judge import Judge, frechet_distance, load_judge, render_example
 from evaluation.judge import read_metadata as read_judge_metadata
+
+from models.shapes.planner import plan_regions
 from models.things import (
     THING_HUES,
     ThingCaption,
@@ -53,8 +55,6 @@ from models.things import (
 )
 from models.things.render import rgb_to_hsv
 
-from models.shapes.planner import plan_regions
-
 ROOT = Path(__file__).resolve().parent.parent
 #: ``draw(prompts, seeds) -> (N, 3, 64, 64)`` in ``[0, 1]``, planned as served.
 Draw = Callable[[list[str], list[int]], torch.Tensor]
@@ -63,9 +63,9 @@ Draw = Callable[[list[str], list[int]], torch.Tensor]
 def subset_keys(count: int | None) -> list[str]:
     """The things the model trained on: all, or ``count`` spread evenly over the
     vocabulary (what ``atelier train-dit --things N`` trains on)."""
-    from models.things import training_subset
+    from models.things import subset_pool
 
-    return [item.key for item in (training_subset(count) if count else things())]
+    return [item.key for item in subset_pool(count)]
 
 
 def judged(judge: Judge, images: torch.Tensor, keys: list[str]) -> dict[str, float]:

@@ -45,6 +45,7 @@ from models.things.scenes import (
     relation_holds,
     sample_caption,
     sample_scene,
+    subset_pool,
 )
 from models.things.splits import (
     HELDOUT_PARAPHRASES,
@@ -84,6 +85,7 @@ __all__ = [
     "relation_holds",
     "sample_caption",
     "sample_scene",
+    "subset_pool",
     "sprite_pixels",
     "thing",
     "thing_keys",

@@ -7,7 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import Dataset
 
-from models.things.scenes import CANVAS, SHAPES_SHARE, ThingScene, draw_float, sample_scene
+from models.things.scenes import (
+    CANVAS,
+    SHAPES_SHARE,
+    ThingScene,
+    draw_float,
+    sample_scene,
+    subset_pool,
+)
 from models.things.splits import SPLITS, check_split
 
 #: Seed stream tag, so that a ThingsDataset never replays a ShapesDataset's draws.
@@ -28,6 +35,9 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
         image_size: side of the returned images; scenes are drawn at 64 px and resized
             (bilinear, antialiased) when this differs.
         shapes_share: the share of items that are shapes-world scenes (black canvas).
+        things: draw only this many things, spread over the vocabulary
+            (:func:`~models.things.scenes.subset_pool`: a CPU-sized training run);
+            ``None``: all of them.
 
     Shape:
         item: ``(image, caption)`` with ``image`` float32 ``(3, image_size, image_size)``
@@ -42,6 +52,7 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
         length: int = 1_000_000,
         image_size: int = CANVAS,
         shapes_share: float = SHAPES_SHARE,
+        things: int | None = None,
     ) -> None:
         self.split = check_split(split)
         if length < 1:
@@ -54,6 +65,8 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
         self.length = length
         self.image_size = image_size
         self.shapes_share = shapes_share
+        self.things = things
+        self.pool = subset_pool(things)
 
     def __len__(self) -> int:
         return self.length
@@ -63,7 +76,7 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} out of range for length {self.length}")
         rng = np.random.default_rng([self.seed, _STREAM, SPLITS.index(self.split), index])
-        return sample_scene(rng, self.split, shapes_share=self.shapes_share)
+        return sample_scene(rng, self.split, shapes_share=self.shapes_share, pool=self.pool)
 
     def __getitem__(self, index: int) -> tuple[torch.Tensor, str]:
         scene = self.scene(index)
@@ -77,7 +90,8 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
     def extra_repr(self) -> str:
         return (
             f"split={self.split!r}, seed={self.seed}, length={self.length}, "
-            f"image_size={self.image_size}, shapes_share={self.shapes_share}"
+            f"image_size={self.image_size}, shapes_share={self.shapes_share}, "
+            f"things={self.things}"
         )
 
     def __repr__(self) -> str:

@@ -182,9 +182,11 @@ def _noun(rng: np.random.Generator, item: Thing, *, coloured: bool) -> str:
     return _pick(rng, options[1:])
 
 
-def _train_spec(rng: np.random.Generator, colour_p: float, exclude: set[str]) -> ThingSpec:
-    """A thing (not in ``exclude``) with a training phrasing, maybe a training colour."""
-    pool = _emoji_things()
+def _train_spec(
+    rng: np.random.Generator, colour_p: float, exclude: set[str], pool: tuple[Thing, ...]
+) -> ThingSpec:
+    """A thing of ``pool`` (not in ``exclude``) with a training phrasing, maybe a training
+    colour."""
     while True:
         item = pool[int(rng.integers(len(pool)))]
         if item.key not in exclude:
@@ -196,23 +198,41 @@ def _train_spec(rng: np.random.Generator, colour_p: float, exclude: set[str]) ->
     return ThingSpec(item.key, _noun(rng, item, coloured=colour is not None), colour=colour)
 
 
-def _heldout_spec(rng: np.random.Generator) -> ThingSpec:
-    """A thing with a held-out paraphrase, or in a held-out colour."""
-    if rng.random() < 0.5:
-        key = _pick(rng, heldout_things())
+def _heldout_spec(rng: np.random.Generator, pool: tuple[Thing, ...]) -> ThingSpec:
+    """A thing of ``pool`` with a held-out paraphrase, or in a held-out colour."""
+    keys = {item.key for item in pool}
+    paraphrased = [key for key in heldout_things() if key in keys]
+    pairs = [pair for pair in _colour_pairs(True) if pair[0] in keys]
+    if not paraphrased and not pairs:
+        raise ValueError("these things have no held-out paraphrase or colour: no held-out split")
+    if paraphrased and (rng.random() < 0.5 or not pairs):
+        key = _pick(rng, paraphrased)
         return ThingSpec(key, _pick(rng, heldout_phrasings(thing(key))))
-    pairs = _colour_pairs(True)
     key, colour = pairs[int(rng.integers(len(pairs)))]
     return ThingSpec(key, _noun(rng, thing(key), coloured=True), colour=colour)
 
 
-def _specs(rng: np.random.Generator, split: str, k: int, colour_p: float) -> list[ThingSpec]:
+def _specs(
+    rng: np.random.Generator, split: str, k: int, colour_p: float, pool: tuple[Thing, ...]
+) -> list[ThingSpec]:
     specs: list[ThingSpec] = []
     if split == "heldout":
-        specs.append(_heldout_spec(rng))
+        specs.append(_heldout_spec(rng, pool))
     while len(specs) < k:
-        specs.append(_train_spec(rng, colour_p, {s.thing for s in specs}))
+        specs.append(_train_spec(rng, colour_p, {s.thing for s in specs}, pool))
     return specs
+
+
+def subset_pool(count: int | None) -> tuple[Thing, ...]:
+    """The emoji things a scene draws from: all of them, or ``count`` spread evenly over
+    the vocabulary's order (faces, people, animals, food, travel, objects, symbols), so a
+    small CPU-sized run still sees every kind of thing."""
+    pool = _emoji_things()
+    if count is None:
+        return pool
+    if not 3 <= count <= len(pool):
+        raise ValueError(f"a subset holds 3 to {len(pool)} things, got {count}")
+    return tuple(pool[(i * len(pool)) // count] for i in range(count))
 
 
 def _with(spec: ThingSpec, **changes: object) -> ThingSpec:
@@ -233,31 +253,37 @@ def _maybe(rng: np.random.Generator, p: float, values: tuple[str, ...]) -> str |
 
 
 def sample_caption(
-    rng: np.random.Generator, split: str = "train", *, family: str | None = None
+    rng: np.random.Generator,
+    split: str = "train",
+    *,
+    family: str | None = None,
+    pool: tuple[Thing, ...] | None = None,
 ) -> ThingCaption:
-    """Draw a family (or take ``family``) and fill it with things of ``split``."""
+    """Draw a family (or take ``family``) and fill it with things of ``split`` drawn from
+    ``pool`` (:func:`subset_pool`; default every emoji thing)."""
+    pool = pool or _emoji_things()
     check_split(split)
     if family is None:
         family = _weighted(rng, FAMILIES)
     elif family not in FAMILIES:
         raise ValueError(f"unknown family {family!r}; expected one of {tuple(FAMILIES)}")
     if family == "single":
-        (spec,) = _specs(rng, split, 1, SINGLE_COLOUR_P)
+        (spec,) = _specs(rng, split, 1, SINGLE_COLOUR_P, pool)
         spec = _with(spec, size=_maybe(rng, 0.4, SIZES), position=_maybe(rng, 0.25, POSITIONS))
         return ThingCaption((spec,), frame=_pick(rng, FRAMES) if rng.random() < 0.4 else "{}")
     if family == "several":
         k = 2 if rng.random() < 0.6 else 3
-        specs = _specs(rng, split, k, MULTI_COLOUR_P)
+        specs = _specs(rng, split, k, MULTI_COLOUR_P, pool)
         return ThingCaption(tuple(_with(s, size=_maybe(rng, 0.3, SIZES)) for s in specs))
     if family == "count":
         number = 2 if rng.random() < 0.5 else 3
         extra = rng.random() < 0.5
-        specs = _specs(rng, split, 2 if extra else 1, MULTI_COLOUR_P)
+        specs = _specs(rng, split, 2 if extra else 1, MULTI_COLOUR_P, pool)
         counted = [_with(specs[0], count=number, size=_maybe(rng, 0.25, SIZES))]
         if extra:
             counted.append(_with(specs[1], size=_maybe(rng, 0.3, SIZES)))
         return ThingCaption(tuple(counted))
-    specs = _specs(rng, split, 2, MULTI_COLOUR_P)
+    specs = _specs(rng, split, 2, MULTI_COLOUR_P, pool)
     relation = _pick(rng, RELATIONS)
     return ThingCaption(tuple(_with(s, size=_maybe(rng, 0.3, SIZES)) for s in specs), relation)
 
@@ -354,15 +380,17 @@ def sample_scene(
     *,
     family: str | None = None,
     shapes_share: float = SHAPES_SHARE,
+    pool: tuple[Thing, ...] | None = None,
 ) -> ThingScene:
     """Draw a scene of ``split``: a shapes scene with probability ``shapes_share``, else a
-    things scene of ``family`` (or a family drawn with :data:`FAMILIES`' frequencies)."""
+    things scene of ``family`` (or a family drawn with :data:`FAMILIES`' frequencies) of
+    things from ``pool`` (:func:`subset_pool`; default every emoji thing)."""
     check_split(split)
     if not 0.0 <= shapes_share <= 1.0:
         raise ValueError(f"shapes_share must be in [0, 1], got {shapes_share}")
     if family is None and rng.random() < shapes_share:
         return _shapes_scene(rng, split)
-    return layout(sample_caption(rng, split, family=family), rng)
+    return layout(sample_caption(rng, split, family=family, pool=pool), rng)
 
 
 def placement(obj: PlacedThing) -> tuple[int, int, np.ndarray, np.ndarray]:

@@ -346,3 +346,22 @@ def test_sampling_reads_nothing_back_per_step(pipe, sampler):
             pipe.generate(PROMPTS, seeds=[1, 2, 3], steps=steps, sampler=sampler)
         counts.append(reads.count)
     assert counts[0] == counts[1], counts
+
+
+def test_a_64px_model_plans_on_its_own_canvas_with_each_captions_empty_canvas():
+    """Things compositions hide the other cells behind white, shapes ones behind black
+    (each world's empty canvas), on the 64 px grid; images come out at 64 px."""
+    from models.dit.config import get_preset
+    from models.dit.model import DiT
+    from models.dit.pipeline import EMPTY_CANVAS, THINGS_CANVAS
+
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny64"))
+    pipe64 = TextToImage(model, HashedWordEncoder(model.config.text_dim), default_steps=2)
+    prompts = ["a cat to the left of a rocket", "two red squares", "a cat"]
+    regions = pipe64.regions(prompts, [None] * 3, [0, 1, 2], plan_layout=True)
+    assert regions.owner.tolist() == [0, 0, 1, 1, 2]
+    assert regions.weight.shape[-2:] == (64, 64)
+    assert regions.background.tolist() == [THINGS_CANVAS] * 2 + [EMPTY_CANVAS] * 2 + [THINGS_CANVAS]
+    images = pipe64.generate(prompts, seeds=[0, 1, 2])
+    assert images.shape == (3, 3, 64, 64) and pipe64.image_size == 64

@@ -327,3 +327,15 @@ def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
     # the lineage adds up: this leg's 2 samples on top of the start's 4
     assert info["total_samples"] == 2 + 4
     assert info["total_train_hours"] >= info["train_hours"]
+
+
+def test_a_64px_preset_trains_on_the_things_world(tmp_path):
+    """tiny64 draws its batches from the things data (64 px, a subset), and learns."""
+    trainer = make_trainer(get_preset("tiny64"), preset="tiny64", things=6, batch_size=8)
+    x0, captions = trainer.batch(0)
+    assert x0.shape == (8, 3, 64, 64) and float(x0.min()) >= -1 and float(x0.max()) <= 1
+    assert all(isinstance(c, str) and c for c in captions)
+    before = fixed_batch_loss(trainer, trainer.model)
+    for _ in range(20):
+        trainer.train_step()
+    assert fixed_batch_loss(trainer, trainer.model) < before

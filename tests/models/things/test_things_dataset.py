@@ -46,3 +46,21 @@ def test_the_shapes_share_sets_how_many_scenes_are_shapes(emoji_font):
 def test_bad_arguments_raise(kwargs):
     with pytest.raises(ValueError):
         ThingsDataset(**kwargs)
+
+
+def test_a_subset_draws_only_its_things_spread_over_the_vocabulary():
+    from models.things import subset_pool
+
+    pool = subset_pool(12)
+    keys = {item.key for item in pool}
+    assert len(keys) == 12
+    everything = subset_pool(None)
+    positions = sorted(everything.index(item) for item in pool)
+    assert positions[-1] - positions[0] > len(everything) // 2  # not one corner of the table
+    stream = ThingsDataset("train", seed=3, things=12, shapes_share=0.0)
+    drawn = {obj.thing for i in range(300) for obj in stream.scene(i).objects}
+    assert drawn <= keys and len(drawn) >= 10
+    heldout = ThingsDataset("heldout", seed=3, things=12, shapes_share=0.0)
+    assert {obj.thing for i in range(100) for obj in heldout.scene(i).objects} <= keys
+    with pytest.raises(ValueError, match="subset"):
+        subset_pool(2)
