@@ -88,6 +88,12 @@ def _plural_word(word: str) -> str:
     return str(_ENGINE.plural_noun(word))
 
 
+def countable(thing: str) -> bool:
+    """Whether the plural of ``thing`` reads back as it (true of English nouns; not of
+    every string: "u" -> "us" -> "u" holds, but "hy" -> "hies" -> "hy" does not)."""
+    return as_counted(singular(plural(thing))) == thing
+
+
 def is_plural(word: str) -> bool:
     """Whether ``word``, read with no number, is a plural ("cats", "mice", "glasses"; not
     "bus", "cactus", "glass", "fish")."""
@@ -116,12 +122,10 @@ def plural(thing: str) -> str:
 
 
 def as_counted(thing: str) -> str:
-    """``thing`` in a countable singular form: a plurale tantum becomes "pair of" it
-    ("glasses" -> "pair of glasses"); anything else is returned unchanged."""
-    before, head, after = _split_head(thing)
-    if head in PAIRED and not after:
-        return f"pair of {thing}"
-    return thing
+    """``thing`` in a countable singular form: one headed by a plurale tantum becomes
+    "pair of" it ("reading glasses" -> "pair of reading glasses"); anything else is
+    returned unchanged."""
+    return f"pair of {thing}" if head_word(thing) in PAIRED else thing
 
 
 def article(word: str) -> str:

@@ -373,3 +373,25 @@ def test_no_noun_is_ever_ignored_and_counts_and_colours_stay_exact(case):
     assert understood.parsed is not None, prompt
     read = [(s.colour, s.thing, s.count) for s in understood.parsed.objects]
     assert sorted(read, key=str) == sorted(expected, key=str), prompt
+
+
+_WORDS = (
+    "a", "an", "the", "two", "three", "2", "five", "no", "on", "in", "of", "under", "over",
+    "above", "left", "right", "top", "center", "red", "blue", "small", "big", "cat", "cats",
+    "mice", "pair", "pairs", "glasses", "shoes", "with", "and", ",", ".", "is", "behind",
+    "front", "it", "one", "another", "sofa", "lens", "buses", "cactus", "octopi", "chasing",
+    "background",
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(_WORDS), st.from_regex(r"[a-z]{1,6}", fullmatch=True)),
+        max_size=10,
+    )
+)
+def test_any_words_read_into_a_caption_that_parses_back(words):
+    understood = understand(" ".join(words))
+    if understood.parsed is not None:
+        assert parse_caption(understood.caption) == understood.parsed
