@@ -3,7 +3,8 @@
 Every caption is built from object phrases::
 
     phrase   := ("a" | "an" | "two" | "three") [size] [colour] thing[plural] [" " place]
-    thing    := word (" " word)*        -- no word of the grammar itself (GRAMMAR_WORDS)
+    thing    := word (" " word)*        -- no word of the grammar itself (GRAMMAR_WORDS),
+                                           but "orange" may end it (NOUN_COLOURS)
     place    := "in the top left" | "at the top" | "in the top right" | "on the left"
               | "in the center" | "on the right" | "in the bottom left" | "at the bottom"
               | "in the bottom right"
@@ -71,6 +72,9 @@ GRAMMAR_WORDS: frozenset[str] = frozenset(
     [*_NUMBER_VALUE, *SIZES, *COLOURS, "and", "above", "below", "left", "right"]
     + ["top", "bottom", "center", "centre", "middle"]
 )
+#: Palette colours that are also things; one may be a thing's last word ("an orange",
+#: "a green orange"), where no colour can follow it.
+NOUN_COLOURS: frozenset[str] = frozenset({"orange"})
 _WORD = re.compile(r"[a-z]+(?:['-][a-z]+)*")
 
 
@@ -78,12 +82,15 @@ def thing_problem(thing: str) -> str | None:
     """Why ``thing`` cannot name an object in a caption, or ``None`` when it can.
 
     A thing is one or more lower-case words (letters, inner ``'`` or ``-``) separated by
-    single spaces, none of them in :data:`GRAMMAR_WORDS`.
+    single spaces, none of them in :data:`GRAMMAR_WORDS` except a last word of
+    :data:`NOUN_COLOURS`.
     """
     words = thing.split(" ")
     if not thing or any(_WORD.fullmatch(word) is None for word in words):
         return f"a thing is lower-case words separated by single spaces, got {thing!r}"
     reserved = [word for word in words if word in GRAMMAR_WORDS]
+    if reserved and reserved[-1] == words[-1] in NOUN_COLOURS:
+        reserved.pop()
     if reserved:
         return f"the thing {thing!r} holds words of the caption grammar: {reserved}"
     return None

@@ -1,9 +1,9 @@
 """Singular and plural forms of the things a caption names ("two cats" <-> "cat").
 
 A thing is a few words, e.g. ``"grinning cat"``, ``"pair of shoes"``, ``"man in tuxedo"``.
-Its **head** is the word that takes the number: the word before the first ``" of "`` or
-``" in "`` when there is one ("*pair* of shoes", "*man* in tuxedo"), else the last word
-("grinning *cat*"). Word forms come from ``inflect`` (irregulars: mouse/mice,
+Its **head** is the word that takes the number: the word before the first ``" of "``,
+``" in "`` or ``" with "`` when there is one ("*pair* of shoes", "*man* in tuxedo",
+"*cat* with wry smile"), else the last word ("grinning *cat*"). Word forms come from ``inflect`` (irregulars: mouse/mice,
 person/people, knife/knives, fish/fish), with two guards of our own:
 
 - **Only a stated number singularises without question.** ``inflect`` strips a final
@@ -61,7 +61,7 @@ _SINGULAR_S: frozenset[str] = frozenset(
         "lotus",
     ]
 )
-_LINKS = (" of ", " in ")
+_LINKS = (" of ", " in ", " with ")
 
 
 def _split_head(thing: str) -> tuple[str, str, str]:

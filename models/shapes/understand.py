@@ -22,7 +22,8 @@ reads a prompt in three passes:
    ball"). **Every other word is content**: part of a thing.
 3. **Reading.** ``[no] [count] (size | colour | content word)+`` make a noun phrase: the
    first palette colour and size are its colour and size, the content words (joined
-   through "of": "a cup of coffee") its thing, singular (:mod:`models.shapes.nouns`:
+   through "of" or "with" and no determiner: "a cup of coffee", "a cat with wry smile";
+   "a cat with a hat" is two objects) its thing, singular (:mod:`models.shapes.nouns`:
    "two mice" -> mouse; a bare plural is one). A negated phrase is a thing not to draw
    (:attr:`Understanding.negative`). An indefinite phrase names a new object (or the one
    of the same colour and thing named before; "another" adds one), a definite one ("the
@@ -63,7 +64,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from models.shapes.captions import ObjectSpec, ParsedCaption, compose_caption
+from models.shapes.captions import NOUN_COLOURS, ObjectSpec, ParsedCaption, compose_caption
 from models.shapes.nouns import PAIRED, as_counted, countable, head_word, is_plural, singular
 from models.shapes.vocab import COLOURS, GRID, POSITIONS
 
@@ -399,7 +400,7 @@ def _group(items: list[_Item]) -> list[_Element]:
 def _read_phrase(items: list[_Item], i: int, out: list[_Element]) -> int:
     """Read one noun phrase from ``items[i]``; append it (or its loose items) to ``out``.
 
-    A phrase is ``[neg] [det|num|the] (size|colour|word)+ [of word+]``: the words no
+    A phrase is ``[neg] [det|num|the] (size|colour|word)+ [(of|with) word+]*``: the words no
     lexicon entry knows are the thing ("a small grinning cat" -> size small, thing
     "grinning cat"; "a fluffy red circle" -> colour red, thing "fluffy circle"); a second
     size or colour starts the next phrase.
@@ -431,14 +432,19 @@ def _read_phrase(items: list[_Item], i: int, out: list[_Element]) -> int:
             phrase.size = item.word()
         elif kind == "colour" and phrase.colour is None:
             phrase.colour = item.word()  # also after a word: "a fluffy red circle"
+        elif kind == "colour" and item.text in NOUN_COLOURS and _next_kind(items, i) not in _THING:
+            phrase.words.append(item.text)  # "a green orange"
         elif kind in _THING and not _plural_ends(phrase, item):
             phrase.words.append(item.text)
-        elif item.text == "of" and phrase.words and _next_kind(items, i) in _THING:
-            phrase.words.append(item.text)  # "a cup of coffee", "two pairs of shoes"
+        elif item.text in ("of", "with") and phrase.words and _next_kind(items, i) in _THING:
+            phrase.words.append(item.text)  # "a cup of coffee", "a face with tears of joy"
         else:
             break
         phrase.items.append(item)
         i += 1
+    last = phrase.items[-1].text if phrase.items else None
+    if last in NOUN_COLOURS and last == phrase.colour and not (phrase.words or phrase.definite):
+        phrase.colour, phrase.words = None, [last]  # "an orange"; "the orange" refers back
     if _next_kind(items, i - 1) == "canvas":  # "on a black background": not an object
         for it in phrase.items:
             if it.text in _DEFAULT_CANVAS:
