@@ -3,7 +3,8 @@
 Every caption is built from object phrases::
 
     phrase   := ("a" | "an" | "two" | "three") [size] [colour] thing[plural] [" " place]
-    thing    := word (" " word)*        -- no word of the grammar itself (GRAMMAR_WORDS)
+    thing    := word (" " word)*        -- no word of the grammar itself (GRAMMAR_WORDS),
+                                           but "orange" may end it (NOUN_COLOURS)
     place    := "in the top left" | "at the top" | "in the top right" | "on the left"
               | "in the center" | "on the right" | "in the bottom left" | "at the bottom"
               | "in the bottom right"
@@ -32,7 +33,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from models.shapes.nouns import article, as_counted, head_word, is_plural, plural, singular
+from models.shapes.nouns import (
+    article,
+    as_counted,
+    countable,
+    head_word,
+    is_plural,
+    plural,
+    singular,
+)
 from models.shapes.vocab import COLOURS, POSITIONS, SIZES
 
 #: The relations, read as "objects[0] <relation> objects[1]".
@@ -63,6 +72,9 @@ GRAMMAR_WORDS: frozenset[str] = frozenset(
     [*_NUMBER_VALUE, *SIZES, *COLOURS, "and", "above", "below", "left", "right"]
     + ["top", "bottom", "center", "centre", "middle"]
 )
+#: Palette colours that are also things; one may be a thing's last word ("an orange",
+#: "a green orange"), where no colour can follow it.
+NOUN_COLOURS: frozenset[str] = frozenset({"orange"})
 _WORD = re.compile(r"[a-z]+(?:['-][a-z]+)*")
 
 
@@ -70,12 +82,15 @@ def thing_problem(thing: str) -> str | None:
     """Why ``thing`` cannot name an object in a caption, or ``None`` when it can.
 
     A thing is one or more lower-case words (letters, inner ``'`` or ``-``) separated by
-    single spaces, none of them in :data:`GRAMMAR_WORDS`.
+    single spaces, none of them in :data:`GRAMMAR_WORDS` except a last word of
+    :data:`NOUN_COLOURS`.
     """
     words = thing.split(" ")
     if not thing or any(_WORD.fullmatch(word) is None for word in words):
         return f"a thing is lower-case words separated by single spaces, got {thing!r}"
     reserved = [word for word in words if word in GRAMMAR_WORDS]
+    if reserved and reserved[-1] == words[-1] in NOUN_COLOURS:
+        reserved.pop()
     if reserved:
         return f"the thing {thing!r} holds words of the caption grammar: {reserved}"
     return None
@@ -111,7 +126,7 @@ class ObjectSpec:
             raise ValueError(f"count must be 1, 2 or 3, got {self.count}")
         if self.count == 1 and not _single_form(self.thing):
             raise ValueError(f"a single object's thing is singular, got {self.thing!r}")
-        if self.count > 1 and _counted_form(plural(self.thing)) != self.thing:
+        if self.count > 1 and not countable(self.thing):
             raise ValueError(f"the plural of {self.thing!r} does not read back as it")
         if self.size is not None and self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; expected one of {SIZES} or None")

@@ -1,9 +1,9 @@
 """Singular and plural forms of the things a caption names ("two cats" <-> "cat").
 
 A thing is a few words, e.g. ``"grinning cat"``, ``"pair of shoes"``, ``"man in tuxedo"``.
-Its **head** is the word that takes the number: the word before the first ``" of "`` or
-``" in "`` when there is one ("*pair* of shoes", "*man* in tuxedo"), else the last word
-("grinning *cat*"). Word forms come from ``inflect`` (irregulars: mouse/mice,
+Its **head** is the word that takes the number: the word before the first ``" of "``,
+``" in "`` or ``" with "`` when there is one ("*pair* of shoes", "*man* in tuxedo",
+"*cat* with wry smile"), else the last word ("grinning *cat*"). Word forms come from ``inflect`` (irregulars: mouse/mice,
 person/people, knife/knives, fish/fish), with two guards of our own:
 
 - **Only a stated number singularises without question.** ``inflect`` strips a final
@@ -61,7 +61,7 @@ _SINGULAR_S: frozenset[str] = frozenset(
         "lotus",
     ]
 )
-_LINKS = (" of ", " in ")
+_LINKS = (" of ", " in ", " with ")
 
 
 def _split_head(thing: str) -> tuple[str, str, str]:
@@ -86,6 +86,12 @@ def _singular_word(word: str) -> str:
 @lru_cache(maxsize=4096)
 def _plural_word(word: str) -> str:
     return str(_ENGINE.plural_noun(word))
+
+
+def countable(thing: str) -> bool:
+    """Whether the plural of ``thing`` reads back as it (true of English nouns; not of
+    every string: "u" -> "us" -> "u" holds, but "hy" -> "hies" -> "hy" does not)."""
+    return as_counted(singular(plural(thing))) == thing
 
 
 def is_plural(word: str) -> bool:
@@ -116,12 +122,10 @@ def plural(thing: str) -> str:
 
 
 def as_counted(thing: str) -> str:
-    """``thing`` in a countable singular form: a plurale tantum becomes "pair of" it
-    ("glasses" -> "pair of glasses"); anything else is returned unchanged."""
-    before, head, after = _split_head(thing)
-    if head in PAIRED and not after:
-        return f"pair of {thing}"
-    return thing
+    """``thing`` in a countable singular form: one headed by a plurale tantum becomes
+    "pair of" it ("reading glasses" -> "pair of reading glasses"); anything else is
+    returned unchanged."""
+    return f"pair of {thing}" if head_word(thing) in PAIRED else thing
 
 
 def article(word: str) -> str:

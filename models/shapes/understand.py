@@ -1,41 +1,60 @@
 """Prompt understanding: free phrasing -> the caption grammar's :class:`ParsedCaption`.
 
-Users type "a big yellow triangle above a small green circle", "to the left of a blue
-square, a red circle" or "A red circle next to a blue square, with the circle on the
-left." The planner and the model know only the caption grammar
-(:mod:`models.shapes.captions`). :func:`understand` reads a prompt in three passes:
+Users type "a big yellow triangle above a small green circle", "a cat on a sofa", "two
+mice under a wooden table" or "no circles, just a square". The planner and the model
+know only the caption grammar (:mod:`models.shapes.captions`), whose objects are
+``(colour, thing, count, size, position)`` with an open ``thing``. :func:`understand`
+reads a prompt in three passes:
 
 1. **Words.** Lower-case, split hyphens, cut into words, numerals and punctuation.
-2. **Lexicon** (longest match first). Synonyms fold onto the grammar's words: big, huge,
+2. **Lexicon** (longest match first). Layout words fold onto the grammar's: big, huge,
    large -> large; tiny, little, small -> small; beneath, under, below -> below; on top
-   of, over, above -> above; left of, to the left of -> left of; next to, beside ->
+   of, over, above -> above; left of, to the left of -> left of; next to, beside, near ->
    "beside" (the side comes from another clause); top, upper / bottom, lower / left /
    right / centre, center, middle make grid places; a, an, one, single / two, 2, a pair
-   of / three, 3 make counts; "it", "its" and "the X" refer back. Filler words ("there
-   is", "draw", "in", "the") carry nothing; every other word is unknown.
-3. **Reading.** Counts, sizes and colours up to a shape (or "one") make a noun phrase;
-   an indefinite phrase names a new object (or the one of the same colour and shape named
-   before; "another" adds one),
-   a definite one ("the circle", "the red one", "it") refers back. Per sentence: a
-   relation relates the phrase before it to the one after it; fronted ("to the left of
-   B, A") it relates the next two; with no object after it ("B with A to its left") it
-   relates the phrase before it to the object mentioned before that. A place goes to the
-   phrase it touches, else the next phrase, else the last one. A referring phrase given
-   one side ("with the circle on the left", "the square is on top") while exactly two
-   single objects are named sets their relation instead of a grid cell.
+   of / three, 3 make counts; four and more are numbers it cannot draw; no, not, without
+   negate; "it", "its" and "the X" refer back; in front of, behind, between are
+   relations the grid cannot show; picture, image, background are the canvas. Function
+   words ("there is", "draw", "the", "very") carry nothing. Three words depend on what
+   follows: "on" before an object is "above" ("a cat on a sofa"; "on the left" is a
+   place), "in" before an object is a relation the grid cannot show ("a cat in a box"),
+   and an "-ing" word between a noun and a determiner is a verb ("a dog chasing a
+   ball"). **Every other word is content**: part of a thing.
+3. **Reading.** ``[no] [count] (size | colour | content word)+`` make a noun phrase: the
+   first palette colour and size are its colour and size, the content words (joined
+   through "of" or "with" and no determiner: "a cup of coffee", "a cat with wry smile";
+   "a cat with a hat" is two objects) its thing, singular (:mod:`models.shapes.nouns`:
+   "two mice" -> mouse; a bare plural is one). A negated phrase is a thing not to draw
+   (:attr:`Understanding.negative`). An indefinite phrase names a new object (or the one
+   of the same colour and thing named before; "another" adds one), a definite one ("the
+   cat", "the red one", "it") refers back, or names a new object when nothing matches.
+   Per sentence: a relation relates the phrase before it to the one after it; fronted
+   ("to the left of B, A") it relates the next two; with no object after it ("B with A
+   to its left") it relates the phrase before it to the object mentioned before that. A
+   place goes to the phrase it touches, else the next phrase, else the last one. A
+   referring phrase given one side ("with the circle on the left", "the square is on
+   top") while exactly two single objects are named sets their relation instead of a
+   grid cell.
 
-What cannot be read (unknown words, colours or sizes without a shape, a second relation,
-"beside" without a side, a fourth object, a place of a counted object) is dropped and
-reported in :attr:`Understanding.ignored`, in the prompt's words. The result satisfies
-:class:`ParsedCaption`'s rules, so :func:`~models.shapes.captions.compose_caption` writes
-it back in the grammar: the plan in words.
+Nothing is dropped for being unknown: a word no list knows is a thing (a prompt of one
+such word, "hello", is the thing "hello"). What cannot be read (a colour or size with no
+thing, a relation the grid cannot show, a second relation, "beside" without a side, a
+number above three, a fourth object, a place of a counted object) is dropped and reported
+in :attr:`Understanding.ignored`, in the prompt's words. A prompt with no thing at all
+("red") is understood as nothing (``parsed`` is ``None``), and the pipeline draws it as
+typed. The result satisfies :class:`ParsedCaption`'s rules, so
+:func:`~models.shapes.captions.compose_caption` writes it back in the grammar: the plan
+in words.
 
-Why hand-written rules: the vocabulary is closed (8 colours, 3 shapes, 2 sizes, 9 places,
-4 relations), a rule reads it exactly and names each word it did not use, in
-microseconds and with no weights. A mapping learned from MiniLM states would have to
-recover which object each word binds to, which those states hold only non-linearly
-(a linear probe of them reads the word order at 0.79: ``benchmarks/text_order_probe.py``
-as of commit dd75519), and could not say which words it ignored. No parser library is needed for a grammar of this size.
+Why hand-written rules: the layout vocabulary is closed (8 colours, 2 sizes, 9 places,
+4 relations, counts to three) and so are English function words; a rule reads them
+exactly and names each word it did not use, in microseconds and with no weights, and
+everything else is the thing, which needs no reading: it goes to the text encoder as
+typed. A mapping learned from MiniLM states would have to recover which object each
+word binds to, which those states hold only non-linearly (a linear probe of them reads
+the word order at 0.79: ``benchmarks/text_order_probe.py`` as of commit dd75519), and
+could not say which words it ignored. No parser library is needed for a grammar of this
+size; ``inflect`` gives the singular and plural forms of open nouns.
 """
 
 from __future__ import annotations
@@ -45,15 +64,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
-from models.shapes.captions import ObjectSpec, ParsedCaption, compose_caption
-from models.shapes.nouns import PAIRED, as_counted, head_word, is_plural, singular
+from models.shapes.captions import NOUN_COLOURS, ObjectSpec, ParsedCaption, compose_caption
+from models.shapes.nouns import PAIRED, as_counted, countable, head_word, is_plural, singular
 from models.shapes.vocab import COLOURS, GRID, POSITIONS
 
 _INVERSE = {"left of": "right of", "right of": "left of", "above": "below", "below": "above"}
 
 #: A lexicon entry's value, by kind: a count, row or column (int; "another" for that
-#: determiner), a size or colour (str), a shape or relation with its flag (plural, "its"),
-#: or nothing.
+#: determiner), a size or colour (str), a relation with its flag ("its"), or nothing.
 _Value: TypeAlias = int | str | tuple[str, bool] | None
 
 
@@ -159,7 +177,7 @@ class _Item:
         return self.value
 
     def flagged(self) -> tuple[str, bool]:
-        """The value of a shape (name, plural) or relation (name, "its")."""
+        """The value of a relation: (name, "its")."""
         assert isinstance(self.value, tuple)
         return self.value
 
@@ -203,7 +221,10 @@ class _Phrase:
         counted = self.count is not None and self.count > 1
         self.thing = as_counted(singular(written) if counted or is_plural(head) else written)
         if self.paired and head in PAIRED:
-            self.count = 1
+            self.count = 1  # "a pair of glasses" is one pair
+        elif counted and not countable(self.thing):
+            self.count = 1  # a plural that cannot be written back: its number is reported
+            self.items = [it for it in self.items if it.kind != "num"]
 
 
 @dataclass
@@ -379,7 +400,7 @@ def _group(items: list[_Item]) -> list[_Element]:
 def _read_phrase(items: list[_Item], i: int, out: list[_Element]) -> int:
     """Read one noun phrase from ``items[i]``; append it (or its loose items) to ``out``.
 
-    A phrase is ``[neg] [det|num|the] (size|colour|word)+ [of word+]``: the words no
+    A phrase is ``[neg] [det|num|the] (size|colour|word)+ [(of|with) word+]*``: the words no
     lexicon entry knows are the thing ("a small grinning cat" -> size small, thing
     "grinning cat"; "a fluffy red circle" -> colour red, thing "fluffy circle"); a second
     size or colour starts the next phrase.
@@ -411,14 +432,19 @@ def _read_phrase(items: list[_Item], i: int, out: list[_Element]) -> int:
             phrase.size = item.word()
         elif kind == "colour" and phrase.colour is None:
             phrase.colour = item.word()  # also after a word: "a fluffy red circle"
+        elif kind == "colour" and item.text in NOUN_COLOURS and _next_kind(items, i) not in _THING:
+            phrase.words.append(item.text)  # "a green orange"
         elif kind in _THING and not _plural_ends(phrase, item):
             phrase.words.append(item.text)
-        elif item.text == "of" and phrase.words and _next_kind(items, i) in _THING:
-            phrase.words.append(item.text)  # "a cup of coffee", "two pairs of shoes"
+        elif item.text in ("of", "with") and phrase.words and _next_kind(items, i) in _THING:
+            phrase.words.append(item.text)  # "a cup of coffee", "a face with tears of joy"
         else:
             break
         phrase.items.append(item)
         i += 1
+    last = phrase.items[-1].text if phrase.items else None
+    if last in NOUN_COLOURS and last == phrase.colour and not (phrase.words or phrase.definite):
+        phrase.colour, phrase.words = None, [last]  # "an orange"; "the orange" refers back
     if _next_kind(items, i - 1) == "canvas":  # "on a black background": not an object
         for it in phrase.items:
             if it.text in _DEFAULT_CANVAS:
@@ -452,7 +478,7 @@ def _next_kind(items: list[_Item], i: int) -> str | None:
 
 def _is_pronoun_one(items: list[_Item], i: int, phrase: _Phrase) -> bool:
     """Whether "one" at ``items[i]`` is the head of "the red one" rather than a count:
-    it follows a colour or size and no colour, size or shape follows it."""
+    it follows a colour or size and no colour, size or thing word follows it."""
     return _next_kind(items, i) not in ("size", "colour", *_THING) and any(
         it.kind in ("size", "colour") for it in phrase.items
     )

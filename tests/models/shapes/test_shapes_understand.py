@@ -280,6 +280,10 @@ def test_same_constraints_reads_relations_both_ways_and_lists_in_any_order(first
         ("a kitten beside a puppy, the kitten on the left", "a kitten to the left of a puppy", ()),
         ("the dog is over the moon", "a dog above a moon", ()),
         ("a cup of coffee", "a cup of coffee", ()),
+        # "with" and no determiner joins a thing (CLDR names); with one, it adds an object
+        ("a face with tears of joy", "a face with tears of joy", ()),
+        ("two cats with wry smiles", "two cats with wry smiles", ()),
+        ("a cat with a hat", "a cat and a hat", ()),
         # a pair is two of a thing, or one pair of what has no singular; never two pairs
         ("a pair of shoes", "two shoes", ()),
         ("a pair of glasses", "a pair of glasses", ()),
@@ -373,3 +377,44 @@ def test_no_noun_is_ever_ignored_and_counts_and_colours_stay_exact(case):
     assert understood.parsed is not None, prompt
     read = [(s.colour, s.thing, s.count) for s in understood.parsed.objects]
     assert sorted(read, key=str) == sorted(expected, key=str), prompt
+
+
+_WORDS = (
+    "a", "an", "the", "two", "three", "2", "five", "no", "on", "in", "of", "under", "over",
+    "above", "left", "right", "top", "center", "red", "blue", "small", "big", "cat", "cats",
+    "mice", "pair", "pairs", "glasses", "shoes", "with", "and", ",", ".", "is", "behind",
+    "front", "it", "one", "another", "sofa", "lens", "buses", "cactus", "octopi", "chasing",
+    "background",
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.sampled_from(_WORDS), st.from_regex(r"[a-z]{1,6}", fullmatch=True)),
+        max_size=10,
+    )
+)
+def test_any_words_read_into_a_caption_that_parses_back(words):
+    understood = understand(" ".join(words))
+    if understood.parsed is not None:
+        assert parse_caption(understood.caption) == understood.parsed
+
+
+@pytest.mark.parametrize(
+    ("prompt", "colour", "thing"),
+    [
+        ("an orange", None, "orange"),
+        ("a green orange", "green", "orange"),
+        ("an orange cat", "orange", "cat"),
+        ("two oranges", None, "orange"),
+    ],
+)
+def test_orange_is_a_colour_before_a_thing_and_a_thing_at_the_end(prompt, colour, thing):
+    (spec,) = understand(prompt).parsed.objects
+    assert (spec.colour, spec.thing) == (colour, thing)
+
+
+def test_the_orange_one_still_refers_back():
+    understood = understand("a blue square and an orange square; the orange one is on the left")
+    assert understood.caption == "an orange square to the left of a blue square"
