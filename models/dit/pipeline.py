@@ -247,7 +247,9 @@ class TextToImage:
                 :func:`~models.diffusion.guidance.regional_denoiser`); other prompts are
                 drawn in one piece.
             negative_prompts: per prompt, a caption whose prediction replaces the null
-                condition in guidance (``None`` keeps the null condition); used as given.
+                condition in guidance; ``None`` takes what the prompt itself asked not
+                to draw (:attr:`Understanding.negative`, "no circles, just a square"),
+                else keeps the null condition.
             seeds: per prompt; the same seed gives the same image whatever the batch.
                 Random when ``None``.
             control: asked before each sampler step which images are still wanted
@@ -272,6 +274,11 @@ class TextToImage:
         negatives: list[str | None] = (
             list(negative_prompts) if negative_prompts is not None else [None] * n
         )
+        if len(negatives) == n:
+            negatives = [
+                given if given is not None else prompt.negative
+                for given, prompt in zip(negatives, prompts, strict=True)
+            ]
         given_seeds = keywords.get("seeds")
         seeds = list(given_seeds) if given_seeds is not None else [random_seed() for _ in range(n)]
         if len(negatives) != n or len(seeds) != n:

@@ -365,3 +365,17 @@ def test_a_64px_model_plans_on_its_own_canvas_with_each_captions_empty_canvas():
     assert regions.background.tolist() == [THINGS_CANVAS] * 2 + [EMPTY_CANVAS] * 2 + [THINGS_CANVAS]
     images = pipe64.generate(prompts, seeds=[0, 1, 2])
     assert images.shape == (3, 3, 64, 64) and pipe64.image_size == 64
+
+
+def test_what_a_prompt_asks_not_to_draw_becomes_its_negative_prompt(pipe):
+    """ "no circles, just a square" draws the square guided away from circles: the same
+    image as the square with "circle" as the negative prompt; a given one wins."""
+    said = pipe.generate(["no circles, just a square"], seeds=[4])
+    given = pipe.generate(["a square"], negative_prompts=["circle"], seeds=[4])
+    torch.testing.assert_close(said, given)
+    plain = pipe.generate(["a square"], seeds=[4])
+    assert not torch.allclose(said, plain)
+    overridden = pipe.generate(["no circles, just a square"], negative_prompts=["red"], seeds=[4])
+    torch.testing.assert_close(
+        overridden, pipe.generate(["a square"], negative_prompts=["red"], seeds=[4])
+    )
