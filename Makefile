@@ -19,12 +19,14 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 
 # Debian packages the tests use: a real Redis for the job store's tests, headless
-# Chromium for the page's tests, curl for the README's examples. Installed when missing (as root, with apt); without them
-# those tests are skipped with the reason. (axe-core, for the page's accessibility test,
-# comes with the dev extra: the PyPI package axe-core-python ships axe.min.js.)
-DEBIAN_PACKAGES := redis-server chromium chromium-driver curl
+# Chromium for the page's tests, curl for the README's examples, Noto Color Emoji for the
+# everyday-things training data (models/things). Installed when missing (as root, with
+# apt); without them those tests are skipped with the reason. (axe-core, for the page's
+# accessibility test, comes with the dev extra: the PyPI package axe-core-python ships
+# axe.min.js.)
+DEBIAN_PACKAGES := redis-server chromium chromium-driver curl fonts-noto-color-emoji
 
-.PHONY: test serve lint install system-deps clean
+.PHONY: test serve lint install system-deps fonts clean
 
 # The Python client (clients/python, a package of its own) goes in after the project: the
 # CLI's --server, the ComfyUI nodes and their tests use it.
@@ -51,6 +53,10 @@ system-deps:
 		{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; } \
 			|| echo "could not install$$missing: the tests that need them are skipped"; \
 	else echo "missing Debian packages:$$missing (not root): the tests that need them are skipped"; fi
+
+# The emoji font alone (what training the text-to-image model needs beyond Python).
+fonts:
+	@$(MAKE) --no-print-directory system-deps DEBIAN_PACKAGES=fonts-noto-color-emoji
 
 test: lint system-deps
 	$(BIN)/python -m pytest

@@ -60,7 +60,7 @@ def _noun_phrase(spec: ObjectSpec, rng: np.random.Generator, *, place: bool = Tr
     adjectives = [w for w in (size, spec.colour) if w]
     if len(adjectives) == 2 and rng.random() < 0.15:
         adjectives.reverse()  # "a red big circle"
-    noun = spec.shape + ("s" if spec.count > 1 else "")
+    noun = spec.thing + ("s" if spec.count > 1 else "")
     if spec.count > 1:
         determiner = _pick(rng, _COUNT_WORDS[spec.count])
     else:
@@ -76,7 +76,7 @@ def _noun_phrase(spec: ObjectSpec, rng: np.random.Generator, *, place: bool = Tr
 def _reference(spec: ObjectSpec, other: ObjectSpec) -> str:
     """How a later clause names ``spec``: "the circle", or "the red circle" when the
     other object is also a circle."""
-    return f"the {spec.shape}" if spec.shape != other.shape else f"the {spec.colour} {spec.shape}"
+    return f"the {spec.thing}" if spec.thing != other.thing else f"the {spec.colour} {spec.thing}"
 
 
 def _sentence(text: str, rng: np.random.Generator) -> str:

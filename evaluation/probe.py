@@ -42,13 +42,13 @@ def swap_order(parsed: ParsedCaption) -> ParsedCaption:
 
 def swap_shapes(parsed: ParsedCaption) -> ParsedCaption:
     """Exchange the shapes of the first two objects, which must differ in shape."""
-    if len(parsed.objects) < 2 or parsed.objects[0].shape == parsed.objects[1].shape:
+    if len(parsed.objects) < 2 or parsed.objects[0].thing == parsed.objects[1].thing:
         raise ValueError("swap_shapes needs two objects of different shapes")
     first, second, *rest = parsed.objects
     return ParsedCaption(
         (
-            dataclasses.replace(first, shape=second.shape),
-            dataclasses.replace(second, shape=first.shape),
+            dataclasses.replace(first, thing=second.thing),
+            dataclasses.replace(second, thing=first.thing),
             *rest,
         ),
         parsed.relation,

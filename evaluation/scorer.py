@@ -34,7 +34,7 @@ import torch
 from scipy import ndimage
 
 from models.shapes.captions import ParsedCaption, parse_caption
-from models.shapes.vocab import CELL, COLOURS, GRID, IMAGE_SIZE, PALETTE, POSITIONS
+from models.shapes.vocab import CELL, COLOURS, GRID, IMAGE_SIZE, PALETTE, POSITIONS, SHAPES
 
 _PALETTE = np.array([PALETTE[c] for c in COLOURS], dtype=np.float64) / 255.0
 _BACKGROUND = len(COLOURS)
@@ -222,7 +222,14 @@ def score_parsed(objects: list[DetectedObject], parsed: ParsedCaption) -> ScoreR
     - relation: some object of the first phrase is left of / right of / above / below some
       object of the second (centroids at least ``RELATION_MARGIN`` px apart on that axis).
     - exact: the objects are exactly those named (``count`` of each phrase, nothing else).
+
+    Raises:
+        ValueError: when a phrase names something other than a coloured shape of the
+            shapes world (the caption grammar is open; this scorer is not).
     """
+    for spec in parsed.objects:
+        if spec.colour is None or spec.thing not in SHAPES:
+            raise ValueError(f"the shapes scorer checks coloured shapes, not {spec.pair}")
     needed: dict[str, int] = {}
     for spec in parsed.objects:
         needed[spec.colour] = needed.get(spec.colour, 0) + spec.count

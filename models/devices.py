@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -80,6 +81,25 @@ def _cpu_has_native_bf16() -> bool:
 
 #: Precision names of training and inference: see :func:`autocast_dtype`.
 PRECISIONS = ("auto", "bf16", "fp32")
+
+
+def hardware_name(device: torch.device | str) -> str:
+    """A readable name of the hardware behind ``device``: the GPU's name for CUDA, else
+    the CPU's model name and the threads torch uses (what a checkpoint records of where
+    it trained)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return str(torch.cuda.get_device_name(device))
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{model} ({torch.get_num_threads()} threads)"
 
 
 def autocast_dtype(device: torch.device, precision: str) -> torch.dtype | None:

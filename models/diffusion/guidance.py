@@ -83,7 +83,7 @@ class Regions(NamedTuple):
             empty canvas instead of the image.
         noise: ``(M, C, H, W)`` the fixed noise ``z_m`` of hidden pixels.
         background: ``v``, the clean value of an empty canvas (e.g. -1 for black in
-            ``[-1, 1]``).
+            ``[-1, 1]``): one float for every region, or ``(M,)`` one per region.
     """
 
     cond: Any
@@ -91,7 +91,7 @@ class Regions(NamedTuple):
     weight: Tensor
     hide: Tensor
     noise: Tensor
-    background: float = 0.0
+    background: float | Tensor = 0.0
 
     def take_rows(self, images: Tensor) -> Regions:
         """The regions of images ``images`` (``(K,)`` long, ascending), owners renumbered
@@ -108,7 +108,9 @@ class Regions(NamedTuple):
             weight=self.weight[regions],
             hide=self.hide[regions],
             noise=self.noise[regions],
-            background=self.background,
+            background=(
+                self.background[regions] if isinstance(self.background, Tensor) else self.background
+            ),
         )
 
     def to(self, device: torch.device | str) -> Regions:
@@ -118,6 +120,11 @@ class Regions(NamedTuple):
             weight=self.weight.to(device),
             hide=self.hide.to(device),
             noise=self.noise.to(device),
+            background=(
+                self.background.to(device)
+                if isinstance(self.background, Tensor)
+                else self.background
+            ),
         )
 
 
@@ -145,7 +152,10 @@ def regional_denoiser(model: Denoiser, alpha_bar: Tensor) -> Denoiser:
             checked[:] = [(owner, x.shape[0])]
         region_t = t[owner]
         signal = schedule(x.device)[region_t].to(x.dtype).view(-1, *[1] * (x.dim() - 1))
-        canvas = signal.sqrt() * regions.background + (1 - signal).sqrt() * regions.noise
+        background = regions.background
+        if isinstance(background, Tensor):
+            background = background.to(x.dtype).view(-1, *[1] * (x.dim() - 1))
+        canvas = signal.sqrt() * background + (1 - signal).sqrt() * regions.noise
         region_x = torch.lerp(x[owner], canvas.to(x.dtype), regions.hide.to(x.dtype))
         eps = model(region_x, region_t, regions.cond) * regions.weight.to(x.dtype)
         return torch.zeros_like(x).index_add_(0, owner, eps)

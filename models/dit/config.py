@@ -103,9 +103,27 @@ class DiTConfig:
         return cls(**values)
 
 
-#: Named configurations. "tiny" is for tests; "shapes32" is the default checkpoint's.
+#: Named configurations. "tiny" and "tiny64" are for tests; "shapes32" is the shapes
+#: checkpoint's; "things64" is the everyday-things model's: 64 px in pixels with 8 px
+#: patches, so 64 tokens as at 32 px with 4 px patches (the sampling cost per image is
+#: set by the token count and the width, and the CPU target is <= 2 s per image),
+#: width 192 and depth 8 (about 7 M parameters, 14 MB in bfloat16: a GPU training call
+#: brings back files of at most 16 MiB, deploy/device/kit.py).
 PRESETS: dict[str, DiTConfig] = {
     "tiny": DiTConfig(width=32, depth=2, num_heads=2, mlp_ratio=2.0, frequency_dim=32),
+    "tiny64": DiTConfig(
+        image_size=64,
+        patch_size=8,
+        width=32,
+        depth=2,
+        num_heads=2,
+        mlp_ratio=2.0,
+        frequency_dim=32,
+        text_positions=8,
+    ),
+    "things64": DiTConfig(
+        image_size=64, patch_size=8, width=192, depth=8, num_heads=6, text_positions=32
+    ),
     "shapes32": DiTConfig(width=128, depth=6, num_heads=4, text_positions=32),
     "shapes32-wide": DiTConfig(width=256, depth=6, num_heads=8),
 }

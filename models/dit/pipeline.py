@@ -1,4 +1,5 @@
-"""``TextToImage``: prompts in, 32x32 RGB images out (what the service and the CLI call)."""
+"""``TextToImage``: prompts in, RGB images out at the model's size (64 px for the
+everyday-things model, 32 px for the shapes one): what the service and the CLI call."""
 
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ from models.dit.checkpoint import load_dit, read_metadata
 from models.dit.model import DiT
 from models.dit.options import GenerateDefaults, GenerateOptions, SampleKeywords
 from models.hub import resolve
+from models.shapes.captions import parse_caption
 from models.shapes.planner import plan_regions
 from models.shapes.understand import Understanding, understand
-from models.shapes.vocab import IMAGE_SIZE
+from models.shapes.vocab import SHAPES
 from models.text_encoder import MiniLMEncoder, TextCondition, TextEncoder, build_text_encoder
 
 #: The checkpoint ``from_pretrained`` looks for, trained by ``atelier train-dit``.
@@ -46,6 +48,9 @@ DEFAULT_SAMPLER = "ddpm"
 PLAN_STREAM = 0x1A70
 #: The clean value of the shapes world's empty (black) canvas in the model's ``[-1, 1]``.
 EMPTY_CANVAS = -1.0
+#: The canvas a planned composition of everyday things is drawn on: white, the commonest
+#: of the things world's light backgrounds (models/things/scenes.py).
+THINGS_CANVAS = 1.0
 #: How far bfloat16-autocast images may stray from float32 ones (:func:`agreement`, in
 #: ``[0, 1]`` pixel units): the mean difference, and the share of pixel values more than
 #: 0.1 apart. A largest difference would not do: a pixel on a shape's edge may flip (0.98
@@ -75,6 +80,17 @@ def agreement(reference: Tensor, other: Tensor) -> dict[str, float]:
 def within_bf16_tolerance(measured: dict[str, float]) -> bool:
     """Whether an :func:`agreement` meets :data:`BF16_TOLERANCE`."""
     return all(measured[key] <= bound for key, bound in BF16_TOLERANCE.items())
+
+
+def canvas_of(caption: str) -> float:
+    """The empty canvas that hidden pixels show while a caption's planned regions are
+    denoised: black (:data:`EMPTY_CANVAS`) when every object it names is a shape of the
+    shapes world, whose scenes are all on black, else white (:data:`THINGS_CANVAS`)."""
+    try:
+        things = {spec.thing for spec in parse_caption(caption).objects}
+    except ValueError:
+        return THINGS_CANVAS
+    return EMPTY_CANVAS if things <= set(SHAPES) else THINGS_CANVAS
 
 
 class TextToImage:
@@ -231,7 +247,9 @@ class TextToImage:
                 :func:`~models.diffusion.guidance.regional_denoiser`); other prompts are
                 drawn in one piece.
             negative_prompts: per prompt, a caption whose prediction replaces the null
-                condition in guidance (``None`` keeps the null condition); used as given.
+                condition in guidance; ``None`` takes what the prompt itself asked not
+                to draw (:attr:`Understanding.negative`, "no circles, just a square"),
+                else keeps the null condition.
             seeds: per prompt; the same seed gives the same image whatever the batch.
                 Random when ``None``.
             control: asked before each sampler step which images are still wanted
@@ -256,6 +274,11 @@ class TextToImage:
         negatives: list[str | None] = (
             list(negative_prompts) if negative_prompts is not None else [None] * n
         )
+        if len(negatives) == n:
+            negatives = [
+                given if given is not None else prompt.negative
+                for given, prompt in zip(negatives, prompts, strict=True)
+            ]
         given_seeds = keywords.get("seeds")
         seeds = list(given_seeds) if given_seeds is not None else [random_seed() for _ in range(n)]
         if len(negatives) != n or len(seeds) != n:
@@ -312,29 +335,29 @@ class TextToImage:
     ) -> Regions:
         """The regions to denoise: one whole-image region per caption (what is drawn for
         a prompt), or with ``plan_layout`` one region per planned object of a caption
-        naming several (for 32 px models: the planner knows the shapes world's 3x3 grid
-        on a 32 px canvas).
+        naming several, at a cell of the 3x3 grid of the model's canvas.
 
         A planned image's regions are its objects' cells. A region's weight is 1 on its cell
         plus an equal share of the cells no object holds (where every one-object prompt
         asks for empty canvas); it hides the other objects' cells. The plan, and the noise
         of hidden pixels, are drawn from the image's seed, so a seed still fixes the image.
         Each region is guided with its image's negative prompt (or the null condition).
+        Hidden pixels show the caption's empty canvas (:func:`canvas_of`).
         """
         config = self.config
         size, channels = config.image_size, config.in_channels
-        can_plan = plan_layout and size == IMAGE_SIZE
         texts: list[str] = []
         negatives: list[str | None] = []
         owner: list[int] = []
         weights: list[np.ndarray] = []
         hides: list[np.ndarray] = []
+        canvases: list[float] = []
         noises: list[np.ndarray] = []
         for index, (caption, negative, seed) in enumerate(
             zip(captions, negative_prompts, seeds, strict=True)
         ):
             rng = np.random.default_rng([int(seed), PLAN_STREAM])
-            plan = plan_regions(caption, rng) if can_plan else None
+            plan = plan_regions(caption, rng, size) if plan_layout else None
             if plan is None:
                 texts.append(caption)
                 masks = np.ones((1, size, size), dtype=np.float32)
@@ -347,6 +370,7 @@ class TextToImage:
                 masks = masks + (1.0 - taken)[None] / len(plan)
             count = len(masks)
             negatives.extend([negative] * count)
+            canvases.extend([canvas_of(caption)] * count)
             owner.extend([index] * count)
             weights.append(masks)
             hides.append(hidden)
@@ -365,7 +389,7 @@ class TextToImage:
             weight=to_device(torch.from_numpy(np.concatenate(weights))[:, None], device),
             hide=to_device(torch.from_numpy(np.concatenate(hides))[:, None], device),
             noise=to_device(torch.from_numpy(np.concatenate(noises)), device),
-            background=EMPTY_CANVAS,
+            background=to_device(torch.tensor(canvases), device),
         )
 
     def describe(self) -> dict[str, Any]:

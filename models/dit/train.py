@@ -1,4 +1,5 @@
-"""Training loop for the text-to-image DiT on the captioned-shapes data.
+"""Training loop for the text-to-image DiT: the everyday-things world at 64 px (the
+captioned-shapes world at 32 px for the shapes presets).
 
 AdamW with linear warmup and an optional linear cooldown to zero at the end, an
 exponential moving average (EMA) of the weights, bfloat16 autocast where supported,
@@ -6,17 +7,21 @@ gradient clipping, classifier-free-guidance condition dropout (the learned null 
 replaces a random share of captions), a tqdm progress bar, periodic checkpoints and exact
 resume (model, EMA, optimizer, step and RNG state).
 
-The batch of step ``k`` is items ``[k * B, (k + 1) * B)`` of a deterministic
-:class:`~models.shapes.ShapesDataset`, so resuming continues the same data stream.
+The batch of step ``k`` is items ``[k * B, (k + 1) * B)`` of a deterministic dataset
+(:func:`training_stream`), so resuming continues the same data stream; with
+``num_workers`` the items are made by a :class:`~torch.utils.data.DataLoader`'s worker
+processes in the same order (the GPU run needs them: one process renders too few scenes
+to keep an accelerator busy).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +29,13 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from models.checkpoints import save_training_state
-from models.devices import autocast_dtype
+from models.devices import autocast_dtype, hardware_name
 from models.diffusion import diffusion_loss, get_schedule
+from models.diffusion.losses import TIMESTEP_SAMPLINGS, WEIGHTINGS
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
 from models.dit.model import DiT
@@ -37,6 +43,41 @@ from models.text_encoder import TextEncoder
 
 #: Index range of the endless training stream.
 _STREAM_LENGTH = 2**62
+#: The data world of each canvas size: the shapes world is drawn at 32 px, the
+#: everyday-things world (which holds the shapes too, on their black canvas) at 64 px.
+WORLDS = {32: "shapes", 64: "things"}
+
+
+def world_of(config: DiTConfig) -> str:
+    """The data world a model of this canvas size trains on (:data:`WORLDS`)."""
+    try:
+        return WORLDS[config.image_size]
+    except KeyError:
+        raise ValueError(
+            f"no training data is drawn at {config.image_size} px; sizes: {sorted(WORLDS)}"
+        ) from None
+
+
+def training_stream(
+    config: DiTConfig, *, seed: int, things: int | None = None
+) -> Dataset[tuple[torch.Tensor, str]]:
+    """The endless training split of the model's world (:func:`world_of`).
+
+    Args:
+        config: the architecture; its ``image_size`` picks the world.
+        seed: the stream's seed.
+        things: train on the first ``things`` objects of the vocabulary only (a
+            CPU-sized proof of the recipe); ``None``: all of them.
+    """
+    if world_of(config) == "shapes":
+        if things is not None:
+            raise ValueError("a things subset needs a 64 px preset (the things world)")
+        from models.shapes import ShapesDataset
+
+        return ShapesDataset("train", seed=seed, length=_STREAM_LENGTH)
+    from models.things import ThingsDataset
+
+    return ThingsDataset("train", seed=seed, length=_STREAM_LENGTH, things=things)
 
 
 @dataclass(frozen=True)
@@ -55,6 +96,13 @@ class TrainConfig:
         ema_decay: EMA decay ``d``; the effective decay at update ``n`` is
             ``min(d, (1 + n) / (10 + n))`` so early averages are not stuck at init.
         cond_dropout: probability of replacing a caption by the null condition.
+        timesteps: how training timesteps are drawn, ``"uniform"`` or ``"logit-normal"``
+            (:func:`models.diffusion.losses.sample_timesteps`).
+        weighting: the per-timestep loss weight, ``"none"`` or ``"min-snr"``
+            (:func:`models.diffusion.losses.loss_weights`, gamma 5).
+        things: with a 64 px preset, train on the first ``things`` objects of the
+            vocabulary only (a CPU-sized run); ``None`` trains on all of them.
+        num_workers: processes that make the training items (0: the training process).
         grad_clip: max global gradient norm (0 disables clipping).
         precision: ``"auto"`` (bfloat16 autocast where the device runs it natively),
             ``"bf16"`` or ``"fp32"`` (see :func:`models.devices.autocast_dtype`).
@@ -69,6 +117,10 @@ class TrainConfig:
     cooldown_steps: int = 0
     ema_decay: float = 0.998
     cond_dropout: float = 0.1
+    timesteps: str = "uniform"
+    weighting: str = "none"
+    things: int | None = None
+    num_workers: int = 0
     grad_clip: float = 1.0
     precision: str = "auto"
     seed: int = 0
@@ -85,8 +137,41 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not 0 <= self.cond_dropout <= 1:
             raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
+        if self.timesteps not in TIMESTEP_SAMPLINGS:
+            raise ValueError(
+                f"timesteps must be one of {TIMESTEP_SAMPLINGS}, got {self.timesteps!r}"
+            )
+        if self.weighting not in WEIGHTINGS:
+            raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
+        if self.things is not None and self.things < 1:
+            raise ValueError(f"things must be >= 1, got {self.things}")
+        if self.num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {self.num_workers}")
         if self.precision not in ("auto", "bf16", "fp32"):
             raise ValueError(f"precision must be auto, bf16 or fp32, got {self.precision!r}")
+
+
+def _batch_indices(step: int, batch_size: int) -> range:
+    return range(step * batch_size, (step + 1) * batch_size)
+
+
+def _collate(items: list[tuple[torch.Tensor, str]]) -> tuple[torch.Tensor, list[str]]:
+    """``(image, caption)`` items -> ``(B, C, H, W)`` images in ``[0, 1]`` and captions."""
+    return torch.stack([image for image, _ in items]), [caption for _, caption in items]
+
+
+class _StepBatches:
+    """The batch sampler of the stream from ``start``: step ``k``'s indices are
+    :func:`_batch_indices` ``(k, batch_size)``, endlessly."""
+
+    def __init__(self, start: int, batch_size: int) -> None:
+        self.start, self.batch_size = start, batch_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        step = self.start
+        while True:
+            yield list(_batch_indices(step, self.batch_size))
+            step += 1
 
 
 class Trainer:
@@ -97,7 +182,7 @@ class Trainer:
         encoder: turns captions into a :class:`~models.text_encoder.TextCondition`
             (cached, so repeated captions cost nothing).
         dataset: ``(image (3, H, W) in [0, 1], caption)`` items indexed from 0; defaults
-            to the endless training split of :class:`~models.shapes.ShapesDataset`.
+            to :func:`training_stream` of the model's world.
         device: where to train.
         model_config: overrides the preset's architecture (tests).
     """
@@ -120,10 +205,10 @@ class Trainer:
         self.device = torch.device(device)
         self.encoder = encoder
         if dataset is None:
-            from models.shapes import ShapesDataset
-
-            dataset = ShapesDataset("train", seed=config.seed, length=_STREAM_LENGTH)
+            dataset = training_stream(self.model_config, seed=config.seed, things=config.things)
         self.dataset = dataset
+        self._loader: Iterator[tuple[torch.Tensor, list[str]]] | None = None
+        self._loader_step = -1
         torch.manual_seed(config.seed)
         self.model = DiT(self.model_config).to(self.device)
         self.ema = copy.deepcopy(self.model).requires_grad_(False).eval()
@@ -134,6 +219,8 @@ class Trainer:
         self.generator = torch.Generator().manual_seed(config.seed)
         self.autocast = autocast_dtype(self.device, config.precision)
         self.step = 0
+        #: Seconds spent in :meth:`train_step`, over every resumed part of the run.
+        self.train_seconds = 0.0
         #: The run's last step, set by :meth:`fit` (the cooldown ends there).
         self.max_steps: int | None = None
 
@@ -151,15 +238,36 @@ class Trainer:
         return rate
 
     def batch(self, step: int) -> tuple[torch.Tensor, list[str]]:
-        """Images in ``[-1, 1]`` ``(B, C, H, W)`` on the device, and their captions."""
-        size = self.config.batch_size
-        items = [self.dataset[i] for i in range(step * size, (step + 1) * size)]
-        images = torch.stack([image for image, _ in items]).to(self.device)
-        return images * 2 - 1, [caption for _, caption in items]
+        """Images in ``[-1, 1]`` ``(B, C, H, W)`` on the device, and their captions: items
+        ``[step * B, (step + 1) * B)`` of the dataset."""
+        images, captions = _collate(
+            [self.dataset[i] for i in _batch_indices(step, self.config.batch_size)]
+        )
+        return images.to(self.device) * 2 - 1, captions
+
+    def _next_batch(self) -> tuple[torch.Tensor, list[str]]:
+        """The batch of :attr:`step`, from the worker processes when ``num_workers > 0``
+        (the same items as :meth:`batch`, made ahead of time in order)."""
+        if self.config.num_workers == 0:
+            return self.batch(self.step)
+        if self._loader is None or self._loader_step != self.step:
+            loader = DataLoader(
+                self.dataset,
+                batch_sampler=_StepBatches(self.step, self.config.batch_size),
+                num_workers=self.config.num_workers,
+                collate_fn=_collate,
+                pin_memory=self.device.type == "cuda",
+                persistent_workers=False,
+                prefetch_factor=4,
+            )
+            self._loader = iter(loader)
+        images, captions = next(self._loader)
+        self._loader_step = self.step + 1
+        return images.to(self.device, non_blocking=True) * 2 - 1, captions
 
     def train_step(self) -> float:
         """One optimisation step; returns the loss."""
-        x0, captions = self.batch(self.step)
+        x0, captions = self._next_batch()
         cond = self.encoder.encode(captions).to(self.device)
         drop = torch.rand(len(captions), generator=self.generator) < self.config.cond_dropout
         for group in self.optimizer.param_groups:
@@ -179,6 +287,8 @@ class Trainer:
                 self.alpha_bar,
                 prediction=self.model_config.prediction,
                 generator=self.generator,
+                timesteps=self.config.timesteps,
+                weighting=self.config.weighting,
             )
         loss.backward()  # type: ignore[no-untyped-call]  # Tensor.backward is unannotated in torch
         if self.config.grad_clip > 0:
@@ -202,6 +312,7 @@ class Trainer:
             "ema": self.ema.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "step": self.step,
+            "train_seconds": self.train_seconds,
             "generator": self.generator.get_state(),
             "train_config": dataclasses.asdict(self.config),
             "model_config": self.model_config.to_json(),
@@ -211,8 +322,8 @@ class Trainer:
         if DiTConfig.from_json(state["model_config"]) != self.model_config:
             raise ValueError("the saved state is for a different model configuration")
         saved = state["train_config"]
-        for name in ("seed", "batch_size"):  # they define the data stream
-            if saved[name] != getattr(self.config, name):
+        for name in ("seed", "batch_size", "things"):  # they define the data stream
+            if saved.get(name) != getattr(self.config, name):
                 raise ValueError(
                     f"the saved state used {name}={saved[name]}, not {getattr(self.config, name)}"
                 )
@@ -220,6 +331,7 @@ class Trainer:
         self.ema.load_state_dict(state["ema"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.step = int(state["step"])
+        self.train_seconds = float(state.get("train_seconds", 0.0))
         self.generator.set_state(state["generator"])
 
     def save(self, path: str | Path) -> Path:
@@ -247,7 +359,7 @@ class Trainer:
                 f"{path} has text_positions={source.text_positions}, "
                 f"this run {self.model_config.text_positions}"
             )
-        weights = load_file(str(path), device="cpu")
+        weights = {name: t.float() for name, t in load_file(str(path), device="cpu").items()}
         missing, unexpected = self.model.load_state_dict(weights, strict=False)
         if unexpected or set(missing) - {"text_position"}:
             raise ValueError(f"weights do not fit: missing {missing}, unexpected {unexpected}")
@@ -263,15 +375,19 @@ class Trainer:
         """
         self.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
 
-    def export(self, path: str | Path, **info: object) -> Path:
-        """Save the EMA weights as an inference checkpoint (safetensors + config); its
-        ``info`` records the text encoder's name, by which the pipeline rebuilds it."""
+    def export(self, path: str | Path, *, dtype: str = "float32", **info: object) -> Path:
+        """Save the EMA weights as an inference checkpoint (safetensors + config, in
+        ``dtype``); its ``info`` records the text encoder's name, by which the pipeline
+        rebuilds it, and how far training went."""
         return save_dit(
             path,
             self.ema,
+            dtype=dtype,
             text_encoder=self.encoder.name,
             step=self.step,
             samples=self.step * self.config.batch_size,
+            hardware=hardware_name(self.device),
+            train_hours=round(self.train_seconds / 3600, 4),
             train_config=dataclasses.asdict(self.config),
             **info,
         )
@@ -295,7 +411,9 @@ class Trainer:
         smoothed = math.nan
         bar = tqdm(total=max_steps, initial=self.step, disable=not progress, unit="step")
         while self.step < max_steps and time.monotonic() - start < time_limit_s:
+            began = time.monotonic()
             loss = self.train_step()
+            self.train_seconds += time.monotonic() - began
             smoothed = loss if math.isnan(smoothed) else 0.98 * smoothed + 0.02 * loss
             bar.update(1)
             bar.set_postfix(loss=f"{smoothed:.4f}", lr=f"{self.learning_rate(self.step):.1e}")
@@ -306,3 +424,71 @@ class Trainer:
         if on_checkpoint:
             on_checkpoint(self, smoothed)
         return smoothed
+
+
+def run_training(
+    config: TrainConfig,
+    *,
+    encoder: TextEncoder,
+    device: str,
+    run_dir: Path,
+    export: Path,
+    max_steps: int,
+    time_limit_s: float = math.inf,
+    checkpoint_every_s: float = math.inf,
+    resume: bool = False,
+    init_from: Path | None = None,
+    dtype: str = "float32",
+    progress: bool = True,
+) -> Trainer:
+    """One training run as ``atelier train-dit`` (and the GPU script) runs it.
+
+    Resumes from ``run_dir/train_state.pt`` when ``resume`` and it exists, else starts
+    from ``init_from``'s weights when given (a fine-tune, or the next leg of a run whose
+    full state could not travel), else from scratch. At every checkpoint it writes the
+    full state (for ``resume``) and exports the EMA weights to ``export`` in ``dtype``;
+    the export's info records the lineage: ``total_samples`` and ``total_train_hours``
+    add this run's to those of the checkpoint it started from. Prints one JSON line per
+    checkpoint.
+    """
+    state_path = run_dir / "train_state.pt"
+    trainer = Trainer(config, encoder=encoder, device=device)
+    if resume and state_path.exists():
+        trainer.resume(state_path)
+        print(f"resumed from {state_path} at step {trainer.step}")
+    elif init_from is not None:
+        trainer.initialize_from(init_from)
+        print(f"initialised from {init_from}")
+    start: dict[str, Any] = read_metadata(init_from)[1] if init_from is not None else {}
+    lineage: dict[str, Any] = {}
+    if init_from is not None:  # kept on resume, so every export names its start
+        lineage["init_from"] = {k: start.get(k) for k in ("step", "samples", "init_from")}
+    print(
+        f"training {config.preset} ({trainer.model.num_parameters():,} parameters) on "
+        f"{device}, autocast={trainer.autocast}"
+    )
+
+    def checkpoint(trainer: Trainer, loss: float) -> None:
+        trainer.save(state_path)
+        samples = trainer.step * trainer.config.batch_size
+        hours = trainer.train_seconds / 3600
+        trainer.export(
+            export,
+            dtype=dtype,
+            preset=config.preset,
+            loss=loss,
+            total_samples=samples + int(start.get("total_samples", start.get("samples", 0))),
+            total_train_hours=round(hours + float(start.get("total_train_hours", 0.0)), 4),
+            **lineage,
+        )
+        record = {"step": trainer.step, "loss": loss, "export": str(export)}
+        print(json.dumps(record), flush=True)
+
+    trainer.fit(
+        max_steps,
+        time_limit_s=time_limit_s,
+        checkpoint_every_s=checkpoint_every_s,
+        on_checkpoint=checkpoint,
+        progress=progress,
+    )
+    return trainer

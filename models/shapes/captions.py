@@ -2,7 +2,9 @@
 
 Every caption is built from object phrases::
 
-    phrase   := ("a" | "an" | "two" | "three") [size] colour shape["s"] [" " place]
+    phrase   := ("a" | "an" | "two" | "three") [size] [colour] thing[plural] [" " place]
+    thing    := word (" " word)*        -- no word of the grammar itself (GRAMMAR_WORDS),
+                                           but "orange" may end it (NOUN_COLOURS)
     place    := "in the top left" | "at the top" | "in the top right" | "on the left"
               | "in the center" | "on the right" | "in the bottom left" | "at the bottom"
               | "in the bottom right"
@@ -13,7 +15,15 @@ and one of four template families:
 - several objects: ``"a blue square and a yellow triangle"``, ``"a, b and c"``
 - counts: ``"two green circles"``, ``"two green circles and a red square"``
 - relations: ``"a red circle to the left of a white square"`` (also ``to the right of``,
-  ``above``, ``below``), comparing the first object with the second.
+  ``above``, ``below``), comparing the first object with the second; either may be
+  counted (``"two blue squares above a green triangle"``).
+
+The **thing** is open: a shape of the shapes world ("circle", "square", "triangle") or any
+words naming what to draw ("cat", "grinning cat", "pair of shoes", "purple star"); it is
+what the text encoder reads. The colour is optional and is always one of the 8 palette
+colours (:data:`~models.shapes.vocab.COLOURS`); any other colour word ("purple") is part
+of the thing. A counted thing is written in the plural and stored in the singular
+(:mod:`models.shapes.nouns`: "two mice" <-> ``thing="mouse"``).
 
 :func:`parse_caption` inverts :func:`compose_caption` exactly; it is what the scorer checks.
 """
@@ -23,7 +33,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from models.shapes.vocab import COLOURS, POSITIONS, SHAPES, SIZES
+from models.shapes.nouns import (
+    article,
+    as_counted,
+    countable,
+    head_word,
+    is_plural,
+    plural,
+    singular,
+)
+from models.shapes.vocab import COLOURS, POSITIONS, SIZES
 
 #: The relations, read as "objects[0] <relation> objects[1]".
 RELATIONS: tuple[str, ...] = ("left of", "right of", "above", "below")
@@ -47,32 +66,68 @@ _PLACE_TEXT = {
 _NUMBER_TEXT = {2: "two", 3: "three"}
 _NUMBER_VALUE = {"a": 1, "an": 1, "two": 2, "three": 3}
 
+#: Words the grammar itself uses to mark counts, sizes, colours, places, relations and
+#: lists; a thing holds none of them, so every caption reads back one way.
+GRAMMAR_WORDS: frozenset[str] = frozenset(
+    [*_NUMBER_VALUE, *SIZES, *COLOURS, "and", "above", "below", "left", "right"]
+    + ["top", "bottom", "center", "centre", "middle"]
+)
+#: Palette colours that are also things; one may be a thing's last word ("an orange",
+#: "a green orange"), where no colour can follow it.
+NOUN_COLOURS: frozenset[str] = frozenset({"orange"})
+_WORD = re.compile(r"[a-z]+(?:['-][a-z]+)*")
+
+
+def thing_problem(thing: str) -> str | None:
+    """Why ``thing`` cannot name an object in a caption, or ``None`` when it can.
+
+    A thing is one or more lower-case words (letters, inner ``'`` or ``-``) separated by
+    single spaces, none of them in :data:`GRAMMAR_WORDS` except a last word of
+    :data:`NOUN_COLOURS`.
+    """
+    words = thing.split(" ")
+    if not thing or any(_WORD.fullmatch(word) is None for word in words):
+        return f"a thing is lower-case words separated by single spaces, got {thing!r}"
+    reserved = [word for word in words if word in GRAMMAR_WORDS]
+    if reserved and reserved[-1] == words[-1] in NOUN_COLOURS:
+        reserved.pop()
+    if reserved:
+        return f"the thing {thing!r} holds words of the caption grammar: {reserved}"
+    return None
+
 
 @dataclass(frozen=True)
 class ObjectSpec:
     """What a caption says about one kind of object.
 
     Args:
-        colour: one of :data:`~models.shapes.vocab.COLOURS`.
-        shape: one of :data:`~models.shapes.vocab.SHAPES`.
+        colour: one of :data:`~models.shapes.vocab.COLOURS`, or ``None`` when unstated.
+        thing: what the object is, in words (:func:`thing_problem`): a shape of
+            :data:`~models.shapes.vocab.SHAPES` or any noun with its modifiers, in the
+            singular ("cat", "grinning cat", "pair of shoes").
         count: 1 for "a"/"an" (at least one), 2 or 3 for a stated number (exactly that many).
         size: ``"small"``, ``"large"`` or ``None`` when unstated.
         position: a grid position name or ``None`` when unstated (only with ``count == 1``).
     """
 
-    colour: str
-    shape: str
+    colour: str | None
+    thing: str
     count: int = 1
     size: str | None = None
     position: str | None = None
 
     def __post_init__(self) -> None:
-        if self.colour not in COLOURS:
+        if self.colour is not None and self.colour not in COLOURS:
             raise ValueError(f"unknown colour {self.colour!r}; expected one of {COLOURS}")
-        if self.shape not in SHAPES:
-            raise ValueError(f"unknown shape {self.shape!r}; expected one of {SHAPES}")
+        problem = thing_problem(self.thing)
+        if problem is not None:
+            raise ValueError(problem)
         if self.count not in (1, 2, 3):
             raise ValueError(f"count must be 1, 2 or 3, got {self.count}")
+        if self.count == 1 and not _single_form(self.thing):
+            raise ValueError(f"a single object's thing is singular, got {self.thing!r}")
+        if self.count > 1 and not countable(self.thing):
+            raise ValueError(f"the plural of {self.thing!r} does not read back as it")
         if self.size is not None and self.size not in SIZES:
             raise ValueError(f"unknown size {self.size!r}; expected one of {SIZES} or None")
         if self.position is not None:
@@ -82,9 +137,9 @@ class ObjectSpec:
                 raise ValueError("a position can only be stated for a single object")
 
     @property
-    def pair(self) -> tuple[str, str]:
-        """The ``(colour, shape)`` combination this phrase names."""
-        return (self.colour, self.shape)
+    def pair(self) -> tuple[str | None, str]:
+        """The ``(colour, thing)`` combination this phrase names."""
+        return (self.colour, self.thing)
 
     @property
     def counted(self) -> bool:
@@ -92,12 +147,26 @@ class ObjectSpec:
         return self.count > 1
 
 
+def _single_form(written: str) -> bool:
+    """Whether ``written`` is a thing as a single object writes it: its head is not a
+    plural ("a red circles") and it is not a bare plurale tantum ("a glasses")."""
+    return not is_plural(head_word(written)) and as_counted(written) == written
+
+
+def _counted_form(written: str) -> str:
+    """The stored thing of a counted phrase that writes it as ``written`` ("mice" ->
+    "mouse", "glasses" -> "pair of glasses")."""
+    return as_counted(singular(written))
+
+
 @dataclass(frozen=True)
 class ParsedCaption:
     """The constraints a caption states.
 
-    ``objects`` name distinct ``(colour, shape)`` pairs; ``relation`` (one of
-    :data:`RELATIONS` or ``None``) relates ``objects[0]`` to ``objects[1]``.
+    ``objects`` name distinct ``(colour, thing)`` pairs; ``relation`` (one of
+    :data:`RELATIONS` or ``None``) relates ``objects[0]`` to ``objects[1]``: with counts,
+    every copy of the first to every copy of the second ("two blue squares above a
+    green triangle").
     """
 
     objects: tuple[ObjectSpec, ...]
@@ -108,12 +177,12 @@ class ParsedCaption:
             raise ValueError(f"a caption names 1 to 3 kinds of object, got {len(self.objects)}")
         pairs = [spec.pair for spec in self.objects]
         if len(set(pairs)) != len(pairs):
-            raise ValueError(f"object phrases must name distinct colour-shape pairs: {pairs}")
+            raise ValueError(f"object phrases must name distinct colour-thing pairs: {pairs}")
         if self.relation is not None:
             if self.relation not in RELATIONS:
                 raise ValueError(f"unknown relation {self.relation!r}; expected {RELATIONS}")
-            if len(self.objects) != 2 or any(spec.count != 1 for spec in self.objects):
-                raise ValueError("a relation relates exactly two single objects")
+            if len(self.objects) != 2:
+                raise ValueError("a relation relates exactly two object phrases")
             if any(spec.position is not None for spec in self.objects):
                 raise ValueError("a relation caption cannot also fix grid positions")
         total = sum(spec.count for spec in self.objects)
@@ -122,13 +191,11 @@ class ParsedCaption:
 
 
 def object_phrase(spec: ObjectSpec) -> str:
-    """``ObjectSpec("orange", "triangle", size="small")`` -> ``"a small orange triangle"``."""
+    """``ObjectSpec("orange", "triangle", size="small")`` -> ``"a small orange triangle"``;
+    ``ObjectSpec(None, "mouse", count=2)`` -> ``"two mice"``."""
     words = [w for w in (spec.size, spec.colour) if w is not None]
-    noun = spec.shape + ("s" if spec.count > 1 else "")
-    if spec.count > 1:
-        determiner = _NUMBER_TEXT[spec.count]
-    else:
-        determiner = "an" if words[0][0] in "aeiou" else "a"
+    noun = plural(spec.thing) if spec.count > 1 else spec.thing
+    determiner = _NUMBER_TEXT[spec.count] if spec.count > 1 else article([*words, noun][0])
     phrase = " ".join([determiner, *words, noun])
     if spec.position is not None:
         phrase += " " + _PLACE_TEXT[spec.position]
@@ -148,8 +215,8 @@ def compose_caption(parsed: ParsedCaption) -> str:
 _PHRASE = re.compile(
     r"^(?P<det>a|an|two|three) "
     rf"(?:(?P<size>{'|'.join(SIZES)}) )?"
-    rf"(?P<colour>{'|'.join(COLOURS)}) "
-    rf"(?P<shape>{'|'.join(SHAPES)})(?P<plural>s?)"
+    rf"(?:(?P<colour>{'|'.join(COLOURS)}) )?"
+    r"(?P<thing>[a-z'-]+(?: [a-z'-]+)*?)"
     rf"(?: (?P<place>{'|'.join(map(re.escape, _PLACE_TEXT.values()))}))?$"
 )
 _PLACE_NAME = {text: name for name, text in _PLACE_TEXT.items()}
@@ -161,15 +228,18 @@ _RELATION_NAME = {text: name for name, text in _RELATION_TEXT.items()}
 
 def _parse_phrase(phrase: str, caption: str) -> ObjectSpec:
     match = _PHRASE.match(phrase)
-    if match is None:
+    if match is None or thing_problem(match["thing"]) is not None:
         raise ValueError(f"cannot parse object phrase {phrase!r} in caption {caption!r}")
     count = _NUMBER_VALUE[match["det"]]
-    if (count > 1) != bool(match["plural"]):
+    written = match["thing"]
+    thing = _counted_form(written) if count > 1 else written
+    agrees = plural(thing) == written if count > 1 else _single_form(written)
+    if not agrees:
         raise ValueError(f"number and noun disagree in {phrase!r}")
     place = match["place"]
     return ObjectSpec(
         colour=match["colour"],
-        shape=match["shape"],
+        thing=thing,
         count=count,
         size=match["size"],
         position=_PLACE_NAME[place] if place else None,

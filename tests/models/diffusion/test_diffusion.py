@@ -333,6 +333,68 @@ def test_diffusion_loss_is_the_mse_to_the_target():
         torch.testing.assert_close(loss, target.pow(2).mean())
 
 
+def test_min_snr_weights_the_clean_image_error_by_min_snr_gamma():
+    """Whatever the target, the weighted loss of a fixed error in x0 is min(SNR, gamma)
+    times that error: the three parameterizations agree once weighted."""
+    from models.diffusion.losses import loss_weights
+
+    alpha_bar = cosine_schedule(T).double()
+    snr = alpha_bar / (1 - alpha_bar)
+    x0_weight = snr.clamp(max=5.0)
+    # |eps err|^2 = SNR |x0 err|^2 and |v err|^2 = (SNR + 1) |x0 err|^2
+    eps = loss_weights(alpha_bar, "epsilon", "min-snr", gamma=5.0).double() * snr
+    v = loss_weights(alpha_bar, "v", "min-snr", gamma=5.0).double() * (snr + 1)
+    torch.testing.assert_close(eps, x0_weight, rtol=1e-6, atol=1e-9)
+    torch.testing.assert_close(v, x0_weight, rtol=1e-6, atol=1e-9)
+    assert torch.equal(loss_weights(alpha_bar, "v"), torch.ones(T))
+    with pytest.raises(ValueError, match="weighting"):
+        loss_weights(alpha_bar, "v", "p2")
+    with pytest.raises(ValueError, match="gamma"):
+        loss_weights(alpha_bar, "v", "min-snr", gamma=0.0)
+
+
+def test_logit_normal_timesteps_peak_in_the_middle_of_the_schedule():
+    from models.diffusion.losses import sample_timesteps
+
+    generator = torch.Generator().manual_seed(0)
+    t = sample_timesteps(20_000, T, "logit-normal", generator=generator)
+    assert t.dtype == torch.long and int(t.min()) >= 0 and int(t.max()) <= T - 1
+    # P(sigmoid(u) in [0.25, 0.75]) = P(|u| < logit(0.75)) = 0.726 for u ~ N(0, 1)
+    middle = ((t >= T // 4) & (t < 3 * T // 4)).double().mean()
+    assert abs(float(middle) - 0.726) < 0.02
+    uniform = sample_timesteps(20_000, T, "uniform", generator=generator)
+    assert abs(float(((uniform >= T // 4) & (uniform < 3 * T // 4)).double().mean()) - 0.5) < 0.02
+    with pytest.raises(ValueError, match="timestep sampling"):
+        sample_timesteps(4, T, "cubic")
+
+
+def test_weighted_loss_is_the_weighted_mean_of_per_item_errors():
+    from models.diffusion.losses import loss_weights, sample_timesteps
+
+    x0 = torch.randn(6, 3)
+    alpha_bar = cosine_schedule(T)
+
+    def zero_model(x, t, cond):
+        return torch.zeros_like(x)
+
+    loss = diffusion_loss(
+        zero_model,
+        x0,
+        None,
+        alpha_bar,
+        prediction="v",
+        generator=torch.Generator().manual_seed(5),
+        timesteps="logit-normal",
+        weighting="min-snr",
+    )
+    generator = torch.Generator().manual_seed(5)  # replay the draws
+    t = sample_timesteps(6, T, "logit-normal", generator=generator)
+    noise = torch.randn(x0.shape, generator=generator)
+    target = prediction_target(x0, noise, alpha_bar[t], "v")
+    weights = loss_weights(alpha_bar[t], "v", "min-snr")
+    torch.testing.assert_close(loss, (weights * target.pow(2).mean(dim=1)).mean())
+
+
 # ------------------------------------------------------------------ rows and devices
 def test_concat_rows_is_the_inverse_of_take_rows():
     from models.control import concat_rows, take_rows

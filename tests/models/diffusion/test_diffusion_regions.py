@@ -96,3 +96,30 @@ def test_an_owner_outside_the_batch_is_rejected():
         regional_denoiser(recording_model([]), ALPHA_BAR)(
             torch.zeros(1, 3, 4, 4), torch.tensor([5]), regions
         )
+
+
+def test_each_region_may_hide_behind_its_own_empty_canvas():
+    """A per-region background (M,) puts each region's own clean value under its hidden
+    pixels; a constant one is the float; take_rows keeps each region's value."""
+    x, t = torch.randn(2, 3, 4, 4), torch.tensor([400, 400])
+    hide = torch.ones(2, 1, 4, 4)
+    noise = torch.randn(2, 3, 4, 4)
+    base = dict(
+        cond=torch.tensor([0.0, 0.0]),
+        owner=torch.arange(2),
+        weight=torch.ones(2, 1, 4, 4),
+        hide=hide,
+        noise=noise,
+    )
+    calls: list = []
+    denoise = regional_denoiser(recording_model(calls), ALPHA_BAR)
+    denoise(x, t, Regions(**base, background=torch.tensor([-1.0, 1.0])))
+    a = ALPHA_BAR[400]
+    expected = a.sqrt() * torch.tensor([-1.0, 1.0]).view(2, 1, 1, 1) + (1 - a).sqrt() * noise
+    torch.testing.assert_close(calls[-1][0], expected)
+    denoise(x, t, Regions(**base, background=torch.tensor([1.0, 1.0])))
+    tensor_seen = calls[-1][0]
+    denoise(x, t, Regions(**base, background=1.0))
+    torch.testing.assert_close(calls[-1][0], tensor_seen)
+    kept = Regions(**base, background=torch.tensor([-1.0, 1.0])).take_rows(torch.tensor([1]))
+    assert kept.background.tolist() == [1.0]

@@ -205,23 +205,23 @@ def test_generate_cli_can_turn_planning_off(checkpoint, pipe, tmp_path):
 
 @pytest.mark.parametrize("plan_layout", [True, False])
 def test_a_free_prompt_is_drawn_as_its_understood_caption(pipe, plan_layout):
-    free = ["A big red circle, to the left of a tiny blue square.", "a red circle and a dog"]
-    grammar = ["a large red circle to the left of a small blue square", "a red circle"]
+    free = ["A big red circle, to the left of a tiny blue square.", "a red circle behind a dog"]
+    grammar = ["a large red circle to the left of a small blue square", "a red circle and a dog"]
     assert [pipe.understand(p).caption for p in free] == grammar
-    assert pipe.understand(free[1]).ignored == ("dog",)
+    assert pipe.understand(free[1]).ignored == ("behind",)
     drawn = pipe.generate(free, seeds=[3, 4], plan_layout=plan_layout)
     assert torch.equal(drawn, pipe.generate(grammar, seeds=[3, 4], plan_layout=plan_layout))
 
 
 def test_a_prompt_nothing_of_which_is_understood_is_drawn_as_it_is(pipe, monkeypatch):
-    prompt = "a beautiful sunset"
+    prompt = "big and blue"  # no thing named: nothing to read it onto
     assert pipe.understand(prompt).caption is None
     encoded: list[str] = []
     encode = pipe.encoder.encode
     monkeypatch.setattr(
         pipe.encoder, "encode", lambda texts: encoded.extend(texts) or encode(texts)
     )
-    pipe.generate([prompt, "a red circle and a dog"], seeds=[0, 1], steps=1)
+    pipe.generate([prompt, "five red circles"], seeds=[0, 1], steps=1)
     assert encoded[:2] == [prompt, "a red circle"]
 
 
@@ -263,14 +263,17 @@ def test_sample_refuses_a_keyword_it_does_not_take(pipe):
 
 def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, capsys):
     options = ["--seed", "1", "--steps", "2", "--checkpoint", str(checkpoint), "-o", str(tmp_path)]
-    assert cli_main(["generate", "Two HUGE red squares and a kitten", *options]) == 0
+    assert cli_main(["generate", "Two HUGE red squares in front of a kitten", *options]) == 0
     out, err = capsys.readouterr()
     assert out.split() == [str(tmp_path / "seed1.png")]
-    assert err.splitlines() == ["understood: two large red squares", "ignored: kitten"]
-    assert cli_main(["generate", "a sunset", *options]) == 0
+    assert err.splitlines() == [
+        "understood: two large red squares and a kitten",
+        "ignored: in front of",
+    ]
+    assert cli_main(["generate", "a green", *options]) == 0
     assert capsys.readouterr().err.splitlines() == [
         "understood: nothing; drawn as typed",
-        "ignored: sunset",
+        "ignored: green",
     ]
 
 
@@ -343,3 +346,36 @@ def test_sampling_reads_nothing_back_per_step(pipe, sampler):
             pipe.generate(PROMPTS, seeds=[1, 2, 3], steps=steps, sampler=sampler)
         counts.append(reads.count)
     assert counts[0] == counts[1], counts
+
+
+def test_a_64px_model_plans_on_its_own_canvas_with_each_captions_empty_canvas():
+    """Things compositions hide the other cells behind white, shapes ones behind black
+    (each world's empty canvas), on the 64 px grid; images come out at 64 px."""
+    from models.dit.config import get_preset
+    from models.dit.model import DiT
+    from models.dit.pipeline import EMPTY_CANVAS, THINGS_CANVAS
+
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny64"))
+    pipe64 = TextToImage(model, HashedWordEncoder(model.config.text_dim), default_steps=2)
+    prompts = ["a cat to the left of a rocket", "two red squares", "a cat"]
+    regions = pipe64.regions(prompts, [None] * 3, [0, 1, 2], plan_layout=True)
+    assert regions.owner.tolist() == [0, 0, 1, 1, 2]
+    assert regions.weight.shape[-2:] == (64, 64)
+    assert regions.background.tolist() == [THINGS_CANVAS] * 2 + [EMPTY_CANVAS] * 2 + [THINGS_CANVAS]
+    images = pipe64.generate(prompts, seeds=[0, 1, 2])
+    assert images.shape == (3, 3, 64, 64) and pipe64.image_size == 64
+
+
+def test_what_a_prompt_asks_not_to_draw_becomes_its_negative_prompt(pipe):
+    """ "no circles, just a square" draws the square guided away from circles: the same
+    image as the square with "circle" as the negative prompt; a given one wins."""
+    said = pipe.generate(["no circles, just a square"], seeds=[4])
+    given = pipe.generate(["a square"], negative_prompts=["circle"], seeds=[4])
+    torch.testing.assert_close(said, given)
+    plain = pipe.generate(["a square"], seeds=[4])
+    assert not torch.allclose(said, plain)
+    overridden = pipe.generate(["no circles, just a square"], negative_prompts=["red"], seeds=[4])
+    torch.testing.assert_close(
+        overridden, pipe.generate(["a square"], negative_prompts=["red"], seeds=[4])
+    )

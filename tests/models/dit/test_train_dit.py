@@ -171,6 +171,44 @@ def test_an_export_names_its_text_encoder_and_loads_with_it(tmp_path):
     assert pipe.encoder.dim == get_preset("tiny").text_dim
 
 
+def test_a_bfloat16_export_loads_as_the_rounded_float32_weights(tmp_path):
+    trainer = make_trainer()
+    trainer.train_step()
+    path = trainer.export(tmp_path / "tiny.safetensors", dtype="bfloat16")
+    info = read_metadata(path)[1]
+    assert info["step"] == 1 and info["samples"] == 4
+    assert info["hardware"] and info["train_hours"] >= 0
+    loaded = load_dit(path)
+    for name, value in trainer.ema.state_dict().items():
+        got = loaded.state_dict()[name]
+        assert got.dtype == torch.float32
+        assert torch.equal(got, value.to(torch.bfloat16).float()), name
+    with pytest.raises(ValueError, match="dtype"):
+        trainer.export(tmp_path / "x.safetensors", dtype="float16")
+
+
+def test_worker_processes_make_the_same_batches_in_the_same_order():
+    inline = make_trainer()
+    workers = make_trainer(num_workers=2)
+    for step in range(3):
+        x_inline, captions_inline = inline.batch(step)
+        x_workers, captions_workers = workers._next_batch()
+        assert captions_workers == captions_inline
+        torch.testing.assert_close(x_workers, x_inline)
+        workers.step += 1  # what train_step does after its batch
+
+
+def test_the_canvas_size_picks_the_data_world():
+    from models.dit.train import world_of
+
+    assert world_of(get_preset("shapes32")) == "shapes"
+    assert world_of(get_preset("things64")) == "things"
+    with pytest.raises(ValueError, match="48 px"):
+        world_of(dataclasses.replace(get_preset("tiny"), image_size=48, patch_size=4))
+    with pytest.raises(ValueError, match="64 px preset"):
+        Trainer(TrainConfig(preset="tiny", things=3), encoder=HashedWordEncoder())
+
+
 def test_initialize_from_rejects_another_architecture(tmp_path):
     source = make_trainer()
     path = source.export(tmp_path / "tiny.safetensors")
@@ -227,6 +265,10 @@ def test_null_condition_is_learned_only_from_dropped_captions(cond_dropout, lear
         ("ema_decay", 1.0),
         ("cond_dropout", 1.5),
         ("precision", "fp8"),
+        ("timesteps", "cubic"),
+        ("weighting", "p2"),
+        ("things", 0),
+        ("num_workers", -1),
     ],
 )
 def test_train_config_rejects_bad_values(field, value):
@@ -282,3 +324,18 @@ def test_cli_fine_tunes_from_a_checkpoint(tmp_path, capsys):
     info = read_metadata(export)[1]
     assert info["step"] == 1
     assert info["init_from"] == {"step": 1, "samples": 4, "init_from": None}
+    # the lineage adds up: this leg's 2 samples on top of the start's 4
+    assert info["total_samples"] == 2 + 4
+    assert info["total_train_hours"] >= info["train_hours"]
+
+
+def test_a_64px_preset_trains_on_the_things_world(tmp_path):
+    """tiny64 draws its batches from the things data (64 px, a subset), and learns."""
+    trainer = make_trainer(get_preset("tiny64"), preset="tiny64", things=6, batch_size=8)
+    x0, captions = trainer.batch(0)
+    assert x0.shape == (8, 3, 64, 64) and float(x0.min()) >= -1 and float(x0.max()) <= 1
+    assert all(isinstance(c, str) and c for c in captions)
+    before = fixed_batch_loss(trainer, trainer.model)
+    for _ in range(20):
+        trainer.train_step()
+    assert fixed_batch_loss(trainer, trainer.model) < before

@@ -37,7 +37,7 @@ def _scene_of(plan) -> Scene:
         (spec,) = parse_caption(region.prompt).objects
         cell = POSITIONS.index(spec.position)
         assert np.array_equal(region.mask, cell_mask(cell))
-        objects.append(SceneObject(spec.colour, spec.shape, spec.size or "large", cell))
+        objects.append(SceneObject(spec.colour, spec.thing, spec.size or "large", cell))
     return Scene(tuple(objects), "")
 
 
@@ -74,3 +74,48 @@ def test_the_same_generator_state_gives_the_same_plan():
     a = plan_regions(caption, np.random.default_rng(5))
     b = plan_regions(caption, np.random.default_rng(5))
     assert [r.prompt for r in a] == [r.prompt for r in b]
+
+
+@pytest.mark.parametrize("image_size", [32, 64, 48, 100])
+def test_cells_tile_any_canvas(image_size):
+    masks = np.stack([cell_mask(c, image_size) for c in range(GRID * GRID)])
+    assert np.array_equal(masks.sum(axis=0), np.ones((image_size, image_size)))
+    rows = masks.any(axis=2)  # (9, image_size): the rows each cell covers
+    heights = rows.sum(axis=1)
+    assert heights.max() - heights.min() <= 1  # near-equal thirds
+
+
+def test_the_32_px_grid_is_unchanged():
+    assert np.array_equal(cell_mask(4, 32), cell_mask(4))
+    assert np.flatnonzero(cell_mask(4).any(axis=1)).tolist() == list(range(11, 21))
+
+
+@pytest.mark.parametrize(
+    ("caption", "relation"),
+    [
+        ("a cat above a sofa", "above"),
+        ("a small red grinning cat to the left of a pair of shoes", "left of"),
+        ("two blue squares above a green triangle", "above"),
+        ("a rocket to the right of two pizzas", "right of"),
+    ],
+)
+@pytest.mark.parametrize("image_size", [32, 64])
+def test_open_things_are_planned_in_their_relation(caption, relation, image_size):
+    parsed = parse_caption(caption)
+    for seed in range(10):
+        plan = plan_regions(caption, np.random.default_rng(seed), image_size)
+        assert len(plan) == sum(spec.count for spec in parsed.objects)
+        cells = {0: [], 1: []}
+        for region in plan:
+            (spec,) = parse_caption(region.prompt).objects
+            assert spec.count == 1 and spec.position is not None
+            owner = next(
+                i for i, s in enumerate(parsed.objects) if (s.colour, s.thing) == spec.pair
+            )
+            assert spec.size == parsed.objects[owner].size
+            cell = POSITIONS.index(spec.position)
+            assert np.array_equal(region.mask, cell_mask(cell, image_size))
+            cells[owner].append(divmod(cell, GRID))
+        axis = 1 if relation in ("left of", "right of") else 0
+        sign = -1 if relation in ("left of", "above") else 1
+        assert all(sign * (a[axis] - b[axis]) > 0 for a in cells[0] for b in cells[1])

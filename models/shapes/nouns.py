@@ -1,0 +1,133 @@
+"""Singular and plural forms of the things a caption names ("two cats" <-> "cat").
+
+A thing is a few words, e.g. ``"grinning cat"``, ``"pair of shoes"``, ``"man in tuxedo"``.
+Its **head** is the word that takes the number: the word before the first ``" of "``,
+``" in "`` or ``" with "`` when there is one ("*pair* of shoes", "*man* in tuxedo",
+"*cat* with wry smile"), else the last word ("grinning *cat*"). Word forms come from ``inflect`` (irregulars: mouse/mice,
+person/people, knife/knives, fish/fish), with two guards of our own:
+
+- **Only a stated number singularises without question.** ``inflect`` strips a final
+  "s" from singular words too (bus -> "bu", cactus -> "cactu"), so a head read without a
+  number is taken as plural (:func:`is_plural`) only when it does not end in "us", "ss" or
+  "is" and is not one of :data:`_SINGULAR_S`.
+- **Pluralia tantum** (:data:`PAIRED`: glasses, scissors, jeans, ...) have no singular:
+  one of them is written as a "pair of" it (:func:`as_counted`), so "glasses" reads as
+  "a pair of glasses" and never as a drinking glass.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import inflect
+
+_ENGINE = inflect.engine()
+
+#: Nouns with no singular form; one of them is "a pair of" it.
+PAIRED: frozenset[str] = frozenset(
+    [
+        "glasses",
+        "sunglasses",
+        "goggles",
+        "scissors",
+        "pliers",
+        "tongs",
+        "tweezers",
+        "binoculars",
+        "trousers",
+        "pants",
+        "jeans",
+        "shorts",
+        "leggings",
+        "pyjamas",
+        "pajamas",
+        "headphones",
+        "earphones",
+    ]
+)
+#: Singular nouns ending in "s" that the suffix guard of :func:`is_plural` does not catch.
+_SINGULAR_S: frozenset[str] = frozenset(
+    [
+        "gas",
+        "atlas",
+        "canvas",
+        "christmas",
+        "lens",
+        "news",
+        "series",
+        "species",
+        "chess",
+        "bias",
+        "lotus",
+    ]
+)
+_LINKS = (" of ", " in ", " with ")
+
+
+def _split_head(thing: str) -> tuple[str, str, str]:
+    """``thing`` as ``(before, head, after)`` around its head word."""
+    cut = min((thing.find(link) for link in _LINKS if link in thing), default=-1)
+    main, rest = (thing[:cut], thing[cut:]) if cut >= 0 else (thing, "")
+    before, _, head = main.rpartition(" ")
+    return (before + " " if before else ""), head, rest
+
+
+def head_word(thing: str) -> str:
+    """The word of ``thing`` that takes the number (see the module docstring)."""
+    return _split_head(thing)[1]
+
+
+@lru_cache(maxsize=4096)
+def _singular_word(word: str) -> str:
+    found = _ENGINE.singular_noun(word)
+    return found if isinstance(found, str) and found else word
+
+
+@lru_cache(maxsize=4096)
+def _plural_word(word: str) -> str:
+    return str(_ENGINE.plural_noun(word))
+
+
+def countable(thing: str) -> bool:
+    """Whether the plural of ``thing`` reads back as it (true of English nouns; not of
+    every string: "u" -> "us" -> "u" holds, but "hy" -> "hies" -> "hy" does not)."""
+    return as_counted(singular(plural(thing))) == thing
+
+
+def is_plural(word: str) -> bool:
+    """Whether ``word``, read with no number, is a plural ("cats", "mice", "glasses"; not
+    "bus", "cactus", "glass", "fish")."""
+    if word in PAIRED:
+        return True
+    if word.endswith(("us", "ss", "is")) or word in _SINGULAR_S:
+        return False
+    return _singular_word(word) != word
+
+
+def singular(thing: str) -> str:
+    """The singular of a plural ``thing``: its head singularised ("grinning cats" ->
+    "grinning cat", "pairs of shoes" -> "pair of shoes"); a plurale tantum stays as it is.
+    Only call it on a thing known to be plural (after a number > 1, or :func:`is_plural`)."""
+    before, head, after = _split_head(thing)
+    if head in PAIRED:
+        return thing
+    return before + _singular_word(head) + after
+
+
+def plural(thing: str) -> str:
+    """The plural of a singular ``thing``: its head pluralised ("cat" -> "cats", "man in
+    tuxedo" -> "men in tuxedo")."""
+    before, head, after = _split_head(thing)
+    return before + _plural_word(head) + after
+
+
+def as_counted(thing: str) -> str:
+    """``thing`` in a countable singular form: one headed by a plurale tantum becomes
+    "pair of" it ("reading glasses" -> "pair of reading glasses"); anything else is
+    returned unchanged."""
+    return f"pair of {thing}" if head_word(thing) in PAIRED else thing
+
+
+def article(word: str) -> str:
+    """The indefinite article before ``word``: "an apple", "a unicorn", "an hour"."""
+    return str(_ENGINE.a(word)).partition(" ")[0]
