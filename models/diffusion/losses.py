@@ -7,8 +7,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.diffusion.process import add_noise, prediction_target
-from models.diffusion.samplers import Denoiser
+from models.diffusion.process import Denoiser, add_noise, prediction_target
 
 
 def diffusion_loss(

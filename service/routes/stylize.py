@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from typing import Annotated, Literal
 
 import torch
@@ -23,6 +24,7 @@ from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from models.adain.large import BASE_SIDE, octave_sizes, styles_side
+from models.adain.options import StyleOptions
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
 from models.adain.stats import check_masks, convex_weights
 from models.images import check_output_side
@@ -290,13 +292,7 @@ async def stylize(
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     weights = parse_style_weights(style_weights, len(style))
-    options = {
-        "style_weights": None if weights is None else list(weights),
-        "alpha": alpha,
-        "preserve_color": preserve_color,
-        "preset": preset,
-        "style_scale": style_scale,
-    }
+    options = StyleOptions(weights, alpha, preserve_color, preset, style_scale)
     head = await content.read(SNIFF_BYTES)  # a photo's bytes are read in its turn, below
     await content.seek(0)
     video = await content.read() if looks_like_video(head) or head[:3] == b"GIF" else b""
@@ -320,7 +316,7 @@ async def stylize(
             decoding=_decoding(context, context.executor.deadline()),
         )
         submission = context.submission(
-            [_fields_json([options, size, webhook, webhook_events]), video, *styles],
+            [_fields_json([asdict(options), size, webhook, webhook_events]), video, *styles],
             webhook=hook,
         )
         accepted = await context.executor.submit(clip, served, submission)
@@ -372,7 +368,7 @@ async def stylize(
         )
         parameters = {
             "alpha": alpha,
-            "style_weights": options["style_weights"],
+            "style_weights": None if weights is None else list(weights),
             "preserve_color": preserve_color,
             "masks": len(mask) if mask is not None else 0,
             "size": size,
@@ -386,7 +382,7 @@ async def stylize(
         )
         submission = context.submission(
             [
-                _fields_json([options, size, format, quality, webhook, webhook_events]),
+                _fields_json([asdict(options), size, format, quality, webhook, webhook_events]),
                 *uploads,
                 *(mask_bytes or []),
             ],
