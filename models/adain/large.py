@@ -52,7 +52,6 @@ gives the same image.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, Protocol, Unpack
@@ -63,7 +62,14 @@ from torch import Tensor
 
 from models.adain.color import luminance, with_chroma_of
 from models.adain.options import StyleKeywords, StyleOptions
-from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SIDE, resize, stage_size, style_at
+from models.adain.presets import (
+    BASE_SIDE,
+    MIN_STYLE_SIDE,
+    octave_sizes,
+    resize,
+    stage_size,
+    style_at,
+)
 from models.adain.stats import convex_weights
 from models.adain.whitening import (
     CovarianceStats,
@@ -74,7 +80,7 @@ from models.adain.whitening import (
 )
 from models.decoder import Decoder
 from models.devices import to_host
-from models.images import to_uint8
+from models.images import fit_longer_side, to_uint8
 from models.vgg import VGGEncoder
 
 
@@ -89,9 +95,7 @@ class TilingModel(Protocol):
     @property
     def encoder(self) -> VGGEncoder: ...
 
-    def ready(self) -> torch.dtype:
-        """The compute dtype, the networks cast to it."""
-        ...
+    def ready(self) -> torch.dtype: ...  # the compute dtype, the networks cast to it
 
     def decoder(self, level: str) -> Decoder: ...
 
@@ -100,8 +104,6 @@ class TilingModel(Protocol):
     ) -> Tensor: ...
 
 
-#: Longer side of the base: what the preset's pyramid runs on whole.
-BASE_SIDE = 1024
 #: Side of a tile of an octave's pass (its output; the input adds ``HALO`` each side).
 TILE_SIDE = 512
 #: Input pixels a relu1_1 round trip reads beyond its output: two 3 x 3 convolutions.
@@ -115,32 +117,6 @@ OCTAVE_LEVEL = "relu1_1"
 
 
 # ------------------------------------------------------------------------ the plan
-def styles_side(size: int) -> int:
-    """The longest side a style needs for a photo of ``size``: ``size``, and no more than
-    the largest side a style is used at (``MAX_STYLE_SCALE`` times the base: the octaves
-    enlarge it from there), so that a print's styles are not read at print size."""
-    return min(size, math.ceil(MAX_STYLE_SCALE * BASE_SIDE))
-
-
-def octave_sizes(size: tuple[int, int], base_side: int = BASE_SIDE) -> list[tuple[int, int]]:
-    """The octaves' ``(H, W)``, coarse to fine: ``size`` halved (rounding up) while the
-    half's longer side is still above ``base_side``; empty when ``size`` fits the base."""
-    if max(size) <= base_side:
-        return []
-    sizes = [size]
-    while max(half := (math.ceil(sizes[-1][0] / 2), math.ceil(sizes[-1][1] / 2))) > base_side:
-        sizes.append(half)
-    return sizes[::-1]
-
-
-def base_size(size: tuple[int, int], base_side: int = BASE_SIDE) -> tuple[int, int]:
-    """The base's ``(H, W)``: ``size`` scaled to ``base_side`` on its longer side (unchanged
-    when it fits)."""
-    if max(size) <= base_side:
-        return size
-    return stage_size(size, base_side / max(size))
-
-
 def spans(length: int, tile_side: int) -> list[tuple[int, int]]:
     """``[start, stop)`` pieces of ``range(length)`` of ``tile_side`` each, the last one
     merged into its neighbour when it would be shorter than ``MIN_TILE_SIDE``."""
@@ -368,7 +344,8 @@ class PrintStylization:
                 photo = halve(photo)
             self._octaves.insert(0, _Octave(octave_size, photo))
         coarsest = _as_float(photo).expand(3, -1, -1)[None]
-        self.base_photo = resize(coarsest, base_size(size, base_side))  # (1, 3, h, w)
+        width, height = fit_longer_side(size[1], size[0], base_side)  # the base's size
+        self.base_photo = resize(coarsest, (height, width))  # (1, 3, h, w)
         self._phases: list[list[Step]] = [[Step("base")]]
         for index, octave in enumerate(self._octaves):
             self._phases.append([Step("statistics", index)])
@@ -447,16 +424,11 @@ class PrintStylization:
             raise RuntimeError("the stylisation has not run")
         return output
 
-    def run(self, model: TilingModel, on_step: Callable[[int, int], None] | None = None) -> Tensor:
-        """Every step in turn on ``model``; ``on_step(done, total)`` after each. Returns
-        :meth:`result`."""
-        done = 0
-        for phase in self._phases:
-            for step in phase:
-                self.accept(step, self.run_step(model, step))
-                done += 1
-                if on_step is not None:
-                    on_step(done, self.steps)
+    def run(self, model: TilingModel) -> Tensor:
+        """Every step in turn on ``model``; returns :meth:`result`. (Progress is reported
+        through a step control: ``StyleTransfer.stylize`` above its base side.)"""
+        for step in (step for phase in self._phases for step in phase):
+            self.accept(step, self.run_step(model, step))
         return self.result()
 
     # ------------------------------------------------------------------- the steps

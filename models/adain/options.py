@@ -14,8 +14,8 @@ queued before it existed, takes its default).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypedDict
+from dataclasses import asdict, dataclass
+from typing import TypedDict, cast
 
 __all__ = ["StyleKeywords", "StyleOptions"]
 
@@ -64,10 +64,4 @@ class StyleOptions:
 
     def keywords(self) -> StyleKeywords:
         """The options as the model's methods take them (``**options.keywords()``)."""
-        return StyleKeywords(
-            style_weights=self.style_weights,
-            alpha=self.alpha,
-            preserve_color=self.preserve_color,
-            preset=self.preset,
-            style_scale=self.style_scale,
-        )
+        return cast(StyleKeywords, asdict(self))

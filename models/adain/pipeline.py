@@ -29,9 +29,10 @@ from torch import Tensor, nn
 
 from models.adain.banded import MIN_SIDE, BandedRelu11
 from models.adain.color import luminance, with_chroma_of
-from models.adain.large import BASE_SIDE, PrintStylization
+from models.adain.large import PrintStylization
 from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import (
+    BASE_SIDE,
     MIN_STYLE_SIDE,
     PRESETS,
     Preset,

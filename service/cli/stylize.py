@@ -31,9 +31,8 @@ import torch
 from tqdm import tqdm
 
 from models.adain import StyleTransfer
-from models.adain.large import styles_side
 from models.adain.options import StyleOptions
-from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
+from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS, styles_side
 from models.adain.stats import convex_weights
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl

@@ -1,6 +1,6 @@
 """Style-transfer work: one photo stylised, at once or by print-size steps.
 
-A photo above the base (``models.adain.large.BASE_SIDE``) is painted by print-size
+A photo above the base (``models.adain.presets.BASE_SIDE``) is painted by print-size
 steps, each a batcher item of its own, ``STEPS_IN_FLIGHT`` at a time. The 8-bit
 images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
 :func:`~models.images.from_png`), as the video work's styles do.
@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from models.adain.large import BASE_SIDE
 from models.adain.options import StyleOptions
+from models.adain.presets import BASE_SIDE
 from models.images import encode_image, from_png, mask_from_rgb, to_float, to_png
 from service.errors import DeadlineExceeded
 from service.execution.work import RunContext, Work

@@ -13,9 +13,8 @@ import asyncio
 
 from starlette.concurrency import run_in_threadpool
 
-from models.adain.large import styles_side
 from models.adain.options import StyleOptions
-from models.adain.presets import get_preset
+from models.adain.presets import get_preset, styles_side
 from models.video import VideoError, VideoInfo, fit_size, probe
 from service.catalog import Served
 from service.config import Settings
