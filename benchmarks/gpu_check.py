@@ -400,7 +400,7 @@ def _print_size_rows(check: Check, model, style: torch.Tensor) -> list[dict]:
     """Print-size stylisations (``models.adain.large``, what the service's jobs run): one
     4096 x 3072 and one 8192 x 6144 photo per preset, 8-bit on the host, with the device's
     peak memory. ``--quick`` paints 96 x 72 on a 32 px base instead."""
-    from models.adain.large import BASE_SIDE
+    from models.adain.presets import BASE_SIDE
 
     sizes = [(72, 96)] if check.quick else [(3072, 4096), (6144, 8192)]
     if check.quick:

@@ -42,6 +42,7 @@ from PIL import Image
 
 from models.adain import StyleTransfer
 from models.adain.metrics import gram_style_loss
+from models.adain.options import StyleOptions
 from models.adain.video import CHUNK_FRAMES, stylize_chunk, stylize_clip
 from models.flow import FlowEstimator, reliable_mask, shift_flow, warping_error
 from models.temporal import BLEND_STRENGTH, StageBlend
@@ -129,7 +130,9 @@ def per_frame(model, chunks, style, preset) -> Iterator[torch.Tensor]:
         for frame in frames:
             blend = StageBlend(0.0)
             blend.begin([None])
-            outputs.append(stylize_chunk(model, frame[None], [style], {"preset": preset}, blend))
+            outputs.append(
+                stylize_chunk(model, frame[None], [style], StyleOptions(preset=preset), blend)
+            )
         yield torch.cat(outputs)
 
 
@@ -146,7 +149,7 @@ def side_by_side(model, clip, style, preset, strength) -> dict[str, tuple[torch.
         "ours": (
             frames
             for frames, _ in stylize_clip(
-                model, chunks(), [style], {"preset": preset}, strength=strength
+                model, chunks(), [style], StyleOptions(preset=preset), strength=strength
             )
         ),
     }
@@ -270,7 +273,9 @@ def peak_rss(args) -> None:
     start = time.perf_counter()
     segments = []
     chunks = frame_chunks(data, CHUNK_FRAMES, size=(info.height, info.width))
-    for stylised, _ in stylize_clip(model, chunks, [style], {"preset": args.presets.split(",")[0]}):
+    for stylised, _ in stylize_clip(
+        model, chunks, [style], StyleOptions(preset=args.presets.split(",")[0])
+    ):
         segments.append(encode_segment(stylised, info))
     out = io.BytesIO()
     assemble(segments, data, info, {}, out)

@@ -70,7 +70,7 @@ class Decoder(nn.Module):
     def in_channels(self) -> int:
         return level_channels(self.level)
 
-    def _conv(self, index: int) -> nn.Conv2d:
+    def conv(self, index: int) -> nn.Conv2d:
         """``self.layers[index]``, a convolution."""
         conv = self.layers[index]
         assert isinstance(conv, nn.Conv2d)
@@ -87,7 +87,7 @@ class Decoder(nn.Module):
         self, x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None
     ) -> Tensor:
         """The last layer (reflection pad + conv to RGB), by :func:`conv3x3_reflect`."""
-        conv = self._conv(-1)
+        conv = self.conv(-1)
         weight = conv.weight if weight is None else weight
         return conv3x3_reflect(x, weight, conv.bias if bias is None else bias)
 
@@ -162,7 +162,7 @@ class Decoder(nn.Module):
             - matrix: ``(C_level, C_level)``; shift: ``(C_level,)``.
             - output: ``(C_out, C_level, 3, 3)`` and ``(C_out,)``.
         """
-        conv = self._conv(1)
+        conv = self.conv(1)
         assert conv.bias is not None  # every conv of the decoder has one
         dtype = torch.promote_types(conv.weight.dtype, torch.float32)  # bf16 folds in float32
         weight = conv.weight.to(dtype)

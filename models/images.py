@@ -14,6 +14,8 @@ the training code and the benchmarks.
 * encoding: PNG, JPEG or WebP bytes, with how the image was made in PNG text chunks
   (:func:`encode_image`), and files (:func:`save_image`); 8-bit pixels as lossless
   PNG bytes and back (:func:`to_png`, :func:`from_png`: a job's payload);
+* sniffing: what an upload is from its first bytes (:func:`sniff`), the one test the
+  service's image decoding and the video code both ask;
 * local files, trusted (:func:`load_image`, :func:`load_mask`); the service decodes
   uploads with its own limits (``service.images``) through :func:`pil_to_uint8`.
 """
@@ -44,6 +46,33 @@ OUTPUT_FORMATS: dict[str, tuple[str, str, dict[str, Any]]] = {
 
 #: The longest side each output format can hold (PNG's is far beyond any image here).
 FORMAT_MAX_SIDE = {"png": 2**31 - 1, "jpeg": 65_535, "webp": 16_383}
+
+#: Bytes :func:`sniff` reads.
+SNIFF_BYTES = 16
+#: Still-image formats by their file signature.
+_SIGNATURES = {
+    b"\x89PNG\r\n\x1a\n": "png", b"\xff\xd8\xff": "jpeg", b"GIF87a": "gif", b"GIF89a": "gif",
+    b"BM": "bmp",
+}  # fmt: skip
+#: ISO-BMFF brands that are audio or still images, not video.
+_NOT_VIDEO_BRANDS = {
+    b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"heic", b"heix", b"heim", b"heis", b"mif1",
+    b"msf1", b"avif", b"avis",
+}  # fmt: skip
+
+
+def sniff(data: bytes) -> str | None:
+    """What an upload is from its first ``SNIFF_BYTES`` bytes, decoding nothing: ``"png"``,
+    ``"jpeg"``, ``"gif"`` (a still or an animation: its frames tell), ``"bmp"``,
+    ``"webp"`` (``RIFF....WEBP``), ``"video"`` (ISO-BMFF ``ftyp`` at offset 4 with a video
+    brand: mp4, mov, m4v; EBML ``1A45DFA3``: webm, mkv; ``RIFF....AVI ``), else ``None``."""
+    if data[4:8] == b"ftyp":
+        return None if data[8:12] in _NOT_VIDEO_BRANDS else "video"
+    if data[:4] == b"\x1a\x45\xdf\xa3" or (data[:4] == b"RIFF" and data[8:12] == b"AVI "):
+        return "video"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    return next((kind for sign, kind in _SIGNATURES.items() if data.startswith(sign)), None)
 
 
 def check_output_side(fmt: str, side: int) -> None:

@@ -200,6 +200,13 @@ class VGGEncoder(nn.Module):
                 features[by_index[index]] = x
         return features
 
+    def relu1_1_layers(self) -> tuple[nn.Conv2d, nn.Conv2d]:
+        """The 1x1 preprocessing (RGB in [0, 1] to VGG's input) and relu1_1's 3x3
+        convolution: what a relu1_1 pass computed piece by piece reads."""
+        preprocess, conv = self.layers[0], self.layers[2]
+        assert isinstance(preprocess, nn.Conv2d) and isinstance(conv, nn.Conv2d)
+        return preprocess, conv
+
     def peak_elements(self, height: int, width: int) -> int:
         """Elements of the largest map of one ``height x width`` image: relu1_1's 64
         channels at full size, reflection-padded by one pixel."""

@@ -77,7 +77,7 @@ from av.video.frame import VideoFrame
 from av.video.stream import VideoStream
 from PIL import Image, ImageSequence
 
-from models.images import pil_to_uint8
+from models.images import fit_longer_side, pil_to_uint8, sniff
 
 __all__ = [
     "VideoError",
@@ -173,12 +173,6 @@ def _encoder_options(encoder: str) -> dict[str, str]:
     return options
 
 
-#: ISO-BMFF major brands of still images and audio, not video.
-_NOT_VIDEO_BRANDS = {
-    b"M4A ", b"M4B ", b"M4P ", b"F4A ", b"heic", b"heix", b"heim", b"heis", b"mif1",
-    b"msf1", b"avif", b"avis",
-}  # fmt: skip
-
 _BT709 = 1  # AVCOL_PRI_BT709 == AVCOL_TRC_BT709 == AVCOL_SPC_BT709
 _MPEG_RANGE = 1  # AVCOL_RANGE_MPEG: limited range
 _FPS_DENOMINATOR = 1001  # frame rates are rationals like 30000/1001
@@ -217,22 +211,16 @@ class VideoInfo:
 
 
 def looks_like_video(data: bytes) -> bool:
-    """Sniff the first bytes (no decoding): ISO-BMFF ``ftyp`` at offset 4 (mp4, mov, m4v;
-    not an audio or still-image brand), EBML ``1A45DFA3`` (webm, mkv), ``RIFF....AVI ``,
-    or a GIF with more than one frame (Pillow's ``n_frames``)."""
-    if data[4:8] == b"ftyp":
-        return data[8:12] not in _NOT_VIDEO_BRANDS
-    if data[:4] == b"\x1a\x45\xdf\xa3":
-        return True
-    if data[:4] == b"RIFF" and data[8:12] == b"AVI ":
-        return True
-    if _is_gif(data):
+    """A video container by its signature (:func:`~models.images.sniff`), or a GIF with
+    more than one frame (Pillow's ``n_frames``: the GIF is read)."""
+    kind = sniff(data)
+    if kind == "gif":
         try:
             with Image.open(io.BytesIO(data)) as image:
                 return int(getattr(image, "n_frames", 1)) > 1
         except (OSError, ValueError, SyntaxError, EOFError):
             return False
-    return False
+    return kind == "video"
 
 
 def probe(data: bytes, *, time_budget_s: float = 10.0) -> VideoInfo:
@@ -269,16 +257,14 @@ def probe(data: bytes, *, time_budget_s: float = 10.0) -> VideoInfo:
 
 def fit_size(info: VideoInfo, max_side: int | None) -> tuple[int, int]:
     """``(H, W)`` to stylise at: the clip's own size when ``max_side`` is None or not smaller
-    than its longer side, else scaled so its longer side is ``max_side``; both sides floored
-    to even (and >= 2) when the output container needs even sizes (H.264)."""
-    height, width = info.height, info.width
+    than its longer side, else scaled so its longer side is ``max_side``
+    (:func:`~models.images.fit_longer_side`, as a photo is); both sides floored to even
+    (and >= 2) when the output container needs even sizes (H.264)."""
+    width, height = info.width, info.height
     if max_side is not None:
         if max_side < 2:
             raise ValueError(f"max_side must be at least 2, not {max_side}")
-        longer = max(height, width)
-        if longer > max_side:
-            height = max(1, round(height * max_side / longer))
-            width = max(1, round(width * max_side / longer))
+        width, height = fit_longer_side(width, height, max_side, min_side=0)
     if FORMATS[info.container].even_size:
         height, width = max(2, height - height % 2), max(2, width - width % 2)
     return height, width

@@ -29,7 +29,7 @@ from typing import TypeVar
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from models.images import fit_longer_side, pil_to_uint8, resize_to, to_srgb
+from models.images import fit_longer_side, pil_to_uint8, resize_to, sniff, to_srgb
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
@@ -261,21 +261,6 @@ _SWAPPING_TRANSPOSES = (
     Image.Transpose.ROTATE_90,
 )
 
-#: File signatures of ``ACCEPTED_FORMATS``: a file that starts with one of them is an
-#: image of that format, so a failure to read it is a corrupt image (400), not 415.
-_SIGNATURES = (
-    b"\x89PNG\r\n\x1a\n",
-    b"\xff\xd8\xff",
-    b"GIF87a",
-    b"GIF89a",
-    b"BM",
-)
-
-
-def _looks_like_accepted_format(data: bytes) -> bool:
-    is_webp = data[:4] == b"RIFF" and data[8:12] == b"WEBP"
-    return is_webp or data.startswith(_SIGNATURES)
-
 
 def output_size(
     width: int, height: int, size: int, limits: ImageLimits, *, name: str = "image"
@@ -445,7 +430,8 @@ def _open(data: bytes, name: str) -> Image.Image:
             f"{name}: image dimensions exceed the pixel limit", code="image_too_large"
         ) from None
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
-        if _looks_like_accepted_format(data):
+        # an accepted format's signature: a failure to read it is a corrupt image (400)
+        if (sniff(data) or "").upper() in ACCEPTED_FORMATS:
             logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
             raise BadImage(f"{name}: corrupt image header", code="corrupt_image") from None
         raise UnsupportedMediaType(

@@ -87,7 +87,7 @@ class StyleTransferModel(ServedModel, Protocol):
         self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> PrintSession:
         """A print-size stylisation of ``content`` ``(3, H, W)`` (uint8 or float in [0, 1])
-        larger than ``models.adain.large.BASE_SIDE``; ``keywords``: the stylisation's
+        larger than ``models.adain.presets.BASE_SIDE``; ``keywords``: the stylisation's
         options (``models.adain.options.StyleOptions``)."""
         ...
 

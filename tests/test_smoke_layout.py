@@ -3,6 +3,8 @@
 import ast
 import pathlib
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
@@ -94,11 +96,34 @@ def _is_module(name: str) -> bool:
     return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
-def _service_modules() -> dict[str, set[str]]:
-    """Every module of ``service/`` and the ``service`` modules it imports (at any depth
-    of its code: function-level imports count; ``from p import m`` imports ``p.m``)."""
+#: The same for ``models/``: the building blocks (free to import one another), then the
+#: two model families and the shapes world, which know nothing of each other, then the
+#: text-to-image pipeline that joins diffusion and the shapes.
+MODELS_LAYERS: tuple[tuple[str, ...], ...] = (
+    (
+        "models.checkpoints",
+        "models.control",
+        "models.decoder",
+        "models.devices",
+        "models.flow",
+        "models.hub",
+        "models.images",
+        "models.temporal",
+        "models.text_encoder",
+        "models.vgg",
+        "models.video",
+    ),
+    ("models.adain", "models.diffusion", "models.shapes"),
+    ("models.dit",),
+)
+
+
+def _modules(package: str) -> dict[str, set[str]]:
+    """Every module of ``package`` and the modules of it that it imports (at any depth
+    of its code: function-level and ``TYPE_CHECKING`` imports count; ``from p import m``
+    imports ``p.m``)."""
     found: dict[str, set[str]] = {}
-    for path in (ROOT / "service").rglob("*.py"):
+    for path in (ROOT / package).rglob("*.py"):
         parts = path.relative_to(ROOT).with_suffix("").parts
         module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         imported: set[str] = set()
@@ -109,29 +134,31 @@ def _service_modules() -> dict[str, set[str]]:
                 for alias in node.names:
                     name = f"{node.module}.{alias.name}"
                     imported.add(name if _is_module(name) else node.module)
-        found[module] = {name for name in imported if name.startswith("service.")}
+        found[module] = {name for name in imported if name.startswith(package + ".")}
     return found
 
 
-def _place(module: str) -> tuple[int, str] | None:
-    """``(layer, package)`` of a service module (the package: the layer entry it falls
-    under), or ``None`` for a name that is no module of a placed package."""
-    for layer, packages in enumerate(SERVICE_LAYERS):
+def _place(module: str, layers: tuple[tuple[str, ...], ...]) -> tuple[int, str] | None:
+    """``(layer, package)`` of a module (the package: the layer entry it falls under), or
+    ``None`` for a name that is no module of a placed package."""
+    for layer, packages in enumerate(layers):
         for package in packages:
             if module == package or module.startswith(package + "."):
                 return layer, package
     return None
 
 
-def _upward_imports(modules: dict[str, set[str]]) -> list[str]:
+def _upward_imports(
+    modules: dict[str, set[str]], layers: tuple[tuple[str, ...], ...] = SERVICE_LAYERS
+) -> list[str]:
     """``importer -> imported`` for every import that does not run down the layers."""
     wrong = []
     for module, imported in sorted(modules.items()):
-        here = _place(module)
+        here = _place(module, layers)
         if here is None:
             continue
         for name in sorted(imported):
-            there = _place(name)
+            there = _place(name, layers)
             if there is None or there[1] == here[1]:
                 continue
             if there[0] > here[0] or (there[0] == here[0] and here[0] > 0):
@@ -139,16 +166,30 @@ def _upward_imports(modules: dict[str, set[str]]) -> list[str]:
     return wrong
 
 
-def test_every_service_module_has_a_layer():
-    unplaced = [m for m in _service_modules() if m != "service" and _place(m) is None]
-    assert not unplaced, f"place these in SERVICE_LAYERS: {unplaced}"
+@pytest.mark.parametrize(
+    ("package", "layers"), [("service", SERVICE_LAYERS), ("models", MODELS_LAYERS)]
+)
+def test_every_module_has_a_layer(package, layers):
+    unplaced = [m for m in _modules(package) if m != package and _place(m, layers) is None]
+    assert not unplaced, f"place these in the layers of {package}: {unplaced}"
 
 
 def test_service_imports_only_run_down_its_layers():
     """No import runs upward: jobs and workers never import each other (nor execution,
     the catalog or the routes), execution never imports the routes, and no module but
     the app (and the CLI above it) imports the routes."""
-    assert not _upward_imports(_service_modules())
+    assert not _upward_imports(_modules("service"))
+
+
+def test_models_imports_only_run_down_its_layers():
+    """The building blocks import no model family; style transfer, diffusion and the
+    shapes world never import one another; nothing imports the text-to-image pipeline."""
+    assert not _upward_imports(_modules("models"), MODELS_LAYERS)
+    wrong = {"models.adain.video": {"models.diffusion.process"}, "models.vgg": {"models.dit"}}
+    assert _upward_imports(wrong, MODELS_LAYERS) == [
+        "models.adain.video -> models.diffusion.process",
+        "models.vgg -> models.dit",
+    ]
 
 
 def test_the_layer_check_sees_a_wrong_import():
@@ -192,8 +233,9 @@ def _cycle(modules: dict[str, set[str]]) -> list[str]:
     return []
 
 
-def test_service_modules_import_one_another_in_no_cycle():
-    assert not _cycle(_service_modules())
+@pytest.mark.parametrize("package", ["service", "models"])
+def test_modules_import_one_another_in_no_cycle(package):
+    assert not _cycle(_modules(package))
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
 
 

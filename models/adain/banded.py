@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F  # noqa: N812
-from torch import Tensor, nn
+from torch import Tensor
 
 from models.decoder import Decoder
 from models.vgg import VGGEncoder
@@ -68,10 +68,7 @@ class BandedRelu11:
     def __init__(self, encoder: VGGEncoder, decoder: Decoder) -> None:
         if decoder.level != "relu1_1":
             raise ValueError(f"a banded pass needs the relu1_1 decoder, got {decoder.level}")
-        encode_conv = encoder.layers[2]
-        assert isinstance(encode_conv, nn.Conv2d)  # the relu1_1 convolution
-        self.preprocess = encoder.layers[0]
-        self.encode_conv = encode_conv
+        self.preprocess, self.encode_conv = encoder.relu1_1_layers()
         self.decoder = decoder
 
     def padded_input(self, image: Tensor) -> Tensor:

@@ -52,18 +52,24 @@ gives the same image.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass, replace
+from typing import Literal, Protocol, Unpack
 
 import torch
 import torch.nn.functional as F  # noqa: N812
-from torch import Tensor, nn
+from torch import Tensor
 
 from models.adain.color import luminance, with_chroma_of
-from models.adain.options import StyleOptions
-from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SIDE, resize, stage_size, style_at
+from models.adain.options import StyleKeywords, StyleOptions
+from models.adain.presets import (
+    BASE_SIDE,
+    MIN_STYLE_SIDE,
+    octave_sizes,
+    resize,
+    stage_size,
+    style_at,
+)
 from models.adain.stats import convex_weights
 from models.adain.whitening import (
     CovarianceStats,
@@ -72,14 +78,32 @@ from models.adain.whitening import (
     symmetric_power,
     wct_affine,
 )
+from models.decoder import Decoder
 from models.devices import to_host
-from models.images import to_uint8
+from models.images import fit_longer_side, to_uint8
+from models.vgg import VGGEncoder
 
-if TYPE_CHECKING:
-    from models.adain.pipeline import StyleTransfer
 
-#: Longer side of the base: what the preset's pyramid runs on whole.
-BASE_SIDE = 1024
+class TilingModel(Protocol):
+    """What print-size stylisation asks of the model
+    (:class:`~models.adain.pipeline.StyleTransfer`): the base painted whole, and the
+    relu1_1 round trip's pieces in the dtype it computes in."""
+
+    @property
+    def device(self) -> torch.device: ...
+
+    @property
+    def encoder(self) -> VGGEncoder: ...
+
+    def ready(self) -> torch.dtype: ...  # the compute dtype, the networks cast to it
+
+    def decoder(self, level: str) -> Decoder: ...
+
+    def stylize(
+        self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
+    ) -> Tensor: ...
+
+
 #: Side of a tile of an octave's pass (its output; the input adds ``HALO`` each side).
 TILE_SIDE = 512
 #: Input pixels a relu1_1 round trip reads beyond its output: two 3 x 3 convolutions.
@@ -93,32 +117,6 @@ OCTAVE_LEVEL = "relu1_1"
 
 
 # ------------------------------------------------------------------------ the plan
-def styles_side(size: int) -> int:
-    """The longest side a style needs for a photo of ``size``: ``size``, and no more than
-    the largest side a style is used at (``MAX_STYLE_SCALE`` times the base: the octaves
-    enlarge it from there), so that a print's styles are not read at print size."""
-    return min(size, math.ceil(MAX_STYLE_SCALE * BASE_SIDE))
-
-
-def octave_sizes(size: tuple[int, int], base_side: int = BASE_SIDE) -> list[tuple[int, int]]:
-    """The octaves' ``(H, W)``, coarse to fine: ``size`` halved (rounding up) while the
-    half's longer side is still above ``base_side``; empty when ``size`` fits the base."""
-    if max(size) <= base_side:
-        return []
-    sizes = [size]
-    while max(half := (math.ceil(sizes[-1][0] / 2), math.ceil(sizes[-1][1] / 2))) > base_side:
-        sizes.append(half)
-    return sizes[::-1]
-
-
-def base_size(size: tuple[int, int], base_side: int = BASE_SIDE) -> tuple[int, int]:
-    """The base's ``(H, W)``: ``size`` scaled to ``base_side`` on its longer side (unchanged
-    when it fits)."""
-    if max(size) <= base_side:
-        return size
-    return stage_size(size, base_side / max(size))
-
-
 def spans(length: int, tile_side: int) -> list[tuple[int, int]]:
     """``[start, stop)`` pieces of ``range(length)`` of ``tile_side`` each, the last one
     merged into its neighbour when it would be shorter than ``MIN_TILE_SIDE``."""
@@ -346,7 +344,8 @@ class PrintStylization:
                 photo = halve(photo)
             self._octaves.insert(0, _Octave(octave_size, photo))
         coarsest = _as_float(photo).expand(3, -1, -1)[None]
-        self.base_photo = resize(coarsest, base_size(size, base_side))  # (1, 3, h, w)
+        width, height = fit_longer_side(size[1], size[0], base_side)  # the base's size
+        self.base_photo = resize(coarsest, (height, width))  # (1, 3, h, w)
         self._phases: list[list[Step]] = [[Step("base")]]
         for index, octave in enumerate(self._octaves):
             self._phases.append([Step("statistics", index)])
@@ -369,20 +368,14 @@ class PrintStylization:
         return sum(len(phase) for phase in self._phases)
 
     # ------------------------------------------------------------------ running
-    def run_step(self, model: StyleTransfer, step: Step) -> Tensor:
+    def run_step(self, model: TilingModel, step: Step) -> Tensor:
         """Compute ``step`` on ``model`` (on any thread: it reads what earlier phases set
         and writes nothing). Returns the base ``(1, 3, h, w)``, the octave's map
         ``[M | t]`` ``(64, 65)`` or the tiles ``(T, 3, th, tw)``."""
         if step.kind == "base":
-            options = self.options  # the base is luma already where colour is preserved
-            return model.stylize(
-                self.base_photo,
-                self.styles,
-                style_weights=options.style_weights,
-                alpha=options.alpha,
-                preset=options.preset,
-                style_scale=options.style_scale,
-            )
+            # the base is luma already where colour is preserved
+            options = replace(self.options, preserve_color=False)
+            return model.stylize(self.base_photo, self.styles, **options.keywords())
         if step.kind == "statistics":
             return self._affine_map(model, step.octave)
         return self._run_tiles(model, step)
@@ -431,18 +424,11 @@ class PrintStylization:
             raise RuntimeError("the stylisation has not run")
         return output
 
-    def run(
-        self, model: StyleTransfer, on_step: Callable[[int, int], None] | None = None
-    ) -> Tensor:
-        """Every step in turn on ``model``; ``on_step(done, total)`` after each. Returns
-        :meth:`result`."""
-        done = 0
-        for phase in self._phases:
-            for step in phase:
-                self.accept(step, self.run_step(model, step))
-                done += 1
-                if on_step is not None:
-                    on_step(done, self.steps)
+    def run(self, model: TilingModel) -> Tensor:
+        """Every step in turn on ``model``; returns :meth:`result`. (Progress is reported
+        through a step control: ``StyleTransfer.stylize`` above its base side.)"""
+        for step in (step for phase in self._phases for step in phase):
+            self.accept(step, self.run_step(model, step))
         return self.result()
 
     # ------------------------------------------------------------------- the steps
@@ -454,7 +440,7 @@ class PrintStylization:
         up = resample_region(octave.residual_below, octave.size, rows, columns)
         return up.add_(pixels_at(octave.photo, rows, columns)).clamp_(0.0, 1.0)
 
-    def _affine_map(self, model: StyleTransfer, index: int) -> Tensor:
+    def _affine_map(self, model: TilingModel, index: int) -> Tensor:
         """The octave's WCT map ``[M | t]`` ``(64, 65)`` float64 (``alpha`` is applied per
         tile, against the photo): the content covariance from relu1_1 features of the
         octave's start image at the grid positions the whole-map pass reads
@@ -470,7 +456,7 @@ class PrintStylization:
         matrix, shift = wct_affine(grid, styles, weights=self.weights, scratch=True)
         return torch.cat([matrix[0], shift[0][:, None]], dim=1)
 
-    def _run_tiles(self, model: StyleTransfer, step: Step) -> Tensor:
+    def _run_tiles(self, model: TilingModel, step: Step) -> Tensor:
         octave = self._octaves[step.octave]
         if octave.matrix is None or octave.shift is None or octave.photo is None:
             raise RuntimeError(f"octave {step.octave}'s statistics are not set")
@@ -528,7 +514,7 @@ def grid_neighbourhoods(size: tuple[int, int]) -> tuple[Tensor, Tensor]:
 
 
 def _octave_style_statistics(
-    model: StyleTransfer, style: Tensor, side: int, style_scale: float
+    model: TilingModel, style: Tensor, side: int, style_scale: float
 ) -> CovarianceStats:
     """A style's relu1_1 WCT statistics at an octave whose longer side is ``side``: the
     style resized as every stage of the pyramid resizes it (:func:`~models.adain.presets.style_at`,
@@ -553,28 +539,21 @@ def _octave_style_statistics(
     return CovarianceStats(mean, symmetric_power(covariance, 0.5))
 
 
-def _relu1_1_layers(model: StyleTransfer) -> tuple[nn.Module, nn.Conv2d]:
-    """The encoder's 1x1 preprocessing and its first 3x3 convolution (relu1_1's)."""
-    preprocess, conv = model.encoder.layers[0], model.encoder.layers[2]
-    assert isinstance(conv, nn.Conv2d)
-    return preprocess, conv
-
-
-def octave_grid_features(model: StyleTransfer, neighbourhoods: Tensor) -> Tensor:
+def octave_grid_features(model: TilingModel, neighbourhoods: Tensor) -> Tensor:
     """relu1_1 features at grid positions from their 3 x 3 neighbourhoods laid side by side.
 
     Shape:
         - neighbourhoods: ``(1, 3, 3h, 3w)`` float (each position's rows ``-1, 0, 1`` and
           columns likewise, consecutive); output: ``(1, 64, h w)`` in the model's dtype.
     """
-    dtype = model._ready()
-    preprocess, conv = _relu1_1_layers(model)
+    dtype = model.ready()
+    preprocess, conv = model.encoder.relu1_1_layers()
     image = preprocess(neighbourhoods.to(model.device, dtype))
     return F.relu_(F.conv2d(image, conv.weight, conv.bias, stride=3)).flatten(2)
 
 
 def octave_tiles(
-    model: StyleTransfer,
+    model: TilingModel,
     starts: Tensor,
     matrix: Tensor,
     shift: Tensor,
@@ -591,9 +570,9 @@ def octave_tiles(
         - starts, photos: ``(T, 3, th + 4, tw + 4)`` float; matrix: ``(64, 64)``; shift:
           ``(64,)``; output: ``(T, 3, th, tw)`` float32.
     """
-    dtype = model._ready()
-    preprocess, conv = _relu1_1_layers(model)
-    decoder = model._decoder(OCTAVE_LEVEL)
+    dtype = model.ready()
+    preprocess, conv = model.encoder.relu1_1_layers()
+    decoder = model.decoder(OCTAVE_LEVEL)
 
     def features(images: Tensor) -> Tensor:
         images = images.to(model.device, dtype).contiguous(memory_format=torch.channels_last)
@@ -613,5 +592,5 @@ def octave_tiles(
     weight, bias = decoder.folded_first_conv(alpha * matrix, alpha * shift)
     out = F.conv2d(mapped, weight, bias)
     if photos is not None and alpha < 1.0:  # the anchor's share, (1 - alpha) f(photo)
-        out += F.conv2d(features(photos), (1.0 - alpha) * decoder._conv(1).weight)
+        out += F.conv2d(features(photos), (1.0 - alpha) * decoder.conv(1).weight)
     return out.float().clamp_(0.0, 1.0)

@@ -5,13 +5,17 @@
 protocol for them, and its fakes) take these options as keywords, typed once by
 :class:`StyleKeywords`; inside, they are one :class:`StyleOptions`, which owns their
 defaults and meaning and is what :class:`~models.adain.large.PrintStylization` keeps.
+The service carries one :class:`StyleOptions` from the request to the model; a job's
+stored input holds it as ``dataclasses.asdict`` writes it, read back by
+``StyleOptions(**fields)`` (a field a record predates, as ``style_scale`` for the jobs
+queued before it existed, takes its default).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypedDict
+from dataclasses import asdict, dataclass
+from typing import TypedDict, cast
 
 __all__ = ["StyleKeywords", "StyleOptions"]
 
@@ -52,3 +56,12 @@ class StyleOptions:
     preserve_color: bool = False
     preset: str | None = None
     style_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        # a tuple, so that equal options hash equal (a batcher's key holds them)
+        if self.style_weights is not None:
+            object.__setattr__(self, "style_weights", tuple(self.style_weights))
+
+    def keywords(self) -> StyleKeywords:
+        """The options as the model's methods take them (``**options.keywords()``)."""
+        return cast(StyleKeywords, asdict(self))

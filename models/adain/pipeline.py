@@ -29,9 +29,10 @@ from torch import Tensor, nn
 
 from models.adain.banded import MIN_SIDE, BandedRelu11
 from models.adain.color import luminance, with_chroma_of
-from models.adain.large import BASE_SIDE, PrintStylization
+from models.adain.large import PrintStylization
 from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import (
+    BASE_SIDE,
     MIN_STYLE_SIDE,
     PRESETS,
     Preset,
@@ -190,7 +191,7 @@ class StyleTransfer(nn.Module):
         self.levels = None if levels is None else check_levels(levels, list(self.decoders))
         self.weight_files = [Path(path) for path in weight_files]
         self.fast = fast
-        self.cache = StyleStatsCache(cache_size)
+        self.cache: StyleStatsCache[FeatureStats | CovarianceStats] = StyleStatsCache(cache_size)
         self.preset = get_preset(preset)
         #: Photos with a longer side above this are painted by print-size octaves
         #: (:mod:`models.adain.large`) on a base of this side.
@@ -295,16 +296,16 @@ class StyleTransfer(nn.Module):
         """bfloat16 on the fast path where the device has native bf16 kernels, else float32."""
         return torch.bfloat16 if self.fast and bf16_supported(self.device) else torch.float32
 
-    def _decoder(self, level: str) -> Decoder:
+    def decoder(self, level: str) -> Decoder:
         """The decoder of ``level`` (``self.decoders`` is a ``ModuleDict``)."""
         decoder = self.decoders[level]
         assert isinstance(decoder, Decoder)
         return decoder
 
-    def _ready(self) -> torch.dtype:
+    def ready(self) -> torch.dtype:
         """Cast the networks to the compute dtype once (after a device move); return it."""
         dtype = self._compute_dtype()
-        if self.encoder.layers[0].weight.dtype != dtype:
+        if self.encoder.relu1_1_layers()[0].weight.dtype != dtype:
             self.to(dtype)
         return dtype
 
@@ -418,7 +419,7 @@ class StyleTransfer(nn.Module):
             if masks is None
             else [to_device(m, self.device, torch.float32) for m in masks],
         )
-        self._ready()
+        self.ready()
         total, done = chosen.passes, 0
         show = image_hook(control)
         for stage_index, stage in enumerate(chosen.stages):
@@ -584,7 +585,7 @@ class StyleTransfer(nn.Module):
                 else:
                     scale, shift = adain_affine(features, level_stats, weights=weights, alpha=alpha)
                     matrix = torch.diag_embed(scale)
-                image = self._decoder(level).forward_linear(features, matrix, shift)
+                image = self.decoder(level).forward_linear(features, matrix, shift)
                 continue
             labels = None
             if state["stage_masks"] is not None:
@@ -622,7 +623,7 @@ class StyleTransfer(nn.Module):
         alpha: float,
     ) -> Tensor:
         """A folded relu1_1 WCT pass without the full-size map (:mod:`models.adain.banded`)."""
-        banded = BandedRelu11(self.encoder, self._decoder("relu1_1"))
+        banded = BandedRelu11(self.encoder, self.decoder("relu1_1"))
         padded = banded.padded_input(image)
         grid = banded.grid_features(padded, grid_stride(*image.shape[-2:]))
         matrix, shift = wct_affine(grid, level_stats, weights=weights, alpha=alpha, scratch=True)

@@ -56,6 +56,9 @@ The style is resized for each stage to a longer side of ``style_scale`` times th
 stage's (:func:`style_at`): at ``style_scale = 1`` its features keep the size they
 have in the painting when the painting is as large as the photo; 2 makes them twice as
 large in the output, 0.5 half as large (neural-style's ``-style_scale``).
+
+**The size and cost plan** (:func:`octave_sizes`, :func:`styles_side`,
+:func:`stylize_cost`): what a request is sized and priced by before anything is decoded.
 """
 
 from __future__ import annotations
@@ -77,6 +80,9 @@ MIN_STYLE_SCALE = 0.25
 MAX_STYLE_SCALE = 2.0
 
 R3, R2, R1 = "relu3_1", "relu2_1", "relu1_1"
+
+#: Longer side of the base: what the pyramid runs on whole (print-size octaves above it).
+BASE_SIDE = 1024
 
 
 @dataclass(frozen=True)
@@ -172,6 +178,41 @@ def check_style_scale(style_scale: float) -> float:
 
 #: Smallest style image side: two pixels at relu4_1 (stride 8) for the 3x3 reflection pad.
 MIN_STYLE_SIDE = 16
+
+
+def octave_sizes(size: tuple[int, int], base_side: int = BASE_SIDE) -> list[tuple[int, int]]:
+    """The print-size octaves' ``(H, W)``, coarse to fine: ``size`` halved (rounding up)
+    while the half's longer side is still above ``base_side``; empty when ``size`` fits
+    the base."""
+    if max(size) <= base_side:
+        return []
+    sizes = [size]
+    while max(half := (math.ceil(sizes[-1][0] / 2), math.ceil(sizes[-1][1] / 2))) > base_side:
+        sizes.append(half)
+    return sizes[::-1]
+
+
+def styles_side(size: int) -> int:
+    """The longest side a style needs for a photo of ``size``: ``size``, and no more than
+    the largest side a style is used at (``MAX_STYLE_SCALE`` times the base: the octaves
+    enlarge it from there), so that a print's styles are not read at print size."""
+    return min(size, math.ceil(MAX_STYLE_SCALE * BASE_SIDE))
+
+
+def stylize_cost(
+    size: int, styles: int, passes: float, style_scale: float = 1.0
+) -> tuple[int, int]:
+    """A stylisation's cost bound in pixel-passes, the pyramid's and the octaves' (their
+    sum is the bound): the preset's ``passes`` (:attr:`Preset.full_size_passes`) over the
+    photo and the styles at ``base = min(size, BASE_SIDE)`` (a style at most
+    ``style_scale x`` the side it is used at), then one pass per print-size octave
+    (:func:`octave_sizes`) counted ``side^2``:
+
+    .. math:: \\mathrm{cost} = b^2 (1 + n_s \\max(1, s)^2) p + \\sum_k \\mathrm{side}_k^2
+    """
+    base = min(size, BASE_SIDE)
+    pyramid = math.ceil(base * base * (1 + styles * max(1.0, style_scale) ** 2) * passes)
+    return pyramid, sum(height * width for height, width in octave_sizes((size, size)))
 
 
 def stage_size(size: tuple[int, int], factor: float) -> tuple[int, int]:

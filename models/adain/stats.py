@@ -21,15 +21,12 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import Generic, TypeVar, cast
 
 import torch
 from torch import Tensor
 
 from norms.functional import channel_mean_std
-
-if TYPE_CHECKING:
-    from models.adain.whitening import CovarianceStats
 
 #: AdaIN's epsilon: added to every variance before the square root.
 EPS = 1e-5
@@ -121,9 +118,14 @@ def content_key(image: Tensor) -> str:
     return digest.hexdigest()
 
 
-class StyleStatsCache:
-    """Least-recently-used cache of :class:`FeatureStats` (or WCT's
-    :class:`~models.adain.whitening.CovarianceStats`) per (image content, level, mode).
+#: What a :class:`StyleStatsCache` holds: :class:`FeatureStats`, or WCT's
+#: :class:`~models.adain.whitening.CovarianceStats`.
+Stats = TypeVar("Stats")
+
+
+class StyleStatsCache(Generic[Stats]):
+    """Least-recently-used cache of a style's statistics (``Stats``) per (image content,
+    level, mode).
 
     Args:
         capacity: entries kept (one entry is one style image at one level); 0 disables.
@@ -133,9 +135,7 @@ class StyleStatsCache:
         if capacity < 0:
             raise ValueError(f"capacity must be >= 0, got {capacity}")
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, str, str], FeatureStats | CovarianceStats] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[tuple[str, str, str], Stats] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -150,10 +150,10 @@ class StyleStatsCache:
         image: Tensor,
         levels: Iterable[str],
         mode: str,
-        compute: Callable[[Tensor, list[str]], dict[str, FeatureStats | CovarianceStats]],
+        compute: Callable[[Tensor, list[str]], dict[str, Stats]],
         *,
         key: str | None = None,
-    ) -> dict[str, FeatureStats | CovarianceStats]:
+    ) -> dict[str, Stats]:
         """Statistics of ``image`` at ``levels``; only the missing levels are computed.
 
         Args:
@@ -170,7 +170,7 @@ class StyleStatsCache:
             self.misses += len(levels)
             return compute(image, levels)
         key = content_key(image) if key is None else key
-        found: dict[str, FeatureStats | CovarianceStats] = {}
+        found: dict[str, Stats] = {}
         for level in levels:
             entry = self._entries.get((key, level, mode))
             if entry is not None:

@@ -27,6 +27,7 @@ from safetensors.torch import load as load_tensors
 from safetensors.torch import save as save_tensors
 from torch import Tensor
 
+from models.adain.options import StyleOptions
 from models.devices import to_host
 from models.flow import FlowEstimator
 from models.temporal import BLEND_STRENGTH, FrameMotion, StageBlend, shrink
@@ -101,7 +102,7 @@ def stylize_chunk(
     model: Any,
     frames: Tensor,
     styles: Sequence[Tensor],
-    options: dict[str, Any],
+    options: StyleOptions,
     blend: StageBlend,
 ) -> Tensor:
     """Stylise one chunk of consecutive frames as a batch, blended with the clip so far.
@@ -110,8 +111,7 @@ def stylize_chunk(
         model: a :class:`~models.adain.StyleTransfer`.
         frames: the chunk's frames.
         styles: style images, each ``(1, 3, h, w)`` in ``[0, 1]``.
-        options: ``stylize``'s keyword options (``style_weights``, ``alpha``,
-            ``preserve_color``, ``preset``, ``style_scale``).
+        options: how the frames are painted.
         blend: the clip's :class:`~models.temporal.StageBlend` (its carried images are
             the clip's so far), given the chunk's :func:`frame_motions`; it carries the
             chunk's last images on.
@@ -130,7 +130,7 @@ def stylize_chunk(
     for start in range(0, frames.shape[0], step):
         blend.begin(motions[start : start + step])
         batch = frames[start : start + step].float().div(255.0)
-        output = model.stylize(batch, list(styles), blend=blend, **options)
+        output = model.stylize(batch, list(styles), blend=blend, **options.keywords())
         outputs.append(to_host(output.clamp(0.0, 1.0).mul(255.0).add(0.5).to(torch.uint8)))
     return torch.cat(outputs)
 
@@ -139,7 +139,7 @@ def stylize_clip(
     model: Any,
     chunks: Iterator[Tensor],
     styles: Sequence[Tensor],
-    options: dict[str, Any],
+    options: StyleOptions,
     state: ClipState | None = None,
     *,
     strength: float = BLEND_STRENGTH,

@@ -40,8 +40,7 @@ import torch
 from torch import Tensor
 
 from models.control import concat_rows, take_rows
-from models.diffusion.process import ScheduleOnDevice
-from models.diffusion.samplers import Denoiser
+from models.diffusion.process import Denoiser, ScheduleOnDevice
 
 
 def classifier_free_guidance(model: Denoiser, scale: float) -> Denoiser:

@@ -19,8 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.diffusion.process import add_noise, check_prediction, prediction_target
-from models.diffusion.samplers import Denoiser
+from models.diffusion.process import Denoiser, add_noise, check_prediction, prediction_target
 
 #: Timestep distributions of :func:`sample_timesteps`.
 TIMESTEP_SAMPLINGS = ("uniform", "logit-normal")

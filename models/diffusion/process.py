@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
-if TYPE_CHECKING:
-    from models.diffusion.samplers import Denoiser
+#: A network ``model(x_t, t, cond)`` whose output the process reads (noise, ``x_0`` or
+#: velocity, per its prediction): what the samplers call.
+Denoiser = Callable[[Tensor, Tensor, Any], Tensor]
 
 
 def _alpha_bar_from_betas(betas: Tensor) -> Tensor:

@@ -28,17 +28,14 @@ Notation: ``a_t = sqrt(alpha_bar_t)``, ``s_t = sqrt(1 - alpha_bar_t)``,
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
 
 from models.control import ShowImages, StepControl, image_hook, take_rows, wanted_rows
-from models.diffusion.process import sampling_timesteps
+from models.diffusion.process import Denoiser, sampling_timesteps
 from models.diffusion.random import Generators, randn
-
-Denoiser = Callable[[Tensor, Tensor, Any], Tensor]
 
 
 def _predict(

@@ -25,15 +25,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 from tqdm import tqdm
 
 from models.adain import StyleTransfer
-from models.adain.large import styles_side
-from models.adain.options import StyleKeywords
-from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS
+from models.adain.options import StyleOptions
+from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS, styles_side
 from models.adain.stats import convex_weights
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
@@ -169,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
                 masks=masks,
                 levels=args.levels,
                 control=_progress(bar),
-                **style_keywords(args),
+                **style_options(args).keywords(),
             )
     except (OSError, ValueError, ServiceError) as exc:
         print(f"error: {exc.message if isinstance(exc, ServiceError) else exc}", file=sys.stderr)
@@ -180,10 +180,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def style_keywords(args: argparse.Namespace) -> StyleKeywords:
-    """The stylisation options the flags name (``models.adain.options.StyleOptions``), as
-    a photo and a video are painted with them."""
-    return StyleKeywords(
+def style_options(args: argparse.Namespace) -> StyleOptions:
+    """The stylisation options the flags name, as a photo and a video are painted with them."""
+    return StyleOptions(
         style_weights=args.style_weights,
         alpha=args.alpha,
         preserve_color=args.preserve_color,
@@ -263,7 +262,7 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
             to_float(decode_file(path, limits, styles_side(max(size))))[None]
             for path in args.styles
         ]
-        options = dict(style_keywords(args))
+        options = style_options(args)
         segments = []
         chunks = frame_chunks(data, CHUNK_FRAMES, size=size)
         with tqdm(total=info.frames, unit="frame", disable=None, file=sys.stderr) as bar:
@@ -274,7 +273,7 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
         print(f"error: {exc.message if isinstance(exc, ServiceError) else exc}", file=sys.stderr)
         return 2
     parameters = {
-        **{key: value for key, value in options.items() if key != "preset"},
+        **{key: value for key, value in asdict(options).items() if key != "preset"},
         "size": list(size),
         "frames": info.frames,
         "model": "adain",

@@ -1,6 +1,6 @@
 """Style-transfer work: one photo stylised, at once or by print-size steps.
 
-A photo above the base (``models.adain.large.BASE_SIDE``) is painted by print-size
+A photo above the base (``models.adain.presets.BASE_SIDE``) is painted by print-size
 steps, each a batcher item of its own, ``STEPS_IN_FLIGHT`` at a time. The 8-bit
 images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
 :func:`~models.images.from_png`), as the video work's styles do.
@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, ClassVar
 
 import torch
 
-from models.adain.large import BASE_SIDE
+from models.adain.options import StyleOptions
+from models.adain.presets import BASE_SIDE
 from models.images import encode_image, from_png, mask_from_rgb, to_float, to_png
 from service.errors import DeadlineExceeded
 from service.execution.work import RunContext, Work
@@ -47,7 +48,7 @@ class StylizeWork(Work):
     content: torch.Tensor
     styles: tuple[torch.Tensor, ...]
     masks: tuple[torch.Tensor, ...] | None
-    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset, style_scale
+    options: StyleOptions
     format: str
     request_parameters: dict[str, Any]
     quality: int | None = None  # JPEG's and WebP's
@@ -72,18 +73,13 @@ class StylizeWork(Work):
         return self.request_parameters
 
     def job(self) -> StylizeJob:
-        weights = self.options["style_weights"]
         return StylizeJob(
             content=to_float(self.content),
             styles=tuple(to_float(style) for style in self.styles),
-            style_weights=None if weights is None else tuple(weights),
-            alpha=self.options["alpha"],
-            preserve_color=self.options["preserve_color"],
+            options=self.options,
             masks=None
             if self.masks is None
             else tuple(mask_from_rgb(to_float(mask)) for mask in self.masks),
-            preset=self.options["preset"],
-            style_scale=self.options.get("style_scale", 1.0),  # jobs queued before it existed
         )
 
     def to_payload(self) -> bytes:
@@ -92,7 +88,7 @@ class StylizeWork(Work):
             "kind": self.kind,
             "styles": len(self.styles),
             "masks": None if self.masks is None else len(self.masks),
-            "options": self.options,
+            "options": asdict(self.options),
             "format": self.format,
             "quality": self.quality,
             "parameters": self.request_parameters,
@@ -108,7 +104,7 @@ class StylizeWork(Work):
             images[0],
             tuple(images[1 : 1 + styles]),
             masks,
-            header["options"],
+            StyleOptions(**header["options"]),
             header["format"],
             header["parameters"],
             header.get("quality"),  # jobs stored before it existed
@@ -135,16 +131,10 @@ class StylizeWork(Work):
         counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
         timeout_s, progress = context.timeout_s, context.progress
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        weights = self.options["style_weights"]
         session = await asyncio.to_thread(
-            pool.model.print_stylization,
+            partial(pool.model.print_stylization, **self.options.keywords()),
             self.content,
             [to_float(style)[None] for style in self.styles],
-            style_weights=None if weights is None else tuple(weights),
-            alpha=self.options["alpha"],
-            preserve_color=self.options["preserve_color"],
-            preset=self.options["preset"],
-            style_scale=self.options.get("style_scale", 1.0),
         )
         report = None if progress is None else progress.reporter(0)
         done = 0

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from models.adain.options import StyleOptions
 from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions
 from models.flow import FlowEstimator
 from models.images import from_png, to_float, to_png
@@ -74,7 +75,7 @@ class StylizeVideoWork(Work):
     info: VideoInfo
     size: tuple[int, int]  # (H, W) of the stylised frames
     styles: tuple[torch.Tensor, ...]
-    options: dict[str, Any]  # style_weights, alpha, preserve_color, preset, style_scale
+    options: StyleOptions
     request_parameters: dict[str, Any]
 
     @property
@@ -95,7 +96,7 @@ class StylizeVideoWork(Work):
             "kind": self.kind,
             "info": info,
             "size": list(self.size),
-            "options": self.options,
+            "options": asdict(self.options),
             "parameters": self.request_parameters,
         }
         return pack(header, [self.video, *(to_png(style) for style in self.styles)])
@@ -109,7 +110,7 @@ class StylizeVideoWork(Work):
             VideoInfo(**fields),
             (header["size"][0], header["size"][1]),
             tuple(from_png(blob) for blob in blobs[1:]),
-            header["options"],
+            StyleOptions(**header["options"]),
             header["parameters"],
         )
 

@@ -19,7 +19,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from models.adain.large import BASE_SIDE
+from models.adain.presets import BASE_SIDE
 from service.errors import error_responses
 from service.routes.deps import CatalogDep, LocalModelsDep, SettingsDep
 from service.routes.generate import MAX_NUM_IMAGES

@@ -3,10 +3,10 @@
 The request is validated into a :class:`~service.execution.stylize.StylizeWork` (a
 video: :class:`~service.execution.video.StylizeVideoWork`) that the request's executor
 runs (``service.execution.executor``): with ``Prefer: respond-async`` it starts a job
-(202, see ``service.routes.jobs``). A client that disconnects cancels its work; a
-request whose cost bound (:func:`stylize_cost`) is over its budget is refused with 422
-before anything is decoded: ``max_stylize_pixel_passes`` for a request answered at once
-(over it, but within the job budget, the 422 says to send it as a job),
+(202, see ``service.routes.jobs``). A client that disconnects cancels its work; a request
+whose cost bound (:func:`~models.adain.presets.stylize_cost`) is over its budget is refused
+with 422 before anything is decoded: ``max_stylize_pixel_passes`` for a request answered
+at once (over it, but within the job budget, the 422 says to send it as a job),
 ``max_job_stylize_pixel_passes`` for a job. Sizes above 1024 px are painted by
 print-size octaves (``models.adain.large``).
 """
@@ -14,7 +14,7 @@ print-size octaves (``models.adain.large``).
 from __future__ import annotations
 
 import json
-import math
+from dataclasses import asdict
 from typing import Annotated, Literal
 
 import torch
@@ -22,10 +22,18 @@ from fastapi import APIRouter, File, Form, Response, UploadFile
 from pydantic.json_schema import SkipJsonSchema
 from starlette.concurrency import run_in_threadpool
 
-from models.adain.large import BASE_SIDE, octave_sizes, styles_side
-from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PresetName, get_preset
+from models.adain.options import StyleOptions
+from models.adain.presets import (
+    BASE_SIDE,
+    MAX_STYLE_SCALE,
+    MIN_STYLE_SCALE,
+    PresetName,
+    get_preset,
+    styles_side,
+    stylize_cost,
+)
 from models.adain.stats import check_masks, convex_weights
-from models.images import check_output_side
+from models.images import SNIFF_BYTES, check_output_side, sniff
 from models.video import looks_like_video
 from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
@@ -43,9 +51,6 @@ MAX_STYLES = 4
 #: Masks choose a style per pixel of the whole photo: up to the base size only (above it,
 #: the photo is painted in print-size tiles).
 MAX_MASK_SIZE = BASE_SIDE
-#: Bytes read to tell a video from a photo (a container's signature; a GIF is read whole
-#: to count its frames).
-SNIFF_BYTES = 16
 DEFAULT_SIZE = 512
 #: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
 _IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
@@ -74,24 +79,6 @@ def parse_style_weights(text: str | None, count: int) -> tuple[float, ...] | Non
         raise ValidationFailed(f"style_weights: {exc}") from None
 
 
-def stylize_cost(size: int, styles: int, passes: float, style_scale: float = 1.0) -> int:
-    """A stylize request's cost bound in pixel-passes, from nothing decoded.
-
-    The content is resized to at most ``size`` on its longer side and every style to at
-    most ``style_scale x`` the side it is used at (a style scale above 1 enlarges it).
-    The preset's passes (``passes``: full-size equivalents, as the model reports them)
-    run over the content and the styles at ``base = min(size, BASE_SIDE)``; a photo above
-    the base is then painted by one pass per print-size octave
-    (:func:`~models.adain.large.octave_sizes`), counted ``side^2`` each:
-
-    .. math:: \\mathrm{cost} = b^2 (1 + n_s \\max(1, s)^2) p + \\sum_k \\mathrm{side}_k^2
-    """
-    base = min(size, BASE_SIDE)
-    style_area = max(1.0, style_scale) ** 2
-    octaves = sum(height * width for height, width in octave_sizes((size, size)))
-    return math.ceil(base * base * (1 + styles * style_area) * passes) + octaves
-
-
 def check_cost(
     size: int,
     styles: int,
@@ -101,17 +88,18 @@ def check_cost(
     respond_async: bool,
     style_scale: float = 1.0,
 ) -> None:
-    """Refuse (422) a request whose cost bound (:func:`stylize_cost`) is over its budget:
+    """Refuse (422) a request whose cost bound (:func:`~models.adain.presets.stylize_cost`)
+    is over its budget:
     ``max_stylize_pixel_passes`` for a request answered at once, else
     ``max_job_stylize_pixel_passes``. A synchronous request that a job could take is told
     to send it as one (code ``send_as_job``)."""
-    cost = stylize_cost(size, styles, passes, style_scale)
+    pyramid, octaves = stylize_cost(size, styles, passes, style_scale)
+    cost = pyramid + octaves
     job_budget = settings.max_job_stylize_pixel_passes
     budget = job_budget if respond_async else settings.max_stylize_pixel_passes
     if cost <= budget:
         return
     base, area = min(size, BASE_SIDE), max(1.0, style_scale) ** 2
-    octaves = cost - math.ceil(base * base * (1 + styles * area) * passes)
     breakdown = (
         f"{base}^2 x (1 content + {styles} styles x {area:g} style area (style_scale)) "
         f"x {passes:g} full-size passes"
@@ -291,16 +279,11 @@ async def stylize(
     if not 1 <= len(style) <= MAX_STYLES:
         raise ValidationFailed(f"style: send 1 to {MAX_STYLES} style images, got {len(style)}")
     weights = parse_style_weights(style_weights, len(style))
-    options = {
-        "style_weights": None if weights is None else list(weights),
-        "alpha": alpha,
-        "preserve_color": preserve_color,
-        "preset": preset,
-        "style_scale": style_scale,
-    }
-    head = await content.read(SNIFF_BYTES)  # a photo's bytes are read in its turn, below
+    options = StyleOptions(weights, alpha, preserve_color, preset, style_scale)
+    # a photo's bytes are read in its turn, below; a GIF is read whole to count its frames
+    head = await content.read(SNIFF_BYTES)
     await content.seek(0)
-    video = await content.read() if looks_like_video(head) or head[:3] == b"GIF" else b""
+    video = await content.read() if sniff(head) in ("video", "gif") else b""
     is_video = False
     if video:
         is_video = await run_in_threadpool(looks_like_video, video)
@@ -321,7 +304,7 @@ async def stylize(
             decoding=_decoding(context, slots, context.executor.deadline()),
         )
         submission = context.submission(
-            [_fields_json([options, size, webhook, webhook_events]), video, *styles],
+            [_fields_json([asdict(options), size, webhook, webhook_events]), video, *styles],
             webhook=hook,
         )
         accepted = await context.executor.submit(clip, served, submission)
@@ -373,7 +356,7 @@ async def stylize(
         )
         parameters = {
             "alpha": alpha,
-            "style_weights": options["style_weights"],
+            "style_weights": None if weights is None else list(weights),
             "preserve_color": preserve_color,
             "masks": len(mask) if mask is not None else 0,
             "size": size,
@@ -387,7 +370,7 @@ async def stylize(
         )
         submission = context.submission(
             [
-                _fields_json([options, size, format, quality, webhook, webhook_events]),
+                _fields_json([asdict(options), size, format, quality, webhook, webhook_events]),
                 *uploads,
                 *(mask_bytes or []),
             ],

@@ -10,12 +10,11 @@ same container at the same frame rate, fetched from ``GET /v1/jobs/{id}/result``
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from models.adain.large import styles_side
-from models.adain.presets import get_preset
+from models.adain.options import StyleOptions
+from models.adain.presets import get_preset, styles_side
 from models.video import VideoError, VideoInfo, fit_size, probe
 from service.catalog import Served
 from service.config import Settings
@@ -95,7 +94,7 @@ async def video_work(
     *,
     video: bytes,
     styles: list[bytes],
-    options: dict[str, Any],
+    options: StyleOptions,
     size: int | None,
     served: Served,
     settings: Settings,
@@ -113,15 +112,15 @@ async def video_work(
         )
     )
     parameters = {
-        "alpha": options["alpha"],
-        "style_weights": options["style_weights"],
-        "preserve_color": options["preserve_color"],
-        "style_scale": options["style_scale"],
+        "alpha": options.alpha,
+        "style_weights": None if options.style_weights is None else list(options.style_weights),
+        "preserve_color": options.preserve_color,
+        "style_scale": options.style_scale,
         "size": list(frame_size),
         "frames": info.frames,
         "fps": f"{info.fps.numerator}/{info.fps.denominator}",
         "container": info.container,
         **served.model_parameters(),
-        **get_preset(options["preset"]).parameters(),
+        **get_preset(options.preset or "quality").parameters(),
     }
     return StylizeVideoWork(video, info, frame_size, style_images, options, parameters)

@@ -10,6 +10,7 @@ from typing import Any, get_args
 import torch
 
 from models.adain.large import Step
+from models.adain.options import StyleOptions
 from models.adain.presets import PresetName
 from models.adain.video import stylize_chunk
 from models.control import StepControl, wanted_rows
@@ -30,24 +31,16 @@ class StylizeJob:
 
     content: torch.Tensor
     styles: tuple[torch.Tensor, ...]
-    style_weights: tuple[float, ...] | None = None
-    alpha: float = 1.0
-    preserve_color: bool = False
+    options: StyleOptions = StyleOptions()
     masks: tuple[torch.Tensor, ...] | None = None
-    preset: str = "quality"
-    style_scale: float = 1.0
 
     def batch_key(self) -> Hashable:
         """Jobs with equal keys stack into one forward: same sizes, same options."""
         return (
-            self.preset,
+            self.options,
             tuple(self.content.shape),
             tuple(tuple(style.shape) for style in self.styles),
-            self.style_weights,
-            self.alpha,
-            self.preserve_color,
             None if self.masks is None else len(self.masks),
-            self.style_scale,
         )
 
     def cost(self) -> float:
@@ -85,7 +78,7 @@ class VideoChunk:
 
     frames: torch.Tensor
     styles: list[torch.Tensor]
-    options: dict[str, Any]
+    options: StyleOptions
     blend: StageBlend
 
     def batch_key(self) -> Hashable:
@@ -135,13 +128,9 @@ def _run_stylize_jobs(
     output = model.stylize(
         content,
         styles,
-        style_weights=first.style_weights,
-        alpha=first.alpha,
-        preserve_color=first.preserve_color,
         masks=masks,
-        preset=first.preset,
-        style_scale=first.style_scale,
         control=control,
+        **first.options.keywords(),
     )
     return list(to_host(output.float()).unbind(0))
 

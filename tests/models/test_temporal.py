@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from models.adain.options import StyleOptions
 from models.adain.pipeline import StyleTransfer
 from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions, stylize_chunk
 from models.flow import (
@@ -139,7 +140,9 @@ def _run(model, clip, style, state: ClipState, estimator) -> tuple[torch.Tensor,
         frames = clip[start : start + CHUNK_FRAMES]
         blend = StageBlend(carried=state.carried)
         blend.begin(frame_motions(frames, state.last_input, estimator))
-        outputs.append(stylize_chunk(model, frames, [style], {"preset": "realtime"}, blend))
+        outputs.append(
+            stylize_chunk(model, frames, [style], StyleOptions(preset="realtime"), blend)
+        )
         state = ClipState.from_bytes(state.after(frames, blend).to_bytes())  # as checkpointed
     return torch.cat(outputs), state
 
@@ -169,7 +172,9 @@ def test_frames_of_a_pan_move_with_the_content_more_than_frames_stylised_alone(
     for frame in clip:
         blend = StageBlend(0.0)
         blend.begin([None])
-        alone.append(stylize_chunk(model, frame[None], [style], {"preset": "realtime"}, blend))
+        alone.append(
+            stylize_chunk(model, frame[None], [style], StyleOptions(preset="realtime"), blend)
+        )
     single = torch.cat(alone)
     backward, mask = shift_flow((144, 256), 3.0)
 

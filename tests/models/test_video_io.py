@@ -17,6 +17,7 @@ import pytest
 import torch
 from PIL import Image
 
+from models.images import SNIFF_BYTES, sniff
 from models.video import (
     VideoError,
     VideoInfo,
@@ -354,6 +355,17 @@ def test_looks_like_video(clips):
         assert not looks_like_video(_image_bytes(fmt)), fmt
     assert not looks_like_video(b"")
     assert not looks_like_video(np.random.default_rng(0).bytes(4096))
+
+
+def test_sniff_names_what_an_upload_is_from_its_first_bytes(clips):
+    for fmt in ("PNG", "JPEG", "GIF", "BMP", "WEBP"):
+        assert sniff(_image_bytes(fmt)[:SNIFF_BYTES]) == fmt.lower(), fmt
+    for container, data in clips.items():
+        assert sniff(data[:SNIFF_BYTES]) == ("gif" if container == "gif" else "video"), container
+    assert sniff(make_clip("avi", "mpeg4", None, frames=3)[:SNIFF_BYTES]) == "video"
+    assert sniff(b"\0\0\0\x20ftypM4A \0\0\0\0") is None  # an audio brand
+    assert sniff(b"\0\0\0\x1cftypavif\0\0\0\0") is None  # a still image
+    assert sniff(b"") is None and sniff(b"RIFF\0\0\0\0WAVE") is None
 
 
 def _audio_with_cover_art() -> bytes:

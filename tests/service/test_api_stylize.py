@@ -38,6 +38,19 @@ def test_alpha_blends_content_and_style_colour(client, alpha):
     np.testing.assert_allclose(got, np.broadcast_to(expected, got.shape), atol=1.0)
 
 
+def test_a_still_is_told_from_a_video_without_asking_the_video_code(client, monkeypatch):
+    """A photo's first bytes name it (``models.images.sniff``): ``models.video`` is never
+    asked whether it is a video."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("models.video was asked about a still")
+
+    monkeypatch.setattr("service.routes.stylize.looks_like_video", refuse)
+    monkeypatch.setattr("service.routes.stylize_video.probe", refuse)
+    response = _post(client, corpus.png(40, 24), [corpus.png(32, 32)])
+    assert response.status_code == 200, response.text
+
+
 def test_style_weights_mix_the_styles(client):
     red, blue = (255, 0, 0), (0, 0, 255)
     response = _post(

@@ -80,7 +80,7 @@ def test_options_reach_the_model(weights_dir, tmp_path, monkeypatch):
     assert weighted["preset"] == "quality" and fast["preset"] == "realtime"
     assert weighted["style_scale"] == 1.0 and fast["style_scale"] == 1.5
     assert shape == (1, 3, 24, 24) and style_shapes == [(1, 3, 16, 16)] * 2
-    assert weighted["style_weights"] == [2.0, 1.0] and weighted["alpha"] == 0.5
+    assert list(weighted["style_weights"]) == [2.0, 1.0] and weighted["alpha"] == 0.5
     masks = masked["masks"]
     assert [m.shape for m in masks] == [(1, 1, 24, 24)] * 2
     assert float(masks[0][..., :, :10].min()) == 1.0 and float(masks[0][..., :, 14:].max()) == 0.0

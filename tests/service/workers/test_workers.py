@@ -10,6 +10,7 @@ import torch
 from service_fakes import Fakes, FakeStyleTransfer, make_settings
 
 from models.adain import StyleTransfer
+from models.adain.options import StyleOptions
 from models.decoder import Decoder
 from models.shapes.understand import understand
 from models.vgg import VGGEncoder
@@ -26,9 +27,7 @@ pytestmark = pytest.mark.timeout(30)
 
 
 def _job(height: int = 8, width: int = 8, **options) -> StylizeJob:
-    return StylizeJob(
-        content=torch.rand(3, height, width), styles=(torch.rand(3, 6, 6),), **options
-    )
+    return StylizeJob(torch.rand(3, height, width), (torch.rand(3, 6, 6),), StyleOptions(**options))
 
 
 def test_requests_go_to_the_least_loaded_device():
@@ -58,6 +57,9 @@ def test_batch_key_separates_sizes_and_options():
     assert _job(alpha=0.5).batch_key() != _job(alpha=1.0).batch_key()
     assert _job(preserve_color=True).batch_key() != _job().batch_key()
     assert _job(preset="realtime").batch_key() != _job().batch_key()
+    assert _job(style_scale=1.5).batch_key() != _job().batch_key()
+    # weights given as a list or a tuple are the same options
+    assert _job(style_weights=[1.0]).batch_key() == _job(style_weights=(1.0,)).batch_key()
 
 
 def test_generate_batch_key_separates_planned_from_plain_jobs():
