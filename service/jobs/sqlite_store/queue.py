@@ -362,6 +362,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     async def reap(self) -> int:
         requeued, models = await self._run(self._reap)
+        await self.give_back_space()
         for model in models:
             self.hub.notify(work_topic(model))
         if requeued:
