@@ -1,5 +1,5 @@
 """A full disk under the SQLite job store (made by construction: ``PRAGMA max_page_count``
-caps the file the store may grow to): submits answer 507 ``store_full`` with the real
+caps the file the store may grow to), and a Redis over its ``maxmemory``: submits answer 507 ``store_full`` with the real
 reason, a result that does not fit fails its job once with ``storage_full`` (never
 recomputed), the breaker stays closed, and space comes back as jobs expire."""
 
@@ -12,6 +12,7 @@ import threading
 
 import numpy as np
 import pytest
+import redis
 from PIL import Image
 from service_fakes import wait_until
 
@@ -57,11 +58,32 @@ def _noise_png(side: int) -> bytes:
     return buffer.getvalue()
 
 
-def test_a_submit_on_a_full_disk_is_507_store_full_with_the_reason(client_factory):
-    """A 48 KB upload on a disk with no page to spare."""
-    client = client_factory()
+def _full_redis(redis_server) -> None:
+    """Redis over its ``maxmemory`` (set just under what it uses now)."""
+    client = redis.Redis.from_url(redis_server.url)
+    used = client.info("memory")["used_memory"]
+    client.config_set("maxmemory", used - 1)
+    client.close()
+
+
+def _client(client_factory, backend: str, request):
+    if backend == "redis":
+        server = request.getfixturevalue("own_redis")
+        return client_factory(redis_url=server.url, redis_prefix="full:"), server
+    return client_factory(), None
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
+def test_a_submit_on_a_full_disk_is_507_store_full_with_the_reason(
+    client_factory, backend, request
+):
+    """A 48 KB upload on a disk with no page to spare (Redis: over its maxmemory)."""
+    client, server = _client(client_factory, backend, request)
     store = client.app.state.store
-    fill(store)
+    if server is None:
+        fill(store)
+    else:
+        _full_redis(server)
     files = [
         ("content", ("c.png", _noise_png(128), "image/png")),
         ("style", ("s.png", _noise_png(16), "image/png")),
@@ -70,20 +92,21 @@ def test_a_submit_on_a_full_disk_is_507_store_full_with_the_reason(client_factor
     assert answer.status_code == 507, answer.text
     error = answer.json()["error"]
     assert error["code"] == "store_full"
-    assert "disk is full" in error["message"]
-    for internal in ("rollback", "transaction", "sqlite", "database or disk"):
+    assert "full" in error["message"]
+    for internal in ("rollback", "transaction", "sqlite", "database or disk", "command not"):
         assert internal not in error["message"].lower()
     assert not store.breaker.is_open  # the store answers: a full disk is no stall
     assert client.get("/readyz").status_code == 200
 
 
+@pytest.mark.parametrize("backend", ["sqlite", "redis"])
 def test_a_result_that_does_not_fit_fails_its_job_once_with_storage_full(
-    client_factory, fakes, monkeypatch
+    client_factory, fakes, monkeypatch, backend, request
 ):
     """The job is held at a step while the disk fills (room left for a small write, not
-    for its result): it ends ``failed`` with ``storage_full`` after one attempt, and the
-    model ran it once."""
-    client = client_factory()
+    for its result; Redis: over its maxmemory): it ends ``failed`` with ``storage_full``
+    after one attempt, and the model ran it once."""
+    client, server = _client(client_factory, backend, request)
     client.post("/v1/generate", json={"prompt": "warm up"})
     model = fakes.dit["cpu"]
     monkeypatch.setattr(type(model), "image_size", 256)  # a noisy 256 px PNG: ~200 KB
@@ -91,14 +114,17 @@ def test_a_result_that_does_not_fit_fails_its_job_once_with_storage_full(
     model.step_gate = threading.Semaphore(1)
     job = client.post("/v1/generate", json={"prompt": "b", "steps": 3}, headers=ASYNC).json()
     wait_until(lambda: len(model.calls) == runs + 1)
-    fill(client.app.state.store, spare_pages=8)
+    if server is None:
+        fill(client.app.state.store, spare_pages=8)
+    else:
+        _full_redis(server)
     for _ in range(10):
         model.step_gate.release()
     wait_until(lambda: client.get(f"/v1/jobs/{job['id']}").json()["state"] != "running")
     final = client.get(f"/v1/jobs/{job['id']}").json()
     assert final["state"] == "failed"
     assert final["error"]["code"] == "storage_full"
-    assert "disk is full" in final["error"]["message"]
+    assert "full" in final["error"]["message"]
     assert final["attempts"] == 1
     assert len(model.calls) == runs + 1  # never run again
     assert not client.app.state.store.breaker.is_open
