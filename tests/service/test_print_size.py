@@ -6,6 +6,7 @@ The fake paints a photo above 1024 px as its negative, one band of rows a step
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 from collections.abc import Iterator
@@ -123,6 +124,25 @@ def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_f
     assert outside.status_code == 416
     assert outside.headers["content-range"] == f"bytes */{len(served.content)}"
     assert client.get(f"{job['result_url']}?index=1").status_code == 404
+
+
+def test_a_big_result_is_linked_from_the_jobs_json_not_embedded(client_factory, photo, monkeypatch):
+    """A result over ``INLINE_RESULT_MAX_BYTES`` (here lowered under the 1 MB print) is
+    named by its size in the job's JSON and read from ``result_url``; a small one stays
+    inline."""
+    from service.routes import jobs
+
+    monkeypatch.setattr(jobs, "INLINE_RESULT_MAX_BYTES", 100_000)
+    client = client_factory(max_side=2048)
+    job = _done(client, _post(client, photo[0], headers=ASYNC).json()["id"])
+    served = client.get(job["result_url"]).content
+    assert len(served) > 100_000
+    assert "images" not in job["result"]
+    assert job["result"]["file_bytes"] == [len(served)]
+    assert job["result"]["media_type"] == "image/png"
+    small = _done(client, _post(client, corpus.png(64, 48), size=64, headers=ASYNC).json()["id"])
+    image = base64.b64decode(small["result"]["images"][0])
+    assert image == client.get(small["result_url"]).content
 
 
 def test_the_result_file_of_an_unfinished_job_is_a_409(tmp_path, photo):
