@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.changes import ChangeHub
+from service.jobs.files import BlobFiles
 from service.jobs.records import JobRecord
 from service.jobs.roles import Backend, BackendOptions
 from service.jobs.shared import StoreLimits
@@ -31,6 +32,10 @@ logger = logging.getLogger("atelier.jobs")
 #: What the write-ahead log is cut back to after a checkpoint (SQLite keeps it at its
 #: largest size otherwise: one big write would hold its bytes on disk for good).
 WAL_KEPT_BYTES = 4 * 1024 * 1024
+
+#: A file no row names is deleted at start once this old (a younger one may be another
+#: process's write whose transaction is about to commit).
+ORPHAN_AGE_S = 3600.0
 
 #: ``PRAGMA auto_vacuum``'s value for "free pages are given back on request".
 INCREMENTAL = 2
@@ -57,7 +62,9 @@ def db_value(value: Any) -> Any:
     return value
 
 
-#: Every role's tables (``jobs`` and ``blobs``, ``owners``, ``idempotency`` and
+#: Every role's tables (``jobs`` and ``blobs``: a blob's bytes in ``data``, or, from
+#: ``FILE_MIN_BYTES`` on, empty there and kept in the file ``file`` with its
+#: ``checksum`` (``service.jobs.files``); ``owners``, ``idempotency`` and
 #: ``checkpoints``: the queue, with the outbox's ``webhook_*`` columns; ``tokens``: the
 #: rate limits; ``workers`` and ``models``: the directory).
 SCHEMA = f"""
@@ -74,7 +81,8 @@ CREATE INDEX IF NOT EXISTS jobs_owner ON jobs (owner, seq);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at);
 CREATE INDEX IF NOT EXISTS jobs_webhook ON jobs (webhook_due);
 CREATE TABLE IF NOT EXISTS blobs (
-    id TEXT NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (id, kind)
+    id TEXT NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, file TEXT, checksum TEXT,
+    PRIMARY KEY (id, kind)
 );
 CREATE TABLE IF NOT EXISTS owners (
     model TEXT NOT NULL, priority TEXT NOT NULL, owner TEXT NOT NULL,
@@ -107,6 +115,15 @@ def reclaim_free_pages(db: sqlite3.Connection) -> None:
         logger.warning(
             "could not rebuild the job database to give space back", extra={"error": str(exc)}
         )
+
+
+def add_file_columns(db: sqlite3.Connection) -> None:
+    """A store made before blobs could be files gains the ``file`` and ``checksum``
+    columns; its rows keep their bytes where they are and read as before."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(blobs)")}
+    for column in ("file", "checksum"):
+        if column not in columns:
+            db.execute(f"ALTER TABLE blobs ADD COLUMN {column} TEXT")
 
 
 class SqliteBackend(Backend):
@@ -142,6 +159,10 @@ class SqliteBackend(Backend):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-jobs")
         self._connection: sqlite3.Connection | None = None
         self._data_version = -1
+        #: the big inputs and results, beside the database file
+        self.files = BlobFiles(self.path.with_name(self.path.stem + "-files"))
+        #: files the open transaction stops naming: deleted once it commits
+        self._unnamed: list[str] = []
 
     # ----------------------------------------------------------------- lifecycle
     async def _open(self) -> None:
@@ -167,8 +188,11 @@ class SqliteBackend(Backend):
         db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
         reclaim_free_pages(db)
         db.executescript(SCHEMA)
+        add_file_columns(db)
         self._connection = db
         self._data_version = self._version()
+        kept = {row[0] for row in db.execute("SELECT file FROM blobs WHERE file IS NOT NULL")}
+        self.files.sweep(kept, older_than_s=ORPHAN_AGE_S)
 
     async def now(self) -> float:
         return self._clock()
@@ -237,13 +261,31 @@ class SqliteBackend(Backend):
         the error that matters, so it is issued only while one is open."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
+        self._unnamed.clear()
         try:
             yield db
         except BaseException:
+            self._unnamed.clear()
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        self.files.delete(self._unnamed)
+        self._unnamed.clear()
+
+    def _drop_blobs(self, db: sqlite3.Connection, job_id: str, kind: str | None = None) -> None:
+        """Delete the job's blobs (of ``kind``, or all) inside the transaction; their
+        files go when it commits."""
+        where, args = (
+            ("id = ?", (job_id,)) if kind is None else ("id = ? AND kind = ?", (job_id, kind))
+        )
+        self._unnamed.extend(
+            row[0]
+            for row in db.execute(
+                f"SELECT file FROM blobs WHERE {where} AND file IS NOT NULL", args
+            )
+        )
+        db.execute(f"DELETE FROM blobs WHERE {where}", args)
 
     async def give_back_space(self) -> None:
         """Free pages go back to the file system, at most ``SPACE_STEP_BYTES`` a call

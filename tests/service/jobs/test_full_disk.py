@@ -16,6 +16,7 @@ import redis
 from PIL import Image
 from service_fakes import wait_until
 
+from service.jobs.files import FILE_MIN_BYTES
 from service.jobs.records import JobRecord, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.sqlite_store.connection import SCHEMA
@@ -131,8 +132,9 @@ def test_a_result_that_does_not_fit_fails_its_job_once_with_storage_full(
 
 
 def test_expired_jobs_give_their_disk_back(tmp_path):
-    """Big results stored then expired: after the reaper's round the database file and
-    its write-ahead log are back near their empty size."""
+    """Results kept in the database (each under ``FILE_MIN_BYTES``) stored then expired:
+    after the reaper's round the database file and its write-ahead log are back near
+    their empty size."""
 
     async def scenario() -> None:
         now = [1000.0]
@@ -141,12 +143,12 @@ def test_expired_jobs_give_their_disk_back(tmp_path):
         await store.start()
         try:
             empty = path.stat().st_size
-            for index in range(8):
+            for index in range(40):
                 record = JobRecord(id=new_job_id(), kind="generate", model="dit", owner="o")
                 await store.create(record, b"{}", owner_max_jobs=100)
-                await store.finish(record.id, "succeeded", result=bytes(2_000_000 + index))
+                await store.finish(record.id, "succeeded", result=bytes(FILE_MIN_BYTES - index))
             wal = path.with_name(path.name + "-wal")
-            assert path.stat().st_size + wal.stat().st_size > 8 * 2_000_000
+            assert path.stat().st_size + wal.stat().st_size > 40 * (FILE_MIN_BYTES - 40)
             now[0] += 60
             await store.reap()
             assert path.stat().st_size < empty + 200_000
