@@ -31,6 +31,11 @@ Scenarios (of ``service_faults.py``):
     (507 ``store_full``; "idle" is the same rounds before the print, so the print's own
     CPU is part of the figure), and, once the filler is removed and the jobs expire
     (``--ttl-s``), the share of the volume used (target < 10 %) without a restart.
+
+``disk-full-redis``
+    The same on Redis (Debian's ``redis-server`` on a free loopback port): its
+    ``maxmemory`` is the ``--disk-mb`` volume, lowered to ``--spare-mb`` above what it
+    holds once the print is accepted.
 """
 
 from __future__ import annotations
@@ -319,12 +324,81 @@ def _fill_leaving(path: Path, folder: Path, spare_bytes: int) -> None:
         file.write(bytes(max(0, free - spare_bytes)))
 
 
-def _used_share(folder: Path) -> float:
-    usage = shutil.disk_usage(folder)
-    return usage.used / usage.total
+class TmpfsVolume:
+    """The SQLite store's volume: a tmpfs of ``megabytes``, filled by a file."""
+
+    name = "sqlite"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.filler = folder / "filler"
+
+    def settings(self) -> dict[str, str]:
+        return {"state_dir": str(self.folder / "state")}
+
+    def fill(self, spare_bytes: int) -> None:
+        _fill_leaving(self.filler, self.folder, spare_bytes)
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+    def used_share(self) -> float:
+        usage = shutil.disk_usage(self.folder)
+        return usage.used / usage.total
+
+
+class RedisVolume:
+    """The Redis store's "volume": its ``maxmemory`` of ``megabytes``, lowered to fill."""
+
+    name = "redis"
+
+    def __init__(self, server, megabytes: int) -> None:
+        import redis
+
+        self.server = server
+        self.total = megabytes * 1024 * 1024
+        self.client = redis.Redis.from_url(server.url)
+        self.client.config_set("maxmemory", self.total)
+
+    def settings(self) -> dict[str, str]:
+        return {"redis_url": self.server.url}
+
+    def _used(self) -> int:
+        return int(self.client.info("memory")["used_memory"])
+
+    def fill(self, spare_bytes: int) -> None:
+        self.client.config_set("maxmemory", self._used() + spare_bytes)
+
+    def free(self) -> None:
+        self.client.config_set("maxmemory", self.total)
+
+    def used_share(self) -> float:
+        return self._used() / self.total
+
+
+@contextlib.contextmanager
+def _volume(store: str, megabytes: int):
+    if store == "sqlite":
+        with small_tmpfs(megabytes) as folder:
+            yield TmpfsVolume(folder)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        server = _redis_server_class()(Path(folder) / "redis").start()
+        try:
+            yield RedisVolume(server, megabytes)
+        finally:
+            server.stop()
 
 
 async def disk_full(args: argparse.Namespace):
+    return await _disk_full(args, "sqlite")
+
+
+async def disk_full_redis(args: argparse.Namespace):
+    return await _disk_full(args, "redis")
+
+
+async def _disk_full(args: argparse.Namespace, store: str):
     """See the module's text."""
     photo = _noise_png(args.photo_side, args.photo_side * 3 // 4, seed=5)
     style = _noise_png(64, 64, seed=6)
@@ -338,15 +412,14 @@ async def disk_full(args: argparse.Namespace):
         return parts, {"size": str(size)}
 
     settings = {
-        "state_dir": "",
         "job_ttl_s": str(args.ttl_s),
         "job_lease_s": "3",
         "max_upload_bytes": str(64 * 1024 * 1024),
         "max_stylize_upload_bytes": str(64 * 1024 * 1024),
         "max_side": "8192",
     }
-    with small_tmpfs(args.disk_mb) as folder:
-        settings["state_dir"] = str(folder / "state")
+    with _volume(store, args.disk_mb) as volume:
+        settings |= volume.settings()
         with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
             async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
 
@@ -371,8 +444,7 @@ async def disk_full(args: argparse.Namespace):
                 accepted = await client.post("/v1/stylize", files=parts, data=data, headers=ASYNC)
                 accepted.raise_for_status()
                 big_id = accepted.json()["id"]
-                filler = folder / "filler"
-                _fill_leaving(filler, folder, args.spare_mb * 1024 * 1024)
+                volume.fill(args.spare_mb * 1024 * 1024)
                 full = [await sync_round() for _ in range(args.full_rounds)]
                 full += [await read_round(big_id) for _ in range(args.full_rounds)]
                 final = await _finished(client, big_id, limit_s=600)
@@ -380,18 +452,18 @@ async def disk_full(args: argparse.Namespace):
                 bigger = _noise_png(args.photo_side * 3 // 2, args.photo_side * 9 // 8, seed=8)
                 parts, data = files(bigger, args.photo_side * 3 // 2)
                 refused = await client.post("/v1/stylize", files=parts, data=data, headers=ASYNC)
-                filler.unlink()
+                volume.free()
                 expired_by = time.monotonic() + args.ttl_s + 10
-                while time.monotonic() < expired_by and _used_share(folder) >= 0.10:
+                while time.monotonic() < expired_by and volume.used_share() >= 0.10:
                     await asyncio.sleep(0.5)
-                used_after = _used_share(folder)
+                used_after = volume.used_share()
     idle_p95 = p95([seconds for seconds, _ in idle])
     full_p95 = p95([seconds for seconds, _ in full])
     answered = sum(status == 200 for _, status in full)
     error = final.get("error") or {}
     result = {
-        "scenario": "disk-full",
-        "store": "sqlite",
+        "scenario": f"disk-full ({store})",
+        "store": store,
         "disk_mb": args.disk_mb,
         "photo_bytes": len(photo),
         "job_state": final["state"],
@@ -408,37 +480,43 @@ async def disk_full(args: argparse.Namespace):
         "used_after_expiry": round(used_after, 3),
     }
     checks = [
-        Check("disk-full", "recomputes", str(result["recomputed"]), "0", result["recomputed"] == 0),
         Check(
-            "disk-full",
+            f"disk-full ({store})",
+            "recomputes",
+            str(result["recomputed"]),
+            "0",
+            result["recomputed"] == 0,
+        ),
+        Check(
+            f"disk-full ({store})",
             "the job's end",
             f"{final['state']} {error.get('code')}",
             "failed storage_full",
             final["state"] == "failed" and error.get("code") == "storage_full",
         ),
         Check(
-            "disk-full",
+            f"disk-full ({store})",
             "reads and syncs answered while full",
             result["answered_while_full"],
             "100 %",
             answered == len(full),
         ),
         Check(
-            "disk-full",
+            f"disk-full ({store})",
             "p95 while full over idle",
             f"{full_p95 / idle_p95:.2f}x",
             "< 2x",
             full_p95 < 2 * idle_p95,
         ),
         Check(
-            "disk-full",
+            f"disk-full ({store})",
             "a submit that does not fit",
             f"{refused.status_code} {result['submit_code']}",
             "507 store_full",
             refused.status_code == 507,
         ),
         Check(
-            "disk-full",
+            f"disk-full ({store})",
             "volume used after expiry",
             f"{100 * used_after:.1f} %",
             "< 10 %",
@@ -455,7 +533,12 @@ def _counts(answers) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
-SCENARIOS = {"store-stall": store_stall, "store-full": store_full, "disk-full": disk_full}
+SCENARIOS = {
+    "store-stall": store_stall,
+    "store-full": store_full,
+    "disk-full": disk_full,
+    "disk-full-redis": disk_full_redis,
+}
 
 
 FLAGS = FlagGroup(
