@@ -18,6 +18,7 @@ import hashlib
 import json
 import time
 
+from service.errors import StoreFull
 from service.jobs import shared
 from service.jobs.records import JobRecord
 from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, pairs, text
@@ -462,6 +463,8 @@ class RedisJobQueue(RedisBackend, JobQueue):
     async def _finish(self, job_id: str, outcome: shared.Outcome) -> bool:
         step, total = ("", "") if outcome.progress is None else outcome.progress
         result = outcome.result
+        if result is not None:
+            await self._check_room(len(result))
         finished = await self._script(
             _FINISH if result is not None else _FINISH_FREEING,
             job_id,
@@ -474,6 +477,22 @@ class RedisJobQueue(RedisBackend, JobQueue):
             total,
         )
         return bool(finished)
+
+    async def _check_room(self, size: int) -> None:
+        """Refuse a result that would take Redis past its ``maxmemory`` (Redis checks the
+        limit only before a command, so one big write would pass it and be kept).
+
+        Raises:
+            StoreFull: ``size`` bytes more do not fit.
+        """
+        memory = await self._call(self._redis.info("memory"))
+        limit, used = int(memory.get("maxmemory", 0)), int(memory.get("used_memory", 0))
+        if limit and used + size > limit:
+            raise StoreFull(
+                f"the job store (Redis) is full: no room for {size} bytes more (its maxmemory); "
+                "nothing new can be stored until finished jobs expire or an operator gives "
+                "it room"
+            )
 
     async def _release(self, worker: str, job_ids: list[str]) -> None:
         await self._script(_RELEASE, worker, *job_ids)
