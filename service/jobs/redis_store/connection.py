@@ -161,7 +161,8 @@ class RedisBackend(Backend):
         try:
             return await work
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"the job store (Redis) is unavailable: {exc}") from exc
+            logger.warning("Redis is unavailable", extra={"error": str(exc)})
+            raise StoreUnavailable("the job store (Redis) cannot be reached") from exc
         except OutOfMemoryError as exc:  # redis-py strips the "OOM" of the reply
             logger.warning("Redis refuses a write", extra={"error": str(exc)})
             raise StoreFull(
