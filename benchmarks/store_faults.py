@@ -21,6 +21,21 @@ Scenarios (of ``service_faults.py``):
     503, never 500 or a hang), their p95 (target < 1 s), synchronous requests served
     (100 %), the time from freeing the disk to the first accepted submit (target < 5 s),
     accepted jobs lost (0).
+
+``disk-full``
+    The SQLite store (the real AdaIN) on a tmpfs of ``--disk-mb`` MB (needs root): a
+    print of a ``--photo-side`` px noise photo is accepted, then the disk is filled to
+    ``--spare-mb`` MB free, so its result cannot be stored. Figures: the job's end
+    (target: ``failed`` with ``storage_full``, 0 recomputes), reads and synchronous
+    stylizes answered while full (100 %, p95 < 2x idle), a submit that does not fit
+    (507 ``store_full``; "idle" is the same rounds before the print, so the print's own
+    CPU is part of the figure), and, once the filler is removed and the jobs expire
+    (``--ttl-s``), the share of the volume used (target < 10 %) without a restart.
+
+``disk-full-redis``
+    The same on Redis (Debian's ``redis-server`` on a free loopback port): its
+    ``maxmemory`` is the ``--disk-mb`` volume, lowered to ``--spare-mb`` above what it
+    holds once the print is accepted.
 """
 
 from __future__ import annotations
@@ -29,7 +44,9 @@ import argparse
 import asyncio
 import base64
 import contextlib
+import io
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -37,7 +54,9 @@ import time
 from pathlib import Path
 
 import httpx
+import numpy as np
 from job_faults import ASYNC, _finished, _redis_server_class
+from PIL import Image
 from scenario_flags import FlagGroup
 from serve_process import Check, Server, p95
 
@@ -290,6 +309,230 @@ async def store_full(args: argparse.Namespace):
     return result, checks
 
 
+def _noise_png(width: int, height: int, seed: int) -> bytes:
+    """A photo PNG cannot compress (about ``3 * width * height`` bytes)."""
+    rng = np.random.default_rng(seed)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (height, width, 3), np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def _fill_leaving(path: Path, folder: Path, spare_bytes: int) -> None:
+    """Write ``path`` until ``folder``'s file system has about ``spare_bytes`` free."""
+    free = shutil.disk_usage(folder).free
+    with open(path, "wb") as file:
+        file.write(bytes(max(0, free - spare_bytes)))
+
+
+class TmpfsVolume:
+    """The SQLite store's volume: a tmpfs of ``megabytes``, filled by a file."""
+
+    name = "sqlite"
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.filler = folder / "filler"
+
+    def settings(self) -> dict[str, str]:
+        return {"state_dir": str(self.folder / "state")}
+
+    def fill(self, spare_bytes: int) -> None:
+        _fill_leaving(self.filler, self.folder, spare_bytes)
+
+    def free(self) -> None:
+        self.filler.unlink()
+
+    def used_share(self) -> float:
+        usage = shutil.disk_usage(self.folder)
+        return usage.used / usage.total
+
+
+class RedisVolume:
+    """The Redis store's "volume": its ``maxmemory`` of ``megabytes``, lowered to fill."""
+
+    name = "redis"
+
+    def __init__(self, server, megabytes: int) -> None:
+        import redis
+
+        self.server = server
+        self.total = megabytes * 1024 * 1024
+        self.client = redis.Redis.from_url(server.url)
+        self.client.config_set("maxmemory", self.total)
+
+    def settings(self) -> dict[str, str]:
+        return {"redis_url": self.server.url}
+
+    def _used(self) -> int:
+        return int(self.client.info("memory")["used_memory"])
+
+    def fill(self, spare_bytes: int) -> None:
+        """The clients' buffers are left out: a big upload's query buffer is freed a
+        moment later, and would count as room."""
+        memory = self.client.info("memory")
+        held = int(memory["used_memory"]) - int(memory.get("mem_clients_normal", 0))
+        self.client.config_set("maxmemory", held + spare_bytes)
+
+    def free(self) -> None:
+        self.client.config_set("maxmemory", self.total)
+
+    def used_share(self) -> float:
+        return self._used() / self.total
+
+
+@contextlib.contextmanager
+def _volume(store: str, megabytes: int):
+    if store == "sqlite":
+        with small_tmpfs(megabytes) as folder:
+            yield TmpfsVolume(folder)
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        server = _redis_server_class()(Path(folder) / "redis").start()
+        try:
+            yield RedisVolume(server, megabytes)
+        finally:
+            server.stop()
+
+
+async def disk_full(args: argparse.Namespace):
+    return await _disk_full(args, "sqlite")
+
+
+async def disk_full_redis(args: argparse.Namespace):
+    return await _disk_full(args, "redis")
+
+
+async def _disk_full(args: argparse.Namespace, store: str):
+    """See the module's text."""
+    photo = _noise_png(args.photo_side, args.photo_side * 3 // 4, seed=5)
+    style = _noise_png(64, 64, seed=6)
+    small = _noise_png(96, 72, seed=7)
+
+    def files(content: bytes, size: int) -> tuple[list, dict]:
+        parts = [
+            ("content", ("c.png", content, "image/png")),
+            ("style", ("s.png", style, "image/png")),
+        ]
+        return parts, {"size": str(size)}
+
+    settings = {
+        "job_ttl_s": str(args.ttl_s),
+        "job_lease_s": "3",
+        "max_upload_bytes": str(64 * 1024 * 1024),
+        "max_stylize_upload_bytes": str(64 * 1024 * 1024),
+        "max_side": "8192",
+    }
+    with _volume(store, args.disk_mb) as volume:
+        settings |= volume.settings()
+        with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=120) as client:
+
+                async def sync_round() -> tuple[float, int]:
+                    sent = time.monotonic()
+                    parts, data = files(small, 96)
+                    response = await client.post("/v1/stylize", files=parts, data=data)
+                    return time.monotonic() - sent, response.status_code
+
+                async def read_round(job_id: str) -> tuple[float, int]:
+                    sent = time.monotonic()
+                    response = await client.get(f"/v1/jobs/{job_id}")
+                    return time.monotonic() - sent, response.status_code
+
+                parts, data = files(small, 96)
+                first = await client.post("/v1/stylize", files=parts, data=data, headers=ASYNC)
+                first_id = first.json()["id"]
+                await _finished(client, first_id)
+                idle = [await sync_round() for _ in range(args.full_rounds)]
+                idle += [await read_round(first_id) for _ in range(args.full_rounds)]
+                parts, data = files(photo, args.photo_side)
+                accepted = await client.post("/v1/stylize", files=parts, data=data, headers=ASYNC)
+                accepted.raise_for_status()
+                big_id = accepted.json()["id"]
+                volume.fill(args.spare_mb * 1024 * 1024)
+                full = [await sync_round() for _ in range(args.full_rounds)]
+                full += [await read_round(big_id) for _ in range(args.full_rounds)]
+                final = await _finished(client, big_id, limit_s=600)
+                # bigger than what the failed job's input left free
+                bigger = _noise_png(args.photo_side * 3 // 2, args.photo_side * 9 // 8, seed=8)
+                parts, data = files(bigger, args.photo_side * 3 // 2)
+                refused = await client.post("/v1/stylize", files=parts, data=data, headers=ASYNC)
+                volume.free()
+                expired_by = time.monotonic() + args.ttl_s + 10
+                while time.monotonic() < expired_by and volume.used_share() >= 0.10:
+                    await asyncio.sleep(0.5)
+                used_after = volume.used_share()
+    idle_p95 = p95([seconds for seconds, _ in idle])
+    full_p95 = p95([seconds for seconds, _ in full])
+    answered = sum(status == 200 for _, status in full)
+    error = final.get("error") or {}
+    result = {
+        "scenario": f"disk-full ({store})",
+        "store": store,
+        "disk_mb": args.disk_mb,
+        "photo_bytes": len(photo),
+        "job_state": final["state"],
+        "job_error_code": error.get("code"),
+        "result_file_bytes": (final.get("result") or {}).get("file_bytes"),
+        "attempts": final["attempts"],
+        "recomputed": max(0, final["attempts"] - 1),
+        "idle_p95_s": round(idle_p95, 3),
+        "full_p95_s": round(full_p95, 3),
+        "read_idle_p95_s": round(p95([t for t, _ in idle[args.full_rounds :]]), 3),
+        "read_full_p95_s": round(p95([t for t, _ in full[args.full_rounds :]]), 3),
+        "answered_while_full": f"{answered}/{len(full)}",
+        "sync_statuses_while_full": [status for _, status in full[: args.full_rounds]],
+        "read_statuses_while_full": [status for _, status in full[args.full_rounds :]],
+        "submit_while_full": refused.status_code,
+        "submit_code": (refused.json().get("error") or {}).get("code"),
+        "used_after_expiry": round(used_after, 3),
+    }
+    checks = [
+        Check(
+            f"disk-full ({store})",
+            "recomputes",
+            str(result["recomputed"]),
+            "0",
+            result["recomputed"] == 0,
+        ),
+        Check(
+            f"disk-full ({store})",
+            "the job's end",
+            f"{final['state']} {error.get('code')}",
+            "failed storage_full",
+            final["state"] == "failed" and error.get("code") == "storage_full",
+        ),
+        Check(
+            f"disk-full ({store})",
+            "reads and syncs answered while full",
+            result["answered_while_full"],
+            "100 %",
+            answered == len(full),
+        ),
+        Check(
+            f"disk-full ({store})",
+            "p95 while full over idle",
+            f"{full_p95 / idle_p95:.2f}x",
+            "< 2x",
+            full_p95 < 2 * idle_p95,
+        ),
+        Check(
+            f"disk-full ({store})",
+            "a submit that does not fit",
+            f"{refused.status_code} {result['submit_code']}",
+            "507 store_full",
+            refused.status_code == 507,
+        ),
+        Check(
+            f"disk-full ({store})",
+            "volume used after expiry",
+            f"{100 * used_after:.1f} %",
+            "< 10 %",
+            used_after < 0.10,
+        ),
+    ]
+    return result, checks
+
+
 def _counts(answers) -> dict[int, int]:
     counts: dict[int, int] = {}
     for _, _, status, _ in answers:
@@ -297,7 +540,12 @@ def _counts(answers) -> dict[int, int]:
     return dict(sorted(counts.items()))
 
 
-SCENARIOS = {"store-stall": store_stall, "store-full": store_full}
+SCENARIOS = {
+    "store-stall": store_stall,
+    "store-full": store_full,
+    "disk-full": disk_full,
+    "disk-full-redis": disk_full_redis,
+}
 
 
 FLAGS = FlagGroup(
@@ -308,6 +556,11 @@ FLAGS = FlagGroup(
         "--tmpfs-mb": (16, "store-full's file system"),
         "--mix-interval-s": (0.2, "between mix rounds"),
         "--settle-s": (5.0, "mix before and after"),
+        "--disk-mb": (64, "disk-full's file system"),
+        "--spare-mb": (1, "disk-full: left free once the print is accepted"),
+        "--photo-side": (2400, "disk-full: the print's longer side (a noise photo)"),
+        "--ttl-s": (20.0, "disk-full: job_ttl_s"),
+        "--full-rounds": (10, "disk-full: reads and syncs timed, idle and full"),
     },
 )
 

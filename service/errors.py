@@ -211,6 +211,13 @@ class ResultTooLarge(ServiceError):
     status_code, code = 500, "result_too_large"
 
 
+class StorageFull(ServiceError):
+    """A job's result could not be stored: the store's disk (or memory) is full. The job
+    fails once with this code and is not run again (its work would not fit either)."""
+
+    status_code, code = 507, "storage_full"
+
+
 class NotReady(ServiceError):
     status_code, code = 503, "not_ready"
 

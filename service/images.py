@@ -288,6 +288,23 @@ def output_size(
     return out
 
 
+#: Bytes of an upload read for its header alone (a JPEG's EXIF comes before its size).
+HEADER_BYTES = 256 * 1024
+
+
+def painted_side(head: bytes, size: int, limits: ImageLimits) -> int:
+    """The longer side a photo is painted at for a requested ``size``: its own when it
+    is smaller (a photo is never enlarged, :func:`output_size`), read from the header in
+    ``head`` (the upload's first :data:`HEADER_BYTES`; nothing is decoded). ``size``
+    when the header cannot tell: the decode reports what is wrong with the upload."""
+    try:
+        with Image.open(io.BytesIO(head), formats=ACCEPTED_FORMATS) as image:
+            width, height = image.size
+        return max(output_size(width, height, size, limits))
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError, BadImage):
+        return size
+
+
 def decode_image(
     data: bytes,
     limits: ImageLimits,

@@ -41,7 +41,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import Any
 
-from service.errors import InternalError, ResultTooLarge, ServiceError
+from service.errors import InternalError, ResultTooLarge, ServiceError, StorageFull
 from service.execution.kinds import work_from_payload
 from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, RunContext, Work
@@ -57,6 +57,7 @@ from service.jobs.records import (
 from service.jobs.store import (
     Claim,
     JobStore,
+    StoreFull,
     StoreUnavailable,
     cancel_topic,
     cancelled_error,
@@ -344,13 +345,14 @@ class JobRunner:
             await self._finish(job_id, FAILED, error=ResultTooLarge(message).as_dict())
             return FAILED
         data = await off_loop_if_large(result.size, result.to_bytes)
-        await self._finish(job_id, SUCCEEDED, result=data)  # the store sets step = total
-        return SUCCEEDED
+        return await self._finish(job_id, SUCCEEDED, result=data)  # the store sets step = total
 
-    async def _finish(self, job_id: str, state: str, **outcome: Any) -> None:
+    async def _finish(self, job_id: str, state: str, **outcome: Any) -> str:
         """Write the outcome and the job's last progress, retrying while the store is
         away (the lease keeps the job ours meanwhile; if it runs out, another worker
-        reruns the job and the first outcome written wins)."""
+        reruns the job and the first outcome written wins). A result the store has no
+        room for fails the job with ``storage_full`` instead. Returns the state written
+        (or meant, when the store stayed away)."""
         running = self._running.get(job_id)
         if running is not None and running.progress is not None:
             outcome["progress"] = running.progress.current()
@@ -358,13 +360,29 @@ class JobRunner:
         for _ in range(12):
             try:
                 await self.store.finish(job_id, state, **outcome)
-                return
+                return state
+            except StoreFull as exc:
+                if outcome.get("result") is None:  # a small write: space may come back
+                    await asyncio.sleep(delay)
+                    delay = min(2 * delay, 5.0)
+                    continue
+                # the result does not fit: the job fails now, once, without its result
+                # (a rerun would make the same bytes, which would not fit either)
+                logger.warning("a job's result could not be stored", extra={"job_id": job_id})
+                state = FAILED
+                outcome = {
+                    "error": StorageFull(
+                        f"its result could not be stored: {exc.message}"
+                    ).as_dict(),
+                    "progress": outcome.get("progress"),
+                }
             except StoreUnavailable:
                 await asyncio.sleep(delay)
                 delay = min(2 * delay, 5.0)
         logger.error(
             "could not write a job's outcome; its lease will run out", extra={"job_id": job_id}
         )
+        return state
 
     async def _watch_cancel(self, job_id: str, running: _Running) -> None:
         """Cancel the job's task when somebody asks (any replica's DELETE)."""

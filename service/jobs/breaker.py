@@ -6,7 +6,8 @@ socket timeout, and with the client's retries a request waited 15-45 s. The brea
 bounds that wait and then stops waiting altogether:
 
 * **closed** (the store answers): each call gets ``call_timeout_s`` (plus the time its
-  payload's bytes take at ``BULK_BYTES_PER_S``); a call that times out, or fails to
+  payload's bytes, and those of the calls in flight before it, take at
+  ``BULK_BYTES_PER_S``: one big write is no stall of the calls behind it); a call that times out, or fails to
   reach the store, **opens** the breaker and raises ``StoreUnavailable``;
 * **open**: every call raises ``StoreUnavailable`` at once, with ``Retry-After``; one
   background probe asks the store (the backend's cheapest round trip) every
@@ -63,6 +64,8 @@ class Breaker:
     opened_at: float | None = field(default=None, init=False)
     reason: str = field(default="", init=False)
     _prober: asyncio.Task[None] | None = field(default=None, init=False, repr=False)
+    #: the payload bytes of the calls awaited now
+    _bytes_in_flight: int = field(default=0, init=False, repr=False)
 
     @property
     def is_open(self) -> bool:
@@ -81,19 +84,27 @@ class Breaker:
 
     async def call(self, work: Awaitable[T], *, payload_bytes: int = 0) -> T:
         """Await ``work`` within its time, or raise ``StoreUnavailable`` (at once while
-        the breaker is open: ``work`` is then closed unawaited)."""
+        the breaker is open: ``work`` is then closed unawaited).
+
+        Its time counts the bytes of the calls already in flight besides its own: a
+        store moves one payload at a time (SQLite's one thread, Redis's one loop), so a
+        call queued behind a big write waits for it, and that wait is no stall."""
         self.refuse_if_open(work)
+        budget = self.timeout_for(self._bytes_in_flight + payload_bytes)
+        self._bytes_in_flight += payload_bytes
         try:
-            async with asyncio.timeout(self.timeout_for(payload_bytes)):
+            async with asyncio.timeout(budget):
                 return await work
         except TimeoutError:
-            self.open(f"no answer within {self.timeout_for(payload_bytes):g} s")
+            self.open(f"no answer within {budget:g} s")
             raise self._refusal() from None
         except StoreFull:  # it answers: reads still work, writes are refused one by one
             raise
         except StoreUnavailable as exc:
             self.open(exc.message)
             raise
+        finally:
+            self._bytes_in_flight -= payload_bytes
 
     def open(self, reason: str) -> None:
         """Fail every call fast from now until a probe gets an answer."""

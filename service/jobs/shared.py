@@ -208,6 +208,8 @@ class Claim:
     record: JobRecord
     payload: bytes
     more: bool
+    #: (a back end's own, before it hands the claim out) the file its input is still in
+    input_file: Any = None
 
 
 @dataclass(frozen=True)

@@ -130,12 +130,19 @@ SUFFIXES = {
 }
 
 
+#: The most image bytes a job's JSON carries as base64 (a 1024 px PNG is 1-3 MB); a
+#: bigger result (a print: tens of MB) is only linked, as a video is.
+INLINE_RESULT_MAX_BYTES = 4 * 1024 * 1024
+
+
 def _result_json(packed: bytes) -> bytes:
-    """A result in the job's JSON: images as base64; a video (or an animated GIF) only by
-    its size, fetched from the job's ``result_url``."""
+    """A result in the job's JSON: images as base64 up to ``INLINE_RESULT_MAX_BYTES`` in
+    all; a bigger one, a video or an animated GIF only by its files' sizes
+    (``file_bytes``), fetched from the job's ``result_url``."""
     result = JobResult.from_bytes(packed)
     files: dict[str, Any]
-    if result.media_type in STILL_TYPES:
+    inline = sum(len(image) for image in result.images) <= INLINE_RESULT_MAX_BYTES
+    if result.media_type in STILL_TYPES and inline:
         files = {"images": [base64.b64encode(image).decode("ascii") for image in result.images]}
     else:
         files = {"file_bytes": [len(data) for data in result.images]}

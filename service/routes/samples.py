@@ -6,18 +6,22 @@ The folder holds photos in ``content/`` and paintings in ``style/`` (``photos/``
 routes need no API key: the operator chose the folder to be shown.
 
 Only what the listing holds is ever served: regular files (no links, nothing hidden)
-directly in one of those folders, with an image suffix, a plain name and at most
-``MAX_SAMPLE_BYTES``; at most ``MAX_SAMPLES`` of each kind. A request names a kind and
+directly in one of those folders (a real folder, not a link to one), with an image
+suffix, a plain name, the first bytes of that format and at most ``MAX_SAMPLE_BYTES``;
+at most ``MAX_SAMPLES`` of each kind. A request names a kind and
 a file name, which is looked up in the listing, never joined to a path, so no name
 reaches outside the folder. Thumbnails are made once (off the event loop, a few at a
 time, the image's pixels checked against ``max_pixels`` from its header first) and kept
-in a small in-memory cache keyed by the file's size and modification time.
+in a small in-memory cache keyed by the file's size and modification time, as is the
+reason a file could not be made into one (it is not decoded again until it changes).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
+import itertools
 import os
 import re
 from collections import OrderedDict
@@ -89,12 +93,38 @@ class Sample:
         }
 
 
+#: The first bytes of each format a sample may be (a WebP's: ``RIFF``, its size, ``WEBP``).
+SIGNATURES: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/webp": (b"RIFF", b"WEBP"),
+}
+
+
 def kind_folder(root: Path, kind: str) -> Path | None:
+    """The folder of ``kind`` under ``root``: a real folder, never a link to one."""
     for name in KINDS[kind]:
         folder = root / name
-        if folder.is_dir():
+        if not folder.is_symlink() and folder.is_dir():
             return folder
     return None
+
+
+@functools.lru_cache(maxsize=4 * MAX_SAMPLES)
+def looks_like(path: str, media_type: str, size: int, mtime_ns: int) -> bool:
+    """Whether the file starts as ``media_type`` does (read once per size and
+    modification time; ``size`` and ``mtime_ns`` are the cache's key): a text file
+    named ``.png`` is no sample."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(descriptor, "rb") as file:
+            head = file.read(12)
+    except OSError:
+        return False
+    signature = SIGNATURES[media_type]
+    if len(signature) == 2:  # RIFF container: the form type follows the size
+        return head[:4] == signature[0] and head[8:12] == signature[1]
+    return head.startswith(signature[0])
 
 
 def scan(root: Path | None, kind: str) -> dict[str, Sample]:
@@ -120,7 +150,12 @@ def scan(root: Path | None, kind: str) -> dict[str, Sample]:
     except OSError:
         return {}
     found.sort(key=lambda sample: sample.name.lower())
-    return {sample.name: sample for sample in found[:MAX_SAMPLES]}
+    images = (
+        sample
+        for sample in found
+        if looks_like(str(sample.path), sample.media_type, sample.size, sample.mtime_ns)
+    )
+    return {sample.name: sample for sample in itertools.islice(images, MAX_SAMPLES)}
 
 
 def make_thumbnail(path: Path, max_pixels: int) -> bytes:
@@ -142,29 +177,39 @@ def make_thumbnail(path: Path, max_pixels: int) -> bytes:
 
 
 class Thumbnails:
-    """Recent thumbnails by (path, size, mtime); a few made at once."""
+    """Recent thumbnails by (path, size, mtime), and the files that could not be made
+    into one (their reason, so that a broken sample is decoded once, not at every
+    request, until it changes); a few made at once."""
 
     def __init__(self, capacity: int = THUMBNAIL_CACHE_SIZE) -> None:
         self.capacity = capacity
-        self._held: OrderedDict[tuple[str, int, int], bytes] = OrderedDict()
+        #: the thumbnail's bytes, or why there is none (a ``str``)
+        self._held: OrderedDict[tuple[str, int, int, int], bytes | str] = OrderedDict()
         self._slots = asyncio.Semaphore(THUMBNAIL_WORKERS)
+        #: files decoded (a thumbnail made, or the reason there is none)
         self.made = 0
 
     async def get(self, sample: Sample, max_pixels: int) -> bytes:
-        key = (str(sample.path), sample.size, sample.mtime_ns)
-        data = self._held.get(key)
-        if data is not None:
-            self._held.move_to_end(key)
-            return data
-        async with self._slots:
-            data = self._held.get(key)
-            if data is None:
-                data = await run_in_threadpool(make_thumbnail, sample.path, max_pixels)
-                self.made += 1
-                self._held[key] = data
-                while len(self._held) > self.capacity:
-                    self._held.popitem(last=False)
-        return data
+        """The thumbnail; ``ValueError`` (with the reason) when the file is no image
+        within ``max_pixels``."""
+        key = (str(sample.path), sample.size, sample.mtime_ns, max_pixels)
+        held = self._held.get(key)
+        if held is None:
+            async with self._slots:
+                held = self._held.get(key)
+                if held is None:
+                    try:
+                        held = await run_in_threadpool(make_thumbnail, sample.path, max_pixels)
+                    except ValueError as exc:
+                        held = str(exc)
+                    self.made += 1
+                    self._held[key] = held
+                    while len(self._held) > self.capacity:
+                        self._held.popitem(last=False)
+        self._held.move_to_end(key)
+        if isinstance(held, str):
+            raise ValueError(held)
+        return held
 
 
 #: The app's thumbnail cache, made on first use.

@@ -39,7 +39,14 @@ from service.config import Settings
 from service.errors import ValidationFailed, error_responses, shorten
 from service.execution.executor import Accepted
 from service.execution.stylize import StylizeWork
-from service.images import ACCEPTED_FORMATS, DecodeSlots, Decoding, ImageLimits
+from service.images import (
+    ACCEPTED_FORMATS,
+    HEADER_BYTES,
+    DecodeSlots,
+    Decoding,
+    ImageLimits,
+    painted_side,
+)
 from service.jobs.webhooks import EVENTS_PATTERN, parse_events
 from service.routes.deps import DecodeSlotsDep, RateLimited, WorkContext, WorkDep
 from service.routes.jobs import job_accepted
@@ -154,12 +161,11 @@ def _fields_json(fields: list[object]) -> str:
 
 def _decoding(context: WorkContext, slots: DecodeSlots, deadline: float | None) -> Decoding:
     """How this request's uploads are decoded: the image limits, the shared decode slots."""
-    settings = context.settings
-    return Decoding(
-        ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side),
-        slots,
-        deadline,
-    )
+    return Decoding(_limits(context.settings), slots, deadline)
+
+
+def _limits(settings: Settings) -> ImageLimits:
+    return ImageLimits(max_pixels=settings.max_pixels, max_side=settings.max_side)
 
 
 @router.post(
@@ -320,8 +326,11 @@ async def stylize(
     except ValueError as exc:
         raise ValidationFailed(f"format: {exc}") from None
     passes = served.full_size_passes(preset)
+    # the cost of what is painted: a photo smaller than ``size`` is painted at its own
+    painted = painted_side(await content.read(HEADER_BYTES), size, _limits(context.settings))
+    await content.seek(0)
     check_cost(
-        size,
+        painted,
         len(style),
         passes,
         context.settings,
@@ -340,7 +349,8 @@ async def stylize(
     await context.executor.check_admission(context.respond_async)
     deadline = context.executor.deadline()
     style_side = styles_side(size)
-    weight = size * size * (1 + (0 if mask is None else len(mask))) + len(style) * style_side**2
+    weight = painted * painted * (1 + (0 if mask is None else len(mask)))
+    weight += len(style) * style_side**2
     # the preparation budget is given back once the work is handed off
     async with context.executor.preparing(weight, deadline):
         uploads = [await content.read(), *[await upload.read() for upload in style]]

@@ -6,6 +6,7 @@ The fake paints a photo above 1024 px as its negative, one band of rows a step
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import io
 from collections.abc import Iterator
@@ -65,10 +66,16 @@ def photo() -> tuple[bytes, np.ndarray]:
     return buffer.getvalue(), np.asarray(image)
 
 
-def test_a_print_size_request_over_the_sync_budget_is_told_to_come_as_a_job(client_factory, photo):
+def _flat_png(width: int, height: int) -> bytes:
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (90, 120, 30)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_a_print_size_request_over_the_sync_budget_is_told_to_come_as_a_job(client_factory):
     client = client_factory(max_side=2048)
     # 1024^2 x 2 x 1.328125 + 2048^2 = 6,979,322 pixel-passes > 6,500,000
-    response = _post(client, photo[0], size=2048)
+    response = _post(client, _flat_png(2048, 300), size=2048)
     assert response.status_code == 422
     error = response.json()["error"]
     assert error["code"] == "send_as_job"
@@ -76,6 +83,17 @@ def test_a_print_size_request_over_the_sync_budget_is_told_to_come_as_a_job(clie
         "Prefer: respond-async" in error["message"]
         and "max_stylize_pixel_passes" in error["message"]
     )
+
+
+def test_a_photo_smaller_than_the_size_asked_is_charged_as_it_is_painted(client_factory, photo):
+    """The 1100 px photo sent with ``size=2048`` is painted at 1100 px (never enlarged):
+    charged as that (within the budget for an answer at once, where 2048 px is not)."""
+    client = client_factory(max_side=2048)
+    response = _post(client, photo[0], size=2048)
+    assert response.status_code == 200, response.text
+    pixels = np.asarray(Image.open(io.BytesIO(response.content)).convert("RGB"))
+    assert np.array_equal(pixels, 255 - photo[1])  # painted whole, at its own 1100 px
+    assert _post(client, _flat_png(2048, 300), size=2048).status_code == 422  # painted whole
 
 
 def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_factory, photo):
@@ -106,6 +124,25 @@ def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_f
     assert outside.status_code == 416
     assert outside.headers["content-range"] == f"bytes */{len(served.content)}"
     assert client.get(f"{job['result_url']}?index=1").status_code == 404
+
+
+def test_a_big_result_is_linked_from_the_jobs_json_not_embedded(client_factory, photo, monkeypatch):
+    """A result over ``INLINE_RESULT_MAX_BYTES`` (here lowered under the 1 MB print) is
+    named by its size in the job's JSON and read from ``result_url``; a small one stays
+    inline."""
+    from service.routes import jobs
+
+    monkeypatch.setattr(jobs, "INLINE_RESULT_MAX_BYTES", 100_000)
+    client = client_factory(max_side=2048)
+    job = _done(client, _post(client, photo[0], headers=ASYNC).json()["id"])
+    served = client.get(job["result_url"]).content
+    assert len(served) > 100_000
+    assert "images" not in job["result"]
+    assert job["result"]["file_bytes"] == [len(served)]
+    assert job["result"]["media_type"] == "image/png"
+    small = _done(client, _post(client, corpus.png(64, 48), size=64, headers=ASYNC).json()["id"])
+    image = base64.b64decode(small["result"]["images"][0])
+    assert image == client.get(small["result_url"]).content
 
 
 def test_the_result_file_of_an_unfinished_job_is_a_409(tmp_path, photo):

@@ -127,6 +127,56 @@ def test_a_link_inside_the_folder_is_not_followed(client_factory, tmp_path):
     assert client.get("/samples/photos/linked.png").status_code == 404
 
 
+def test_a_linked_kind_folder_is_not_followed(client_factory, tmp_path):
+    """``style/`` a link to a folder of paintings elsewhere: no painting is listed or
+    served (the photos of the real ``content/`` still are)."""
+    root = _folder(tmp_path / "samples")
+    elsewhere = tmp_path / "elsewhere"
+    (root / "style").rename(elsewhere)
+    (root / "style").symlink_to(elsewhere, target_is_directory=True)
+    client = client_factory(samples_dir=root)
+    listing = client.get("/samples").json()
+    assert listing["paintings"] == []
+    assert [s["name"] for s in listing["photos"]] == ["astronaut.png", "chelsea.png"]
+    assert client.get("/samples/paintings/starry_night.jpg").status_code == 404
+    assert client.get("/samples/paintings/starry_night.jpg/thumbnail").status_code == 404
+
+
+def test_a_file_that_is_not_the_image_its_name_says_is_not_listed(client_factory, tmp_path):
+    root = _folder(tmp_path / "samples")
+    (root / "content" / "notes.png").write_text("a text file, named .png")
+    (root / "content" / "photo.webp").write_bytes(corpus.png(16, 16))  # PNG bytes, .webp
+    webp = io.BytesIO()
+    Image.new("RGB", (16, 16)).save(webp, "WEBP")
+    (root / "content" / "real.webp").write_bytes(webp.getvalue())
+    client = client_factory(samples_dir=root)
+    names = [s["name"] for s in client.get("/samples").json()["photos"]]
+    assert names == ["astronaut.png", "chelsea.png", "real.webp"]
+    assert client.get("/samples/photos/notes.png").status_code == 404
+    assert client.get("/samples/photos/photo.webp").status_code == 404
+
+
+def test_a_sample_that_cannot_be_decoded_is_tried_once_until_it_changes(
+    samples_client, tmp_path, monkeypatch
+):
+    broken = tmp_path / "samples" / "content" / "broken.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
+    tried = []
+    real = samples.make_thumbnail
+    monkeypatch.setattr(
+        samples, "make_thumbnail", lambda *a: tried.append(a) or real(*a)
+    )  # fmt: skip
+    for _ in range(4):
+        answer = samples_client.get("/samples/photos/broken.png/thumbnail")
+        assert answer.status_code == 404
+        assert "not a readable image" in answer.json()["error"]["message"]
+    assert len(tried) == 1
+    broken.write_bytes(corpus.png(20, 20))
+    os.utime(broken, ns=(1, 10**18))  # a new modification time, whatever the clock
+    assert samples_client.get("/samples/photos/broken.png/thumbnail").status_code == 200
+    assert len(tried) == 2
+
+
 def test_too_large_and_unreadable_files(client_factory, tmp_path, monkeypatch):
     root = _folder(tmp_path / "samples")
     (root / "content" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\n not really")

@@ -16,7 +16,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.errors import StoreFull, StoreUnavailable
@@ -39,6 +39,11 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 local function changed(topic) redis.call('PUBLISH', p .. 'changes', topic) end
 """
+
+#: The first line of a script that runs while Redis is over its ``maxmemory``: one that
+#: frees memory (a job finished without a result drops its input, the reaper forgets
+#: expired jobs, a delete), so that a full store can still fail a job and empty itself.
+ALLOW_OOM = "#!lua flags=allow-oom\n"
 
 _NOW = r"""
 return tostring(now)
@@ -156,10 +161,23 @@ class RedisBackend(Backend):
         try:
             return await work
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailable(f"the job store (Redis) is unavailable: {exc}") from exc
+            logger.warning("Redis is unavailable", extra={"error": str(exc)})
+            raise StoreUnavailable("the job store (Redis) cannot be reached") from exc
+        except OutOfMemoryError as exc:  # redis-py strips the "OOM" of the reply
+            logger.warning("Redis refuses a write", extra={"error": str(exc)})
+            raise StoreFull(
+                "the job store (Redis) is full (its maxmemory): nothing new can be stored "
+                "until finished jobs expire or an operator gives it room"
+            ) from exc
+        except ReadOnlyError as exc:
+            raise StoreFull("the job store (Redis) is a read-only replica") from exc
         except ResponseError as exc:
-            if str(exc).startswith(("MISCONF", "OOM", "READONLY")):
-                raise StoreFull(f"the job store (Redis) refuses writes: {exc}") from exc
+            if str(exc).startswith("MISCONF"):
+                logger.warning("Redis refuses a write", extra={"error": str(exc)})
+                raise StoreFull(
+                    "the job store (Redis) cannot save to its disk (full?) and refuses "
+                    "writes until it can"
+                ) from exc
             raise
 
     async def _probe(self) -> None:
@@ -171,7 +189,10 @@ class RedisBackend(Backend):
         server does not know it)."""
         script = self._scripts.get(source)
         if script is None:
-            script = self._scripts[source] = self._redis.register_script(PRELUDE + source)
+            flags, body = "", source
+            if source.startswith(ALLOW_OOM):  # the flags line comes first
+                flags, body = ALLOW_OOM, source.removeprefix(ALLOW_OOM)
+            script = self._scripts[source] = self._redis.register_script(flags + PRELUDE + body)
         size = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
         return await self._call(script(args=[self.prefix, *args]), payload_bytes=size)
 

@@ -10,18 +10,23 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from service.jobs.redis_store.connection import RedisBackend, text
+from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, text
 from service.jobs.roles import WebhookOutbox
 from service.jobs.shared import Delivery
 
-_DUE_WEBHOOKS = r"""
+_DUE_WEBHOOKS = (
+    ALLOW_OOM
+    + r"""
 local lease, limit = tonumber(ARGV[2]), tonumber(ARGV[3])
 local due = redis.call('ZRANGEBYSCORE', p .. 'webhooks', '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(due) do redis.call('ZADD', p .. 'webhooks', now + lease, id) end
 return {string.format('%.17g', now + lease), due}
 """
+)
 
-_UPDATE_WEBHOOK = r"""
+_UPDATE_WEBHOOK = (
+    ALLOW_OOM
+    + r"""
 local id, webhook, due, lease = ARGV[2], ARGV[3], ARGV[4], tonumber(ARGV[5])
 local key = p .. 'job:' .. id
 if redis.call('EXISTS', key) == 0 then return 0 end
@@ -34,6 +39,7 @@ end
 changed('job:' .. id)
 return 1
 """
+)
 
 
 class RedisWebhookOutbox(RedisBackend, WebhookOutbox):

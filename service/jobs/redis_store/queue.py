@@ -5,6 +5,11 @@ the shared functions below (a job's requeue, finish and forgetting) come before 
 scripts that use them. The fair order: per model and priority, a zset of the owners
 with queued jobs, scored by the turn (``INCR turn``) each was last served at (a new
 owner at 0, ahead of all), each owner's jobs a list, oldest first.
+
+Over Redis's ``maxmemory`` only the scripts that bring a client's bytes (a create, a
+checkpoint, a finish with its result) are refused (``StoreFull``); the others keep the
+jobs already held moving and free memory (their first line is
+:data:`~service.jobs.redis_store.connection.ALLOW_OOM`).
 """
 
 from __future__ import annotations
@@ -13,9 +18,10 @@ import hashlib
 import json
 import time
 
+from service.errors import StoreFull
 from service.jobs import shared
 from service.jobs.records import JobRecord
-from service.jobs.redis_store.connection import RedisBackend, pairs, text
+from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, pairs, text
 from service.jobs.roles import JobQueue
 
 #: How a job leaves: requeued, finished, forgotten (for the scripts that need them).
@@ -150,7 +156,9 @@ changed('work:' .. model)
 return {'created', tostring(now)}
 """
 
-_CLAIM = r"""
+_CLAIM = (
+    ALLOW_OOM
+    + r"""
 local worker, model, lease = ARGV[2], ARGV[3], tonumber(ARGV[4])
 local skipped, first_priority = {}, 6 + tonumber(ARGV[5])
 for i = 6, first_priority - 1 do skipped[ARGV[i]] = true end
@@ -194,8 +202,11 @@ for i = first_priority, #ARGV do
 end
 return false
 """
+)
 
-_RENEW = r"""
+_RENEW = (
+    ALLOW_OOM
+    + r"""
 local worker, lease = ARGV[2], tonumber(ARGV[3])
 local cancelled, lost = {}, {}
 for i = 4, #ARGV do
@@ -210,8 +221,11 @@ for i = 4, #ARGV do
 end
 return {cancelled, lost}
 """
+)
 
-_PROGRESS = r"""
+_PROGRESS = (
+    ALLOW_OOM
+    + r"""
 local id, worker, step, total, every = ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
 local key = p .. 'job:' .. id
 local f = redis.call('HMGET', key, 'worker', 'state', 'wh_progress_next')
@@ -225,6 +239,7 @@ end
 changed('job:' .. id)
 return 1
 """
+)
 
 _PUT_CHECKPOINT = r"""
 local id, worker, name, data, ttl_ms = ARGV[2], ARGV[3], ARGV[4], ARGV[5], tonumber(ARGV[6])
@@ -243,8 +258,12 @@ return finish(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), AR
 """
 )
 
+#: A finish without a result only frees memory (the job's input goes).
+_FINISH_FREEING = ALLOW_OOM + _FINISH
+
 _CANCEL = (
-    _JOBS
+    ALLOW_OOM
+    + _JOBS
     + r"""
 local id = ARGV[2]
 local key = p .. 'job:' .. id
@@ -262,7 +281,8 @@ return redis.call('HGETALL', key)
 )
 
 _DELETE = (
-    _JOBS
+    ALLOW_OOM
+    + _JOBS
     + r"""
 local state = redis.call('HGET', p .. 'job:' .. ARGV[2], 'state')
 if not state or not final(state) then return 0 end
@@ -272,7 +292,8 @@ return 1
 )
 
 _RELEASE = (
-    _JOBS
+    ALLOW_OOM
+    + _JOBS
     + r"""
 local worker = ARGV[2]
 for i = 3, #ARGV do
@@ -289,7 +310,8 @@ return 1
 )
 
 _REAP = (
-    _JOBS
+    ALLOW_OOM
+    + _JOBS
     + r"""
 local max_attempts, ttl, lost, late = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4], ARGV[5]
 local requeued = 0
@@ -441,8 +463,10 @@ class RedisJobQueue(RedisBackend, JobQueue):
     async def _finish(self, job_id: str, outcome: shared.Outcome) -> bool:
         step, total = ("", "") if outcome.progress is None else outcome.progress
         result = outcome.result
+        if result is not None:
+            await self._check_room(len(result))
         finished = await self._script(
-            _FINISH,
+            _FINISH if result is not None else _FINISH_FREEING,
             job_id,
             outcome.state,
             "" if outcome.error is None else json.dumps(outcome.error),
@@ -453,6 +477,22 @@ class RedisJobQueue(RedisBackend, JobQueue):
             total,
         )
         return bool(finished)
+
+    async def _check_room(self, size: int) -> None:
+        """Refuse a result that would take Redis past its ``maxmemory`` (Redis checks the
+        limit only before a command, so one big write would pass it and be kept).
+
+        Raises:
+            StoreFull: ``size`` bytes more do not fit.
+        """
+        memory = await self._call(self._redis.info("memory"))
+        limit, used = int(memory.get("maxmemory", 0)), int(memory.get("used_memory", 0))
+        if limit and used + size > limit:
+            raise StoreFull(
+                f"the job store (Redis) is full: no room for {size} bytes more (its maxmemory); "
+                "nothing new can be stored until finished jobs expire or an operator gives "
+                "it room"
+            )
 
     async def _release(self, worker: str, job_ids: list[str]) -> None:
         await self._script(_RELEASE, worker, *job_ids)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.changes import ChangeHub
+from service.jobs.files import BlobFiles
 from service.jobs.records import JobRecord
 from service.jobs.roles import Backend, BackendOptions
 from service.jobs.shared import StoreLimits
@@ -24,6 +26,22 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 T = TypeVar("T")
+
+logger = logging.getLogger("atelier.jobs")
+
+#: What the write-ahead log is cut back to after a checkpoint (SQLite keeps it at its
+#: largest size otherwise: one big write would hold its bytes on disk for good).
+WAL_KEPT_BYTES = 4 * 1024 * 1024
+
+#: A file no row names is deleted at start once this old (a younger one may be another
+#: process's write whose transaction is about to commit).
+ORPHAN_AGE_S = 3600.0
+
+#: ``PRAGMA auto_vacuum``'s value for "free pages are given back on request".
+INCREMENTAL = 2
+
+#: The most free pages one call gives back (their bytes).
+SPACE_STEP_BYTES = 32 * 1024 * 1024
 
 COLUMNS = list(JobRecord.__dataclass_fields__)
 _INTEGER = {"parts", "step", "total", "attempts", "input_bytes", "result_bytes", "cancel_requested"}
@@ -44,7 +62,9 @@ def db_value(value: Any) -> Any:
     return value
 
 
-#: Every role's tables (``jobs`` and ``blobs``, ``owners``, ``idempotency`` and
+#: Every role's tables (``jobs`` and ``blobs``: a blob's bytes in ``data``, or, from
+#: ``FILE_MIN_BYTES`` on, empty there and kept in the file ``file`` with its
+#: ``checksum`` (``service.jobs.files``); ``owners``, ``idempotency`` and
 #: ``checkpoints``: the queue, with the outbox's ``webhook_*`` columns; ``tokens``: the
 #: rate limits; ``workers`` and ``models``: the directory).
 SCHEMA = f"""
@@ -61,7 +81,8 @@ CREATE INDEX IF NOT EXISTS jobs_owner ON jobs (owner, seq);
 CREATE INDEX IF NOT EXISTS jobs_finished ON jobs (finished_at);
 CREATE INDEX IF NOT EXISTS jobs_webhook ON jobs (webhook_due);
 CREATE TABLE IF NOT EXISTS blobs (
-    id TEXT NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (id, kind)
+    id TEXT NOT NULL, kind TEXT NOT NULL, data BLOB NOT NULL, file TEXT, checksum TEXT,
+    PRIMARY KEY (id, kind)
 );
 CREATE TABLE IF NOT EXISTS owners (
     model TEXT NOT NULL, priority TEXT NOT NULL, owner TEXT NOT NULL,
@@ -78,6 +99,31 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     job_id TEXT NOT NULL, name TEXT NOT NULL, data BLOB NOT NULL, PRIMARY KEY (job_id, name)
 );
 """
+
+
+def reclaim_free_pages(db: sqlite3.Connection) -> None:
+    """Make the database give deleted pages back (``auto_vacuum = INCREMENTAL``; see
+    ``SqliteBackend._give_back_space``). A new file takes the mode at once; a store made
+    before it is rebuilt once (``VACUUM``), which needs free space about its size: on a
+    volume without it the store opens as it is and tries again at its next start."""
+    if db.execute("PRAGMA auto_vacuum").fetchone()[0] == INCREMENTAL:
+        return
+    db.execute("PRAGMA auto_vacuum = INCREMENTAL")
+    try:
+        db.execute("VACUUM")
+    except sqlite3.OperationalError as exc:
+        logger.warning(
+            "could not rebuild the job database to give space back", extra={"error": str(exc)}
+        )
+
+
+def add_file_columns(db: sqlite3.Connection) -> None:
+    """A store made before blobs could be files gains the ``file`` and ``checksum``
+    columns; its rows keep their bytes where they are and read as before."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(blobs)")}
+    for column in ("file", "checksum"):
+        if column not in columns:
+            db.execute(f"ALTER TABLE blobs ADD COLUMN {column} TEXT")
 
 
 class SqliteBackend(Backend):
@@ -113,11 +159,18 @@ class SqliteBackend(Backend):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-jobs")
         self._connection: sqlite3.Connection | None = None
         self._data_version = -1
+        #: the big inputs and results, beside the database file
+        self.files = BlobFiles(self.path.with_name(self.path.stem + "-files"))
+        #: files the open transaction stops naming: deleted once it commits
+        self._unnamed: list[str] = []
 
     # ----------------------------------------------------------------- lifecycle
     async def _open(self) -> None:
+        """Connect outside the breaker: opening an old store may reclaim its free pages
+        once (:func:`reclaim_free_pages`), which takes time in proportion to its size and
+        is no stall."""
         self._loop = asyncio.get_running_loop()
-        await self._run(self._connect)
+        await self._mapped(self._connect)
 
     async def _shut(self) -> None:
         if self._connection is not None:
@@ -128,12 +181,18 @@ class SqliteBackend(Backend):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         db.row_factory = sqlite3.Row
+        db.execute("PRAGMA auto_vacuum = INCREMENTAL")  # a new file: before its first page
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
         db.execute("PRAGMA busy_timeout=10000")
+        db.execute(f"PRAGMA journal_size_limit={WAL_KEPT_BYTES}")
+        reclaim_free_pages(db)
         db.executescript(SCHEMA)
+        add_file_columns(db)
         self._connection = db
         self._data_version = self._version()
+        kept = {row[0] for row in db.execute("SELECT file FROM blobs WHERE file IS NOT NULL")}
+        self.files.sweep(kept, older_than_s=ORPHAN_AGE_S)
 
     async def now(self) -> float:
         return self._clock()
@@ -178,11 +237,16 @@ class SqliteBackend(Backend):
         try:
             return await loop.run_in_executor(self._executor, fn, *args)
         except sqlite3.OperationalError as exc:
+            # SQLite's own words go to the log, never into an answer
+            logger.warning("job database error", extra={"error": str(exc)})
             if "full" in str(exc):  # SQLITE_FULL: "database or disk is full"
-                raise StoreFull(f"the job database cannot write: {exc}") from exc
+                raise StoreFull(
+                    "the job database's disk is full: nothing new can be stored until "
+                    "finished jobs expire or an operator frees space"
+                ) from exc
             if "readonly" in str(exc):
-                raise StoreUnavailable(f"the job database is read-only: {exc}") from exc
-            raise StoreUnavailable(f"the job database is unavailable: {exc}") from exc
+                raise StoreUnavailable("the job database is read-only") from exc
+            raise StoreUnavailable("the job database cannot be used right now") from exc
 
     async def _probe(self) -> None:
         loop = asyncio.get_running_loop()
@@ -190,15 +254,52 @@ class SqliteBackend(Backend):
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction (rolled back on any error)."""
+        """One ``BEGIN IMMEDIATE`` transaction (rolled back on any error).
+
+        Some errors end the transaction inside SQLite already (``SQLITE_FULL`` rolls it
+        back): a ``ROLLBACK`` then would fail with "no transaction is active" and hide
+        the error that matters, so it is issued only while one is open."""
         db = self._db
         db.execute("BEGIN IMMEDIATE")
+        self._unnamed.clear()
         try:
             yield db
         except BaseException:
-            db.execute("ROLLBACK")
+            self._unnamed.clear()
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
+        self.files.delete(self._unnamed)
+        self._unnamed.clear()
+
+    def _drop_blobs(self, db: sqlite3.Connection, job_id: str, kind: str | None = None) -> None:
+        """Delete the job's blobs (of ``kind``, or all) inside the transaction; their
+        files go when it commits."""
+        where, args = (
+            ("id = ?", (job_id,)) if kind is None else ("id = ? AND kind = ?", (job_id, kind))
+        )
+        self._unnamed.extend(
+            row[0]
+            for row in db.execute(
+                f"SELECT file FROM blobs WHERE {where} AND file IS NOT NULL", args
+            )
+        )
+        db.execute(f"DELETE FROM blobs WHERE {where}", args)
+
+    async def give_back_space(self) -> None:
+        """Free pages go back to the file system, at most ``SPACE_STEP_BYTES`` a call
+        (the reaper calls it after each round, so a volume that jobs filled empties as
+        they expire, without one long call that would read as a stall)."""
+        await self._run(self._give_back_space, payload_bytes=2 * SPACE_STEP_BYTES)
+
+    def _give_back_space(self) -> None:
+        db = self._db
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        if db.execute("PRAGMA freelist_count").fetchone()[0]:
+            # a script: each page is a step of the statement, and execute() takes only one
+            db.executescript(f"PRAGMA incremental_vacuum({SPACE_STEP_BYTES // page_size});")
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # ----------------------------------------------------------------------- rows
     def _record(self, row: sqlite3.Row) -> JobRecord:

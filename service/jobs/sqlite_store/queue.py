@@ -1,6 +1,11 @@
 """The job queue in SQLite: ``jobs`` (a row a job, with its lease and webhook columns),
-``blobs`` (inputs and results), ``checkpoints``, ``idempotency`` and ``owners`` (when
+``blobs`` (inputs and results: small ones in the row, big ones in files beside the
+database, ``service.jobs.files``), ``checkpoints``, ``idempotency`` and ``owners`` (when
 each owner was last served, per model and priority: the fair order).
+
+A big blob's file is written before the transaction that names it (off the store's
+thread, outside the breaker) and deleted when that transaction fails or finds the job
+finished already; a transaction that stops naming a file deletes it once it commits.
 
 Every change is one ``BEGIN IMMEDIATE`` transaction on the store's thread (the ``_tx``
 methods); the queue order is ``seq``, the row's place in the order of creation.
@@ -8,11 +13,16 @@ methods); the queue order is ``seq``, the row's place in the order of creation.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
+import logging
 import sqlite3
+from typing import Any
 
 from service.jobs import shared
 from service.jobs.changes import work_topic
+from service.jobs.files import FILE_MIN_BYTES, BlobFile
 from service.jobs.records import (
     CANCELLED,
     FAILED,
@@ -27,6 +37,9 @@ from service.jobs.sqlite_store.connection import COLUMNS, SqliteBackend, db_valu
 from service.priorities import BACKGROUND
 
 _UNFINISHED = (QUEUED, RUNNING)
+_BLOB_COLUMNS = "id, kind, data, file, checksum"
+
+logger = logging.getLogger("atelier.jobs")
 
 
 class SqliteJobQueue(SqliteBackend, JobQueue):
@@ -51,9 +64,49 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         return shared.Occupancy(mine, total, in_bytes)
 
     async def _create(self, job: shared.Submission) -> tuple[JobRecord, bool]:
-        return await self._run(self._create_tx, job, payload_bytes=len(job.payload))
+        blob = await self._write_file(job.record.id, "in", job.payload)
+        try:
+            record, created = await self._run(
+                self._create_tx, job, blob, payload_bytes=0 if blob else len(job.payload)
+            )
+        except BaseException:
+            await self._unlink(blob)
+            raise
+        if not created:  # an idempotent replay: the earlier job has its own input
+            await self._unlink(blob)
+        return record, created
 
-    def _create_tx(self, job: shared.Submission) -> tuple[JobRecord, bool]:
+    async def _write_file(self, job_id: str, kind: str, data: bytes) -> BlobFile | None:
+        """A big blob written to its file, off the store's thread and outside the breaker
+        (its time is the disk's, not the database's); None: small, kept in the row."""
+        if len(data) < FILE_MIN_BYTES:
+            return None
+        return await asyncio.to_thread(self.files.write, job_id, kind, data)
+
+    async def _unlink(self, blob: BlobFile | None) -> None:
+        if blob is not None:
+            await asyncio.to_thread(self.files.delete, [blob.name])
+
+    async def _read_file(self, blob: BlobFile) -> bytes | None:
+        return await asyncio.to_thread(self.files.read, blob)
+
+    @staticmethod
+    def _blob_row(job_id: str, kind: str, data: bytes, blob: BlobFile | None) -> tuple[Any, ...]:
+        """A ``blobs`` row: the bytes, or the file that holds them."""
+        if blob is None:
+            return (job_id, kind, data, None, None)
+        return (job_id, kind, b"", blob.name, blob.checksum)
+
+    @staticmethod
+    def _held(row: sqlite3.Row | None) -> bytes | BlobFile | None:
+        """A ``blobs`` row's bytes, or the file to read them from."""
+        if row is None:
+            return None
+        if row["file"] is not None:
+            return BlobFile(row["file"], row["checksum"])
+        return bytes(row["data"])
+
+    def _create_tx(self, job: shared.Submission, blob: BlobFile | None) -> tuple[JobRecord, bool]:
         record, now = job.record, self._clock()
         with self._write() as db:
             if job.idempotency is not None:
@@ -93,7 +146,10 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
                 f"INSERT INTO jobs ({', '.join(values)}) VALUES ({', '.join('?' * len(values))})",
                 tuple(values.values()),
             )
-            db.execute("INSERT INTO blobs VALUES (?, 'in', ?)", (record.id, job.payload))
+            db.execute(
+                f"INSERT INTO blobs ({_BLOB_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                self._blob_row(record.id, "in", job.payload, blob),
+            )
             if job.idempotency is not None:
                 expires_at = now + self.limits.idempotency_ttl_s
                 db.execute(
@@ -110,15 +166,17 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         return None if row is None else self._record(row)
 
     async def result(self, job_id: str) -> bytes | None:
-        return await self._run(self._result, job_id, payload_bytes=shared.RESULT_BYTES)
+        held = await self._run(self._result, job_id, payload_bytes=shared.RESULT_BYTES)
+        return await self._read_file(held) if isinstance(held, BlobFile) else held
 
-    def _result(self, job_id: str) -> bytes | None:
+    def _result(self, job_id: str) -> bytes | BlobFile | None:
         if self._row(self._db, job_id) is None:
             return None
-        row = self._db.execute(
-            "SELECT data FROM blobs WHERE id = ? AND kind = 'out'", (job_id,)
-        ).fetchone()
-        return None if row is None else bytes(row["data"])
+        return self._held(
+            self._db.execute(
+                f"SELECT {_BLOB_COLUMNS} FROM blobs WHERE id = ? AND kind = 'out'", (job_id,)
+            ).fetchone()
+        )
 
     async def _cancel(self, job_id: str) -> JobRecord | None:
         return await self._run(self._cancel_tx, job_id)
@@ -148,7 +206,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     def _forget(self, db: sqlite3.Connection, job_id: str) -> None:
         db.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
-        db.execute("DELETE FROM blobs WHERE id = ?", (job_id,))
+        self._drop_blobs(db, job_id)
         db.execute("DELETE FROM checkpoints WHERE job_id = ?", (job_id,))
 
     async def jobs_of(self, owner: str, limit: int) -> list[JobRecord]:
@@ -165,7 +223,13 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
     async def _claim(
         self, worker: str, model: str, order: tuple[str, ...], lease_s: float, skip: frozenset[str]
     ) -> shared.Claim | None:
-        return await self._run(self._claim_tx, worker, model, order, lease_s, skip)
+        claim = await self._run(self._claim_tx, worker, model, order, lease_s, skip)
+        if claim is None or claim.input_file is None:
+            return claim
+        payload = await self._read_file(claim.input_file)
+        if payload is None:  # gone or damaged: the work cannot be rebuilt from it
+            logger.error("a job's input file is missing", extra={"job_id": claim.record.id})
+        return dataclasses.replace(claim, payload=payload or b"", input_file=None)
 
     def _claim_tx(
         self, worker: str, model: str, order: tuple[str, ...], lease_s: float, skip: frozenset[str]
@@ -214,14 +278,19 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
                     started_at=record.started_at,
                     lease_until=now + lease_s,
                 )
-                payload = db.execute(
-                    "SELECT data FROM blobs WHERE id = ? AND kind = 'in'", (record.id,)
-                ).fetchone()["data"]
+                held = self._held(
+                    db.execute(
+                        f"SELECT {_BLOB_COLUMNS} FROM blobs WHERE id = ? AND kind = 'in'",
+                        (record.id,),
+                    ).fetchone()
+                )
                 more = db.execute(
                     "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = ? AND model = ?)",
                     (QUEUED, model),
                 ).fetchone()[0]
-                return shared.Claim(record, bytes(payload), bool(more))
+                if isinstance(held, BlobFile):  # read after the transaction, off its thread
+                    return shared.Claim(record, b"", bool(more), input_file=held)
+                return shared.Claim(record, held or b"", bool(more))
         return None
 
     async def _renew(
@@ -286,10 +355,19 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         return None if row is None else bytes(row["data"])
 
     async def _finish(self, job_id: str, outcome: shared.Outcome) -> bool:
-        size = 0 if outcome.result is None else len(outcome.result)
-        return await self._run(self._finish_tx, job_id, outcome, payload_bytes=size)
+        result = outcome.result
+        blob = None if result is None else await self._write_file(job_id, "out", result)
+        size = 0 if result is None or blob is not None else len(result)
+        try:
+            done = await self._run(self._finish_tx, job_id, outcome, blob, payload_bytes=size)
+        except BaseException:
+            await self._unlink(blob)
+            raise
+        if not done:  # finished before (a rerun's outcome came first)
+            await self._unlink(blob)
+        return done
 
-    def _finish_tx(self, job_id: str, outcome: shared.Outcome) -> bool:
+    def _finish_tx(self, job_id: str, outcome: shared.Outcome, blob: BlobFile | None) -> bool:
         with self._write() as db:
             row = self._row(db, job_id)
             if row is None or row["state"] in FINAL_STATES:
@@ -298,11 +376,18 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
                 db.execute(
                     "UPDATE jobs SET step = ?, total = ? WHERE id = ?", (*outcome.progress, job_id)
                 )
-            self._finish_in(db, row, outcome)
+            self._finish_in(db, row, outcome, blob)
             return True
 
-    def _finish_in(self, db: sqlite3.Connection, row: sqlite3.Row, outcome: shared.Outcome) -> None:
-        """Finish the job of ``row`` (not final) inside the transaction ``db``."""
+    def _finish_in(
+        self,
+        db: sqlite3.Connection,
+        row: sqlite3.Row,
+        outcome: shared.Outcome,
+        blob: BlobFile | None = None,
+    ) -> None:
+        """Finish the job of ``row`` (not final) inside the transaction ``db`` (``blob``:
+        the file its result was written to, when it is big)."""
         job_id, now, result = row["id"], self._clock(), outcome.result
         webhook = json.loads(row["webhook"]) if row["webhook"] else None
         self._update(
@@ -317,10 +402,14 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         )
         if outcome.state == SUCCEEDED:
             db.execute("UPDATE jobs SET step = total WHERE id = ?", (job_id,))
-        db.execute("DELETE FROM blobs WHERE id = ? AND kind = 'in'", (job_id,))
+        self._drop_blobs(db, job_id, "in")
         db.execute("DELETE FROM checkpoints WHERE job_id = ?", (job_id,))  # a final job needs none
         if result is not None:
-            db.execute("INSERT OR REPLACE INTO blobs VALUES (?, 'out', ?)", (job_id, result))
+            self._drop_blobs(db, job_id, "out")
+            db.execute(
+                f"INSERT INTO blobs ({_BLOB_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+                self._blob_row(job_id, "out", result, blob),
+            )
             self._evict_results(db, keep=job_id)
 
     def _evict_results(self, db: sqlite3.Connection, keep: str) -> None:
@@ -362,6 +451,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     async def reap(self) -> int:
         requeued, models = await self._run(self._reap)
+        await self.give_back_space()
         for model in models:
             self.hub.notify(work_topic(model))
         if requeued:

@@ -96,6 +96,35 @@ def test_a_calls_payload_adds_to_its_time():
     assert breaker.timeout_for(2 * BULK_BYTES_PER_S) == 3.0
 
 
+def test_a_call_queued_behind_a_big_write_does_not_open_the_breaker():
+    """A store that moves one payload at a time: a write of 3 s worth of bytes (at
+    ``BULK_BYTES_PER_S``) that takes 1 s, and a small read queued behind it, which waits
+    that second (five times its own budget): no stall, the breaker stays closed."""
+
+    async def scenario() -> None:
+        one_at_a_time = asyncio.Lock()
+
+        async def big_write() -> str:
+            async with one_at_a_time:
+                await asyncio.sleep(1.0)
+                return "written"
+
+        async def small_read() -> str:
+            async with one_at_a_time:
+                return "read"
+
+        breaker = Breaker("the store", lambda: asyncio.sleep(0), call_timeout_s=0.2)
+        write = asyncio.create_task(breaker.call(big_write(), payload_bytes=3 * BULK_BYTES_PER_S))
+        await asyncio.sleep(0)  # the write holds the store
+        assert await breaker.call(small_read()) == "read"
+        assert await write == "written"
+        assert not breaker.is_open
+        assert await breaker.call(small_read()) == "read"
+        await breaker.close()
+
+    asyncio.run(scenario())
+
+
 def test_a_full_sqlite_disk_is_a_507_and_a_read_only_one_a_503(tmp_path, monkeypatch):
     async def scenario() -> None:
         store = SqliteJobStore(tmp_path / "jobs.db", StoreLimits())
