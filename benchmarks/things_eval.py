@@ -38,9 +38,9 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812
+
 from evaluation.judge import Judge, frechet_distance, load_judge, render_example
 from evaluation.judge import read_metadata as read_judge_metadata
-
 from models.shapes.planner import plan_regions
 from models.things import (
     THING_HUES,

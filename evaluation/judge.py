@@ -79,6 +79,7 @@ from models.things.scenes import (
     PlacedThing,
     ThingScene,
     draw_float,
+    subset_pool,
 )
 from models.things.vocab import thing, thing_keys
 
@@ -324,7 +325,7 @@ def _hardware(device: str) -> str:
 def _train(args: argparse.Namespace) -> None:
     out = Path(args.out)
     state_path = out.with_suffix(".train.pt")
-    classes = thing_keys()
+    classes = tuple(item.key for item in subset_pool(args.things)) if args.things else thing_keys()
     model = Judge(JudgeConfig(classes, width=args.width)).to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.05)
     step, samples, minutes = 0, 0, 0.0
@@ -405,6 +406,11 @@ def main(argv: list[str] | None = None) -> None:
     train.add_argument("--log-every", type=int, default=50)
     train.add_argument("--eval-per-class", type=int, default=2)
     train.add_argument("--fresh", action="store_true", help="ignore a saved training state")
+    train.add_argument(
+        "--things",
+        type=int,
+        help="judge only the N things a CPU-sized DiT run trained on (train-dit --things N)",
+    )
     score = sub.add_parser("accuracy", help="held-out top-1/top-5 of saved weights")
     score.add_argument("--weights", default="weights/judge-things64.safetensors")
     score.add_argument("--per-class", type=int, default=2)
