@@ -272,6 +272,11 @@ _SIGNATURES = (
 )
 
 
+def looks_like_image(data: bytes) -> bool:
+    """Whether ``data`` starts like one of ``ACCEPTED_FORMATS`` (its signature only)."""
+    return _looks_like_accepted_format(data)
+
+
 def _looks_like_accepted_format(data: bytes) -> bool:
     is_webp = data[:4] == b"RIFF" and data[8:12] == b"WEBP"
     return is_webp or data.startswith(_SIGNATURES)

@@ -28,10 +28,10 @@ from models.adain.stats import check_masks, convex_weights
 from models.images import check_output_side
 from models.video import looks_like_video
 from service.config import Settings
-from service.errors import ValidationFailed, error_responses, shorten
+from service.errors import UnsupportedMediaType, ValidationFailed, error_responses, shorten
 from service.execution.executor import Accepted
 from service.execution.stylize import StylizeWork
-from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits
+from service.images import ACCEPTED_FORMATS, Decoding, ImageLimits, looks_like_image
 from service.jobs.webhooks import EVENTS_PATTERN, parse_events
 from service.routes.deps import RateLimited, WorkContext, WorkDep
 from service.routes.jobs import job_accepted
@@ -43,6 +43,9 @@ MAX_STYLES = 4
 #: Masks choose a style per pixel of the whole photo: up to the base size only (above it,
 #: the photo is painted in print-size tiles).
 MAX_MASK_SIZE = BASE_SIDE
+#: The containers a video may come in (sniffed from the bytes, not the name).
+VIDEO_FORMATS = "MP4, MOV, WebM, Matroska, AVI, animated GIF"
+
 #: Bytes read to tell a video from a photo (a container's signature; a GIF is read whole
 #: to count its frames).
 SNIFF_BYTES = 16
@@ -354,6 +357,12 @@ async def stylize(
     hook = await context.executor.webhook(webhook, parse_events(webhook_events))
     # refuse before anything is decoded
     await context.executor.check_admission(context.respond_async)
+    if head and not looks_like_image(head):  # an empty file: 400 empty_file, below
+        raise UnsupportedMediaType(
+            f"content: neither an image ({', '.join(ACCEPTED_FORMATS)}) nor a video "
+            f"({VIDEO_FORMATS}), whatever its name says",
+            code="unsupported_image_type",
+        )
     deadline = context.executor.deadline()
     style_side = styles_side(size)
     weight = size * size * (1 + (0 if mask is None else len(mask))) + len(style) * style_side**2
