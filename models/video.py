@@ -9,8 +9,8 @@ A clip is stylised a chunk of frames at a time, with bounded memory and resumabl
 * :func:`encode_segment` encodes one chunk of (stylised) frames as a self-contained
   *segment*, a small file of the output container whose first frame is a key frame;
 * :func:`assemble` joins the segments into the final file: their video packets re-stamped
-  end to end, the source's audio packets copied unchanged and interleaved by time, and
-  metadata.
+  with the source's frame times, the source's audio packets copied unchanged and
+  interleaved by time, and metadata.
 
 The container out is the container in: MP4 and MOV (H.264, audio copied, e.g. AAC), WebM
 (VP9, Opus or Vorbis copied), Matroska (H.264, any audio copied), AVI (written as Matroska,
@@ -39,16 +39,24 @@ Decisions:
 * **Rotation**: a display matrix (phone clips) is applied on decode, like the ``ffmpeg``
   command line does: :class:`VideoInfo` gives the displayed size, frames come upright and
   the output carries no rotation.
-* **GIF**: read with Pillow (transparency composited over white); each frame of a segment
-  is quantised with Pillow's adaptive (median cut, Floyd-Steinberg) palette and written
-  by Pillow as a one-frame GIF; segments and the final file are made by moving those
-  frames' compressed blocks (image descriptor, local colour table, LZW data) between
-  GIF files unchanged, with new graphic control blocks: no pixel is re-encoded. The final
-  GIF keeps the source's frame delays and loop count; frames are opaque.
+* **GIF**: frames read with Pillow (transparency composited over white), counted and
+  timed by FFmpeg's demuxer (a delay under 2 cs is read as 10 cs, what browsers show);
+  written by FFmpeg's GIF encoder and muxer, each frame with a palette of its own
+  (Pillow's adaptive median cut, Floyd-Steinberg dithering; ``global_palette=0``) and
+  whole (``gifflags=0``), so frames are opaque. Pillow's GIF writer is not used: it folds
+  identical consecutive frames into one (``benchmarks/gif_round_trip.py``: its 320-frame
+  GIF with a still pause comes out of Pillow with 311 frames), which would change a
+  clip's frame count. FFmpeg puts a GIF's header in its first packet, so the final GIF is
+  made by decoding the segments and encoding their frames again with their own colours
+  as palette (nothing quantised twice); it keeps the source's delays and loop count, and
+  carries the comment in a comment extension, which FFmpeg's muxer does not write.
+* **Timing**: each frame of the output is shown when the source showed its own (the
+  source's frame timestamps, read from its packets), so a variable frame rate is kept
+  frame for frame, and a GIF's delays.
 * **Audio**: the source's first audio stream is copied packet for packet (payloads and
-  side data unchanged; timestamps moved by the source's video start time, so the sync
-  holds), interleaved with the video by time. Other streams (subtitles, a second audio
-  track) are dropped. The video is written at a constant ``info.fps``.
+  side data unchanged; timestamps moved by the source's first frame's time, as the
+  video's, so the sync holds), interleaved with the video by time. Other streams
+  (subtitles, a second audio track) are dropped.
 * **Metadata**: written as container metadata; Matroska and WebM keep any key (read back
   in upper case), MP4 and MOV the standard ones (``comment``, ``title``, ``description``,
   ...: others are dropped by the muxer), GIF one ``comment``.
@@ -111,19 +119,20 @@ class _Format:
 
     media_type: str
     suffix: str
-    muxer: str  # FFmpeg's muxer name ("" for GIF, written here)
-    encoder: str  # FFmpeg's video encoder ("" for GIF, Pillow)
+    muxer: str  # FFmpeg's muxer name
+    encoder: str  # FFmpeg's video encoder
     even_size: bool  # yuv420p H.264: both sides even
 
 
 _H264 = "libx264"
 _VP9 = "libvpx-vp9"
+_GIF = "gif"
 FORMATS: dict[str, _Format] = {
     "mp4": _Format("video/mp4", ".mp4", "mp4", _H264, True),
     "mov": _Format("video/quicktime", ".mov", "mov", _H264, True),
     "webm": _Format("video/webm", ".webm", "webm", _VP9, False),
     "matroska": _Format("video/x-matroska", ".mkv", "matroska", _H264, True),
-    "gif": _Format("image/gif", ".gif", "", "", False),
+    "gif": _Format("image/gif", ".gif", "gif", _GIF, False),
 }
 
 #: Encoder options: one thread and fixed settings, so the same frames give the same bytes.
@@ -144,6 +153,7 @@ ENCODER_OPTIONS: dict[str, dict[str, str]] = {
         "row-mt": "0",
         "threads": "1",
     },
+    _GIF: {"global_palette": "0", "gifflags": "0"},
 }
 
 
@@ -232,13 +242,13 @@ def probe(data: bytes, *, time_budget_s: float = 10.0) -> VideoInfo:
     ``VideoError(reason="corrupt")``.
     """
     deadline = time.monotonic() + time_budget_s
-    if _is_gif(data):
-        return _probe_gif(data, deadline)
     with _open_input(data, time_budget_s) as container:
         stream = _video_stream(container)
         output = _output_container(container.format.name, data)
-        frames, rotation = _count_frames(container, stream, deadline, time_budget_s)
-        fps = _frame_rate(stream, frames)
+        frames, rotation, shown = _count_frames(container, stream, deadline, time_budget_s)
+        if output == "gif":
+            _check_gif(data, frames)
+        fps = _frame_rate(stream, frames, shown if output == "gif" else 0)
         audio = container.streams.audio
         width, height = stream.width, stream.height
         if rotation % 180 == 90:
@@ -308,6 +318,8 @@ def _output_container(demuxer: str, data: bytes) -> str:
         return "webm" if _ebml_doctype(data) == b"webm" else "matroska"
     if "avi" in names:
         return "matroska"
+    if "gif" in names:
+        return "gif"
     raise VideoError(f"the {demuxer} container is not supported", "unsupported")
 
 
@@ -325,11 +337,12 @@ def _ebml_doctype(data: bytes) -> bytes:
 
 def _count_frames(
     container: InputContainer, stream: VideoStream, deadline: float, budget: float
-) -> tuple[int, int]:
-    """``(frames, rotation)``: the stream's packets counted by demuxing (less those the
-    container marks to discard), and the display rotation of its first frame, decoded on
-    the way (VideoError if it does not decode, or the stream is cut short)."""
-    packets, frames, first = 0, 0, None
+) -> tuple[int, int, int]:
+    """``(frames, rotation, shown)``: the stream's packets counted by demuxing (less those
+    the container marks to discard), the display rotation of its first frame, decoded on
+    the way (VideoError if it does not decode, or the stream is cut short), and the sum of
+    the packets' durations (in the stream's time base)."""
+    packets, frames, shown, first = 0, 0, 0, None
     try:
         for packet in container.demux(stream):
             if time.monotonic() > deadline:
@@ -338,6 +351,7 @@ def _count_frames(
                 continue
             packets += 1
             frames += 0 if packet.is_discard else 1
+            shown += packet.duration or 0
             if first is None:
                 first = next(iter(_decode(stream, packet)), None)
         if first is None:
@@ -350,7 +364,7 @@ def _count_frames(
         raise VideoError("no frame of the video could be decoded", "corrupt")
     if packets < stream.frames:  # the container's own count (MP4, MOV), 0 if none
         raise VideoError(f"truncated video: {packets} of {stream.frames} frames", "corrupt")
-    return frames, _rotation(first)
+    return frames, _rotation(first), shown
 
 
 def _decode(stream: VideoStream, packet: Packet[Any] | None) -> list[VideoFrame]:
@@ -363,9 +377,13 @@ def _decode(stream: VideoStream, packet: Packet[Any] | None) -> list[VideoFrame]
         raise VideoError(f"unsupported video codec: {_reason(error)}", "unsupported") from None
 
 
-def _frame_rate(stream: VideoStream, frames: int) -> Fraction:
-    """The stream's average frame rate (from its timestamps when the container has none),
-    as a rational with a small denominator (30000/1001, not 1000000000/33366666)."""
+def _frame_rate(stream: VideoStream, frames: int, shown: int) -> Fraction:
+    """The stream's average frame rate: ``frames`` over ``shown`` (the packets' summed
+    durations) when given, as for a GIF (its delays: FFmpeg reads one under 2 cs as 10 cs,
+    what browsers show), else the container's (from its timestamps when it has none), as a
+    rational with a small denominator (30000/1001, not 1000000000/33366666)."""
+    if shown > 0 and stream.time_base is not None:
+        return Fraction(frames) / (shown * stream.time_base)
     for rate in (stream.average_rate, stream.guessed_rate):
         if rate is not None and rate > 0:
             return Fraction(rate).limit_denominator(_FPS_DENOMINATOR)
@@ -485,39 +503,67 @@ def encode_segment(frames: torch.Tensor, info: VideoInfo) -> bytes:
         raise ValueError("a segment needs at least one frame")
     pixels = frames.permute(0, 2, 3, 1).cpu().numpy()  # (n, H, W, 3)
     fmt = FORMATS[info.container]
-    if not fmt.encoder:
-        return _gif_segment(pixels, info.fps)
     if fmt.even_size:
         height, width = pixels.shape[1] // 2 * 2, pixels.shape[2] // 2 * 2
         if height == 0 or width == 0:
             raise ValueError(f"{info.container} needs frames of at least 2x2 pixels")
         pixels = pixels[:, :height, :width]
-    return _av_segment(pixels, fmt, info.fps)
-
-
-def _av_segment(pixels: np.ndarray, fmt: _Format, fps: Fraction) -> bytes:
-    """``(n, H, W, 3)`` uint8 RGB encoded with ``fmt``'s encoder into a file of its muxer."""
     buffer = io.BytesIO()
     with av.open(buffer, "w", format=fmt.muxer) as output:
         _set_bitexact(output)
-        options = _encoder_options(fmt.encoder)
-        stream = cast(VideoStream, output.add_stream(fmt.encoder, rate=fps, options=options))
-        stream.width, stream.height = pixels.shape[2], pixels.shape[1]
-        stream.pix_fmt = "yuv420p"
-        stream.time_base = 1 / fps
-        context = stream.codec_context
-        context.thread_count = 1
-        context.color_primaries = context.color_trc = context.colorspace = _BT709
-        context.color_range = _MPEG_RANGE
+        stream = _video_out(output, fmt.encoder, info.fps, (pixels.shape[1], pixels.shape[2]))
         for index, rgb in enumerate(pixels):
-            frame = VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-            yuv = frame.reformat(
-                format="yuv420p", dst_colorspace="ITU709", dst_color_range="MPEG", threads=1
-            )
-            yuv.pts = index
-            output.mux(stream.encode(yuv))
+            frame = _encoder_frame(np.ascontiguousarray(rgb), fmt.encoder)
+            frame.pts = index
+            output.mux(stream.encode(frame))
         output.mux(stream.encode(None))
     return buffer.getvalue()
+
+
+def _video_out(
+    output: OutputContainer, encoder: str, rate: Fraction, size: tuple[int, int]
+) -> VideoStream:
+    """A video stream of ``size`` ``(H, W)`` added to ``output``, time base ``1 / rate``:
+    ``encoder`` on one thread with :data:`ENCODER_OPTIONS`, fed BT.709 yuv420p frames (a
+    GIF: ``pal8``)."""
+    options = _encoder_options(encoder)
+    stream = cast(VideoStream, output.add_stream(encoder, rate=rate, options=options))
+    stream.height, stream.width = size
+    stream.time_base = 1 / rate
+    context = stream.codec_context
+    context.thread_count = 1
+    if encoder == _GIF:
+        stream.pix_fmt = "pal8"
+        return stream
+    stream.pix_fmt = "yuv420p"
+    context.color_primaries = context.color_trc = context.colorspace = _BT709
+    context.color_range = _MPEG_RANGE
+    return stream
+
+
+def _encoder_frame(rgb: np.ndarray, encoder: str) -> VideoFrame:
+    """``(H, W, 3)`` uint8 RGB as ``encoder`` takes it: BT.709 limited-range yuv420p, or
+    for a GIF 256 colours of its own (Pillow's median cut, Floyd-Steinberg dithering)."""
+    if encoder == _GIF:
+        quantised = Image.fromarray(rgb, "RGB").quantize(
+            256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.FLOYDSTEINBERG
+        )
+        colours = np.asarray(quantised.getpalette("RGB") or (), np.uint8).reshape(-1, 3)
+        return _palette_frame(np.asarray(quantised), colours)
+    frame = VideoFrame.from_ndarray(rgb, format="rgb24")
+    return frame.reformat(
+        format="yuv420p", dst_colorspace="ITU709", dst_color_range="MPEG", threads=1
+    )
+
+
+def _palette_frame(indices: np.ndarray, colours: np.ndarray) -> VideoFrame:
+    """A ``pal8`` frame: ``(H, W)`` uint8 indices into ``colours`` ``(k, 3)`` RGB, k <= 256
+    (opaque: FFmpeg's palette is 256 ARGB entries)."""
+    palette = np.zeros((256, 4), np.uint8)
+    palette[:, 0] = 255
+    palette[: len(colours), 1:] = colours[:256]
+    pair: Any = (np.ascontiguousarray(indices), palette)  # PyAV's pal8 takes a pair
+    return VideoFrame.from_ndarray(pair, format="pal8")
 
 
 def _set_bitexact(container: OutputContainer) -> None:
@@ -526,6 +572,50 @@ def _set_bitexact(container: OutputContainer) -> None:
 
 
 # -- assembling ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Clock:
+    """When the source shows its frames: frame ``k`` at ``stamps[k]`` (increasing, in
+    ``time_base`` units, the first at 0), the last one for ``last`` units; ``start``: the
+    source's time of its first frame, in seconds (its audio moves by as much)."""
+
+    time_base: Fraction
+    stamps: list[int]
+    last: int
+    start: Fraction
+
+    def stamp(self, index: int) -> tuple[int, int]:
+        """``(pts, duration)`` of frame ``index``; past the source's frames, ``last`` apart."""
+        count = len(self.stamps)
+        pts = (
+            self.stamps[index]
+            if index < count
+            else self.stamps[-1] + (index - count + 1) * self.last
+        )
+        after = self.stamps[index + 1] if index + 1 < count else pts + self.last
+        return pts, after - pts
+
+
+def _source_clock(source: bytes, fps: Fraction) -> _Clock:
+    """The source's frame times, read from its video packets (less those the container
+    marks to discard) in display order: a variable frame rate is kept frame for frame.
+    Without timestamps the frames are ``1 / fps`` apart."""
+    with _open_input(source) as container:
+        stream = _video_stream(container)
+        times = [
+            (packet.pts, packet.duration or 0)
+            for packet in _payloads(container.demux(stream))
+            if not packet.is_discard
+        ]
+        time_base = stream.time_base
+    stamps = [pts for pts, _ in sorted(times, key=lambda time: time[0] or 0)]
+    if not stamps or time_base is None or None in stamps:
+        return _Clock(1 / fps, list(range(len(stamps) or 1)), 1, Fraction(0))
+    increasing = list(itertools.accumulate(stamps, lambda previous, pts: max(pts, previous + 1)))
+    first = increasing[0]
+    last = max(times, key=lambda time: time[0] or 0)[1] or max(1, round(1 / (fps * time_base)))
+    return _Clock(time_base, [pts - first for pts in increasing], last, first * time_base)
 
 
 def assemble(
@@ -537,21 +627,25 @@ def assemble(
 ) -> None:
     """Write the final video to ``out`` (seekable for MP4 and MOV).
 
-    The segments' video packets in order, re-stamped end to end at ``info.fps`` (the
-    output stream made from the first segment's stream), the source's first audio
-    stream's packets copied unchanged and interleaved by time, and ``metadata`` as
-    container metadata. Segments are read lazily, one at a time.
+    The segments' frames in order, each shown when the source showed its own (frame ``k``
+    at the source's ``k``-th timestamp, so a variable frame rate, or a GIF's delays, are
+    kept), the source's first audio stream's packets copied unchanged and interleaved by
+    time, and ``metadata`` as container metadata (a GIF: its comment). The segments' video
+    packets are copied; a GIF's frames are decoded and encoded again with their own
+    colours (FFmpeg's GIF demuxer puts a file header in a segment's first packet, so its
+    packets cannot be copied into another GIF). Segments are read lazily, one at a time.
     """
-    if info.container == "gif":
-        _assemble_gif(segments, source, info.fps, metadata.get("comment"), out)
-        return
     pieces = iter(segments)
     first = next(pieces, None)
     if first is None:
         raise ValueError("no segments to assemble")
-    fmt = FORMATS[info.container]
+    clock = _source_clock(source, info.fps)
+    if info.container == "gif":
+        gif = _gif(itertools.chain([first], pieces), clock, _gif_loop(source))
+        out.write(_with_comment(gif, metadata.get("comment")))
+        return
     with (
-        av.open(out, "w", format=fmt.muxer) as output,
+        av.open(out, "w", format=FORMATS[info.container].muxer) as output,
         av.open(io.BytesIO(source), "r") as original,
     ):
         _set_bitexact(output)
@@ -561,12 +655,12 @@ def assemble(
             video = output.add_stream_from_template(template)
             parameters = _parameters(template)
         video.codec_context.framerate = info.fps
-        video.time_base = 1 / info.fps
+        video.time_base = clock.time_base
         audio_in = original.streams.audio[0] if original.streams.audio else None
         audio = None if audio_in is None else output.add_stream_from_template(audio_in)
         if audio is not None and audio_in is not None and audio_in.language:
             audio.metadata["language"] = audio_in.language
-        pending = _audio_packets(original, audio_in, audio)
+        pending = _audio_packets(original, audio_in, audio, clock.start)
         frames = 0
         for index, data in enumerate(itertools.chain([first], pieces)):
             with av.open(io.BytesIO(data), "r") as segment:
@@ -574,8 +668,8 @@ def assemble(
                 if _parameters(stream) != parameters:
                     raise ValueError(f"segment {index} was not encoded like the first one")
                 for packet in _payloads(segment.demux(stream)):
-                    _restamp(packet, video, frames, info.fps)
-                    pending.mux_until(output, Fraction(frames) / info.fps)
+                    _restamp(packet, video, clock, frames)
+                    pending.mux_until(output, clock.stamp(frames)[0] * clock.time_base)
                     output.mux(packet)
                     frames += 1
         pending.mux_until(output, None)
@@ -592,12 +686,12 @@ def _parameters(stream: VideoStream) -> tuple[str, int, int, bytes | None]:
     return context.name, stream.width, stream.height, context.extradata
 
 
-def _restamp(packet: Packet[Any], stream: Any, frame: int, fps: Fraction) -> None:
+def _restamp(packet: Packet[Any], stream: Any, clock: _Clock, frame: int) -> None:
     """Make ``packet`` frame number ``frame`` of the output ``stream`` (dts == pts)."""
     packet.stream = stream
-    packet.time_base = 1 / fps
-    packet.pts = packet.dts = frame
-    packet.duration = 1
+    packet.time_base = clock.time_base
+    packet.pts, packet.duration = clock.stamp(frame)
+    packet.dts = packet.pts
 
 
 class _AudioQueue:
@@ -605,7 +699,7 @@ class _AudioQueue:
 
     def __init__(self, packets: Iterator[Packet[Any]], shift: Fraction) -> None:
         self._packets = packets
-        self._shift = shift  # the source's video start time, which becomes 0
+        self._shift = shift  # the source's first frame's time, which becomes 0
         self._next: Packet[Any] | None = next(packets, None)
 
     def mux_until(self, output: OutputContainer, limit: Fraction | None) -> None:
@@ -632,12 +726,11 @@ class _AudioQueue:
             packet.dts -= offset
 
 
-def _audio_packets(original: InputContainer, audio_in: Any, audio_out: Any) -> _AudioQueue:
-    """The source's audio packets, bound for ``audio_out``, as an :class:`_AudioQueue`."""
-    video = _video_stream(original)
-    shift = Fraction(0)
-    if video.start_time is not None and video.time_base is not None:
-        shift = video.start_time * video.time_base
+def _audio_packets(
+    original: InputContainer, audio_in: Any, audio_out: Any, shift: Fraction
+) -> _AudioQueue:
+    """The source's audio packets, bound for ``audio_out`` and moved ``shift`` seconds
+    earlier, as an :class:`_AudioQueue`."""
     if audio_in is None:
         return _AudioQueue(iter(()), shift)
 
@@ -652,203 +745,82 @@ def _audio_packets(original: InputContainer, audio_in: Any, audio_out: Any) -> _
 # -- GIF ----------------------------------------------------------------------------------
 
 _GIF_HEADERS = (b"GIF87a", b"GIF89a")
-_GIF_TRAILER = b"\x3b"
-_NETSCAPE = b"NETSCAPE2.0"
-_DEFAULT_DELAY_CS = 10  # what browsers show for a delay of 0 or 1 centisecond
 
 
 def _is_gif(data: bytes) -> bool:
     return data[:6] in _GIF_HEADERS
 
 
-@dataclass(frozen=True)
-class _GifFrame:
-    """One frame's blocks: its delay and its image, ready to be written elsewhere.
-
-    ``image``: the image descriptor (with its own, local colour table) and the LZW data,
-    byte for byte as they were, less the global colour table they may have used.
-    """
-
-    delay_cs: int
-    image: bytes
-
-
-@dataclass(frozen=True)
-class _GifHeader:
-    width: int
-    height: int
-    loop: int | None  # the NETSCAPE loop count; None: play once
-
-
-def _u16(data: bytes, at: int) -> int:
-    if at + 2 > len(data):
-        raise VideoError("truncated GIF", "corrupt")
-    return int.from_bytes(data[at : at + 2], "little")
-
-
-def _skip_sub_blocks(data: bytes, at: int) -> int:
-    """The offset after the data sub-blocks that start at ``at`` (and their terminator)."""
-    while True:
-        if at >= len(data):
-            raise VideoError("truncated GIF", "corrupt")
-        size = data[at]
-        at += 1 + size
-        if size == 0:
-            return at
-
-
-def _colour_table_size(packed: int) -> int:
-    """Bytes of the colour table a logical screen or image descriptor's flags announce."""
-    return 3 * 2 ** ((packed & 0x07) + 1) if packed & 0x80 else 0
-
-
-def _parse_gif(data: bytes) -> tuple[_GifHeader, Iterator[_GifFrame]]:
-    """A GIF's header and (lazily) its frames; VideoError on a GIF cut short."""
-    if not _is_gif(data) or len(data) < 13:
-        raise VideoError("not a GIF", "unsupported")
-    packed = data[10]
-    end = 13 + _colour_table_size(packed)
-    if end > len(data):
-        raise VideoError("truncated GIF", "corrupt")
-    global_table = data[13:end]
-    header = _GifHeader(width=_u16(data, 6), height=_u16(data, 8), loop=_find_loop(data, end))
-    return header, _gif_blocks(data, end, global_table)
-
-
-def _find_loop(data: bytes, at: int) -> int | None:
-    """The NETSCAPE loop count among the extensions before the first image, if any."""
-    while at + 1 < len(data) and data[at] == 0x21:
-        netscape = data[at + 1] == 0xFF and data[at + 3 : at + 14] == _NETSCAPE
-        if netscape and data[at + 14 : at + 16] == b"\x03\x01":
-            return _u16(data, at + 16)
-        at = _skip_sub_blocks(data, at + 2)
-    return None
-
-
-def _gif_blocks(data: bytes, at: int, global_table: bytes) -> Iterator[_GifFrame]:
-    """The frames from offset ``at``: each with the delay of the graphic control block
-    before it (0 without one) and its colour table made local."""
-    delay = 0
-    while at < len(data) and data[at] != 0x3B:
-        if data[at] == 0x21:  # an extension
-            if at + 6 <= len(data) and data[at + 1] == 0xF9:
-                delay = _u16(data, at + 4)
-            at = _skip_sub_blocks(data, at + 2)
-        elif data[at] == 0x2C:  # an image
-            if at + 10 > len(data):
-                raise VideoError("truncated GIF", "corrupt")
-            packed = data[at + 9]
-            table_end = at + 10 + _colour_table_size(packed)
-            end = _skip_sub_blocks(data, table_end + 1)  # + the LZW minimum code size
-            yield _GifFrame(delay, _localised(data, at, packed, table_end, end, global_table))
-            delay, at = 0, end
-        else:
-            raise VideoError(f"corrupt GIF: unknown block 0x{data[at]:02x}", "corrupt")
-
-
-def _localised(
-    data: bytes, at: int, packed: int, table_end: int, end: int, global_table: bytes
-) -> bytes:
-    """The image at ``data[at:end]`` with a local colour table (the global one if it had
-    none), so that it can be moved to another GIF."""
-    if packed & 0x80:
-        return data[at:end]
-    if not global_table:
-        raise VideoError("corrupt GIF: an image without a colour table", "corrupt")
-    size_bits = (len(global_table) // 3).bit_length() - 2  # 2 ** (bits + 1) entries
-    descriptor = data[at : at + 9] + bytes([packed & 0x40 | 0x80 | size_bits])
-    return descriptor + global_table + data[table_end:end]
-
-
-def _gif_head(width: int, height: int, loop: int | None, comment: str | None) -> bytes:
-    """A GIF89a header without a global colour table, its loop count and comment."""
-    head = b"GIF89a" + width.to_bytes(2, "little") + height.to_bytes(2, "little") + b"\x70\0\0"
-    if loop is not None:
-        head += b"\x21\xff\x0b" + _NETSCAPE + b"\x03\x01" + loop.to_bytes(2, "little") + b"\0"
-    if comment:
-        text = comment.encode()
-        blocks = b"".join(
-            bytes([len(part)]) + part
-            for part in (text[i : i + 255] for i in range(0, len(text), 255))
-        )
-        head += b"\x21\xfe" + blocks + b"\0"
-    return head
-
-
-def _gif_frame(image: bytes, delay_cs: int) -> bytes:
-    """A graphic control block (no disposal, opaque, ``delay_cs``) and the image."""
-    return b"\x21\xf9\x04\x04" + delay_cs.to_bytes(2, "little") + b"\0\0" + image
-
-
-def _delay_cs(fps: Fraction) -> int:
-    """The GIF delay, in centiseconds, closest to one frame at ``fps`` (at least 2)."""
-    return max(2, round(100 / fps))
-
-
-def _gif_segment(pixels: np.ndarray, fps: Fraction) -> bytes:
-    """``(n, H, W, 3)`` uint8 RGB -> an animated GIF, each frame with its own palette."""
-    height, width = pixels.shape[1:3]
-    parts = [_gif_head(width, height, None, None)]
-    for rgb in pixels:
-        quantised = Image.fromarray(np.ascontiguousarray(rgb), "RGB").quantize(
-            256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.FLOYDSTEINBERG
-        )
-        one = io.BytesIO()
-        quantised.save(one, "GIF", interlace=False, optimize=False)
-        _, images = _parse_gif(one.getvalue())
-        parts.extend(_gif_frame(frame.image, _delay_cs(fps)) for frame in images)
-    parts.append(_GIF_TRAILER)
-    return b"".join(parts)
-
-
-def _assemble_gif(
-    segments: Iterable[bytes], source: bytes, fps: Fraction, comment: str | None, out: BinaryIO
-) -> None:
-    """The segments' frames as one GIF, with the source's frame delays and loop count (a
-    frame past the source's last shown ``1 / fps``), and ``comment`` as its comment."""
-    source_header, source_frames = _parse_gif(source)
-    delays = [frame.delay_cs for frame in source_frames]
-    written, size = 0, None
-    for index, data in enumerate(segments):
-        header, frames = _parse_gif(data)
-        if size is None:
-            size = header.width, header.height
-            out.write(_gif_head(*size, source_header.loop, comment))
-        elif (header.width, header.height) != size:
-            raise ValueError(f"segment {index} was not encoded like the first one")
-        for frame in frames:
-            delay = delays[written] if written < len(delays) else _delay_cs(fps)
-            out.write(_gif_frame(frame.image, delay))
-            written += 1
-    if written == 0:
-        raise ValueError("no segments to assemble")
-    out.write(_GIF_TRAILER)
-
-
-def _probe_gif(data: bytes, deadline: float) -> VideoInfo:
-    """:func:`probe` for a GIF: frames and delays from its blocks, the first frame decoded."""
-    header, frames = _parse_gif(data)
-    delays = []
-    for frame in frames:
-        if time.monotonic() > deadline:
-            raise VideoError("the GIF could not be read within the time budget", "corrupt")
-        delays.append(frame.delay_cs)
-    if len(delays) < 2:
+def _check_gif(data: bytes, frames: int) -> None:
+    """VideoError unless the GIF has two frames or more and its last one decodes (Pillow):
+    FFmpeg's demuxer reads a GIF cut short as a shorter one."""
+    if frames < 2:
         raise VideoError("a GIF of one frame is a still image, not a video", "no_video")
     try:
         with Image.open(io.BytesIO(data)) as image:
+            image.seek(frames - 1)
             image.load()
-    except (OSError, ValueError, SyntaxError) as error:
+    except (OSError, ValueError, SyntaxError, EOFError) as error:
         raise VideoError(f"corrupt GIF: {_reason(error)}", "corrupt") from None
-    shown_cs = sum(delay if delay >= 2 else _DEFAULT_DELAY_CS for delay in delays)
-    fps = Fraction(100 * len(delays), shown_cs)
-    return VideoInfo(
-        container="gif",
-        codec="gif",
-        width=header.width,
-        height=header.height,
-        fps=fps,
-        frames=len(delays),
-        duration_s=float(len(delays) / fps),
-        audio_codec=None,
+
+
+def _gif_loop(source: bytes) -> int | None:
+    """The source GIF's loop count (0: forever), None when it plays once (Pillow reads the
+    header only)."""
+    with Image.open(io.BytesIO(source)) as image:
+        loop = image.info.get("loop")
+    return None if loop is None else int(loop)
+
+
+def _gif(segments: Iterable[bytes], clock: _Clock, loop: int | None) -> bytes:
+    """The segments' frames as one GIF (FFmpeg's encoder and muxer), shown at ``clock``'s
+    times (GIF delays are centiseconds: ``clock`` is a GIF's own), looping ``loop`` times."""
+    buffer = io.BytesIO()
+    options = {"loop": str(-1 if loop is None else loop), "final_delay": str(clock.last)}
+    with av.open(buffer, "w", format="gif", options=options) as output:
+        _set_bitexact(output)
+        stream: VideoStream | None = None
+        index = 0
+        for number, data in enumerate(segments):
+            with av.open(io.BytesIO(data), "r") as segment:
+                source = segment.streams.video[0]
+                size = (source.height, source.width)
+                if stream is None:
+                    stream = _video_out(output, _GIF, 1 / clock.time_base, size)
+                elif size != (stream.height, stream.width):
+                    raise ValueError(f"segment {number} was not encoded like the first one")
+                for decoded in segment.decode(source):
+                    frame = _exact_palette(decoded.to_ndarray(format="rgb24"))
+                    frame.pts = clock.stamp(index)[0]
+                    output.mux(stream.encode(frame))
+                    index += 1
+        if stream is not None:
+            output.mux(stream.encode(None))
+    return buffer.getvalue()
+
+
+def _exact_palette(rgb: np.ndarray) -> VideoFrame:
+    """A decoded GIF frame ``(H, W, 3)`` (at most 256 colours) as ``pal8`` with its own
+    colours as the palette: nothing is quantised again."""
+    packed = rgb.astype(np.uint32) @ np.array([1 << 16, 1 << 8, 1], np.uint32)
+    values, indices = np.unique(packed, return_inverse=True)
+    if len(values) > 256:
+        raise ValueError(f"a GIF frame of {len(values)} colours: at most 256")
+    colours = np.stack([values >> 16, values >> 8 & 0xFF, values & 0xFF], axis=-1)
+    return _palette_frame(indices.reshape(rgb.shape[:2]).astype(np.uint8), colours.astype(np.uint8))
+
+
+def _with_comment(gif: bytes, comment: str | None) -> bytes:
+    """``gif`` with ``comment`` in a comment extension (GIF89a, section 24: ``21 FE``, sub-
+    blocks of at most 255 bytes, ``00``) before its first frame, since FFmpeg's GIF muxer
+    writes none. Its logical screen descriptor ends at byte 13: no global colour table,
+    every frame has its own."""
+    if not comment:
+        return gif
+    if gif[10] & 0x80:
+        raise ValueError("a GIF with a global colour table")
+    text = comment.encode()
+    blocks = b"".join(
+        bytes([len(text[at : at + 255])]) + text[at : at + 255] for at in range(0, len(text), 255)
     )
+    return gif[:13] + b"\x21\xfe" + blocks + b"\x00" + gif[13:]

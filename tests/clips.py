@@ -6,6 +6,7 @@ result holds (audio packets, container metadata)."""
 from __future__ import annotations
 
 import io
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -78,6 +79,39 @@ def make_clip(
         if audio is not None:
             write_tone(output, audio, frames / FPS)
     return buffer.getvalue()
+
+
+def make_vfr_clip(muxer: str, video_codec: str, audio_codec: str, times: list[Fraction]) -> bytes:
+    """A clip of the moving square whose frame ``k`` is shown at ``times[k]`` seconds (a
+    variable frame rate: the pts set frame by frame), with a tone as long as the clip."""
+    buffer = io.BytesIO()
+    time_base = Fraction(1, 1200)  # divides 1/24 and 1/4 s
+    with av.open(buffer, "w", format=muxer) as output:
+        video = output.add_stream(video_codec, rate=24)
+        video.height, video.width = HEIGHT, WIDTH
+        video.pix_fmt = "yuv420p"
+        video.time_base = video.codec_context.time_base = time_base
+        audio = output.add_stream(audio_codec, rate=SAMPLE_RATE)
+        audio.layout = "mono"
+        for index, at in enumerate(times):
+            frame = av.VideoFrame.from_ndarray(picture(index), format="rgb24")
+            frame.pts, frame.time_base = round(at / time_base), time_base
+            output.mux(video.encode(frame))
+        output.mux(video.encode(None))
+        write_tone(output, audio, float(times[-1]) + 0.25)
+    return buffer.getvalue()
+
+
+def frame_times(data: bytes) -> list[Fraction]:
+    """Each shown frame's time in seconds from the first, in display order."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        stamps = sorted(
+            packet.pts * stream.time_base
+            for packet in container.demux(stream)
+            if packet.size and not packet.is_discard
+        )
+    return [stamp - stamps[0] for stamp in stamps]
 
 
 def make_gif(frames: int = 12, delays_ms: list[int] | None = None, loop: int | None = 0) -> bytes:

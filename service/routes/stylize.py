@@ -36,7 +36,7 @@ from models.adain.stats import check_masks, convex_weights
 from models.images import SNIFF_BYTES, check_output_side, sniff
 from models.video import looks_like_video
 from service.config import Settings
-from service.errors import ValidationFailed, error_responses, shorten
+from service.errors import UnsupportedMediaType, ValidationFailed, error_responses, shorten
 from service.execution.executor import Accepted
 from service.execution.stylize import StylizeWork
 from service.images import (
@@ -58,6 +58,8 @@ MAX_STYLES = 4
 #: Masks choose a style per pixel of the whole photo: up to the base size only (above it,
 #: the photo is painted in print-size tiles).
 MAX_MASK_SIZE = BASE_SIDE
+#: The containers a video may come in (sniffed from the bytes, not the name).
+VIDEO_FORMATS = "MP4, MOV, WebM, Matroska, AVI, animated GIF"
 DEFAULT_SIZE = 512
 #: The OpenAPI ``encoding`` of the upload parts: which media types each file part may be.
 _IMAGE_PARTS = {"contentType": ", ".join(f"image/{name.lower()}" for name in ACCEPTED_FORMATS)}
@@ -347,6 +349,12 @@ async def stylize(
     hook = await context.executor.webhook(webhook, parse_events(webhook_events))
     # refuse before anything is decoded
     await context.executor.check_admission(context.respond_async)
+    if head and sniff(head) is None:  # neither an image nor a video; empty: 400 below
+        raise UnsupportedMediaType(
+            f"content: neither an image ({', '.join(ACCEPTED_FORMATS)}) nor a video "
+            f"({VIDEO_FORMATS}), whatever its name says",
+            code="unsupported_image_type",
+        )
     deadline = context.executor.deadline()
     style_side = styles_side(size)
     weight = painted * painted * (1 + (0 if mask is None else len(mask)))

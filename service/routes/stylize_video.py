@@ -20,7 +20,7 @@ from service.catalog import Served
 from service.config import Settings
 from service.errors import BadVideo, UnsupportedMediaType, ValidationFailed
 from service.execution.video import StylizeVideoWork
-from service.images import Decoding
+from service.images import Decoding, ImageLimits
 
 
 def video_size(info: VideoInfo, size: int | None, settings: Settings) -> tuple[int, int]:
@@ -35,6 +35,19 @@ def video_size(info: VideoInfo, size: int | None, settings: Settings) -> tuple[i
             f"(max_video_side): send size={settings.max_video_side} or less"
         )
     return fit_size(info, wanted)
+
+
+def check_frame_shape(size: tuple[int, int], what: str, limits: ImageLimits) -> None:
+    """Refuse (422) frames of ``size`` ``(H, W)`` that break a photo's rule: at least
+    ``limits.min_side`` px on the shorter side (16) and at most ``limits.max_aspect``:1
+    (64:1), so the encoder's pooling has pixels to work on."""
+    shorter, longer = min(size), max(size)
+    if shorter < limits.min_side or longer > limits.max_aspect * shorter:
+        raise ValidationFailed(
+            f"content: the clip's {what} are {size[1]} x {size[0]} px; a video's frames, like "
+            f"a photo, need at least {limits.min_side} px on the shorter side and an aspect "
+            f"ratio of at most {limits.max_aspect}:1"
+        )
 
 
 def check_clip(info: VideoInfo, frame_size: tuple[int, int], settings: Settings) -> None:
@@ -102,7 +115,9 @@ async def video_work(
 ) -> StylizeVideoWork:
     """Check the clip and decode the styles into the job's work."""
     info = await probe_upload(video, settings)
+    check_frame_shape((info.height, info.width), "frames", decoding.limits)
     frame_size = video_size(info, size, settings)
+    check_frame_shape(frame_size, "frames at this size", decoding.limits)
     check_clip(info, frame_size, settings)
     style_side = styles_side(max(frame_size))
     style_images = await run_in_threadpool(

@@ -38,8 +38,10 @@ from tests.clips import (
     audio_only,
     audio_payloads,
     container_metadata,
+    frame_times,
     make_clip,
     make_gif,
+    make_vfr_clip,
     picture,
     write_tone,
 )
@@ -431,3 +433,62 @@ def test_video_error_reasons():
     assert isinstance(VideoError("x", "corrupt"), ValueError)
     with pytest.raises(ValueError):
         VideoError("x", "other")
+
+
+# -- timing ----------------------------------------------------------------------------------
+
+#: The red team's clip: 24 fps for 1 s, then 4 fps for 3 s.
+VFR_TIMES = [Fraction(k, 24) for k in range(24)] + [1 + Fraction(k, 4) for k in range(12)]
+
+
+@pytest.mark.parametrize("container", ["mp4", "matroska", "webm"])
+def test_a_variable_frame_rate_keeps_each_frame_time_and_the_sound_with_it(container):
+    muxer, video_codec, audio_codec = CLIPS[container]
+    source = make_vfr_clip(muxer, video_codec, audio_codec, VFR_TIMES)
+    tick = Fraction(1, 1000)  # Matroska's clock: milliseconds
+    assert all(abs(a - b) <= tick for a, b in zip(frame_times(source), VFR_TIMES, strict=True))
+    result = assembled(stylise(source, chunk=8), source)
+    times = frame_times(result)
+    assert len(times) == len(VFR_TIMES)
+    frame = Fraction(1, 24)  # the shortest frame
+    assert all(abs(got - want) < frame / 2 for got, want in zip(times, VFR_TIMES, strict=True))
+    assert abs(times[24] - 1) < frame / 2  # the red team's frame 24 (it moved to 2.6 s)
+    assert audio_payloads(result) == audio_payloads(source)
+    assert abs(_audio_start(result) - _audio_start(source)) < frame / 2
+
+
+def _audio_start(data: bytes) -> Fraction:
+    """When the sound starts, in seconds from the first shown frame."""
+    with av.open(io.BytesIO(data)) as container:
+        video, audio = container.streams.video[0], container.streams.audio[0]
+        first_video = min(
+            p.pts * video.time_base for p in container.demux(video) if p.size and not p.is_discard
+        )
+    with av.open(io.BytesIO(data)) as container:
+        audio = container.streams.audio[0]
+        first_audio = min(p.pts * audio.time_base for p in container.demux(audio) if p.size)
+    return first_audio - first_video
+
+
+def test_a_gif_with_a_still_pause_keeps_every_frame():
+    """Identical consecutive frames stay frames of their own (Pillow's GIF writer would fold
+    them into one): the count, the delays and the loop come back."""
+    pictures = [picture(index) for index in (*range(6), *[6] * 4, *range(7, 12))]
+    delays = [40 + 10 * (index % 3) for index in range(len(pictures))]
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="gif", options={"loop": "2"}) as output:
+        stream = output.add_stream("gif", rate=100)
+        stream.width, stream.height, stream.pix_fmt = WIDTH, HEIGHT, "rgb8"
+        at = 0
+        for rgb, delay in zip(pictures, delays, strict=True):
+            frame = av.VideoFrame.from_ndarray(rgb, format="rgb24").reformat(format="rgb8")
+            frame.pts, at = at, at + delay // 10
+            output.mux(stream.encode(frame))
+        output.mux(stream.encode(None))
+    source = buffer.getvalue()
+    assert probe(source).frames == len(pictures) == 15
+    result = assembled(stylise(source, chunk=4), source)
+    assert gif_delays_ms(result) == gif_delays_ms(source)
+    assert len(gif_delays_ms(result)) == 15
+    with Image.open(io.BytesIO(result)) as image:
+        assert image.info["loop"] == 2

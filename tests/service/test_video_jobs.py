@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 
+import av
 import corpus
 import numpy as np
 import pytest
@@ -216,3 +217,28 @@ def test_a_stream_that_breaks_mid_clip_fails_its_job_as_bad_video():
     with pytest.raises(BadVideo, match="frame 9") as caught:
         _next_chunk(broken())
     assert caught.value.code == "bad_video"
+
+
+@pytest.mark.parametrize("size", [(1, 1), (2, 2), (2, 1280)])
+def test_a_tiny_or_extreme_aspect_clip_gets_a_photos_rule(client_factory, size):
+    """1x1 was a 500 (fit_size), 2x2 and 1280x2 were accepted: each is now a 422 that
+    states the 16 px and 64:1 rule photos have."""
+    clip = make_clip(*CLIPS["webm"], size=size, frames=3)  # VP9: odd and tiny sizes
+    response = _post(client_factory(), clip, headers=ASYNC, name="clip.webm")
+    _error(response, 422, None, "16 px", "64:1")
+
+
+def test_a_raw_h264_stream_named_mp4_is_told_the_video_formats(client_factory):
+    """An Annex B stream (no container) named clip.mp4: a 415 that names the video
+    containers, not only the image formats."""
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="h264") as output:
+        stream = output.add_stream("libx264", rate=25)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for index in range(3):
+            frame = av.VideoFrame.from_ndarray(np.zeros((48, 64, 3), np.uint8), format="rgb24")
+            frame.pts = index
+            output.mux(stream.encode(frame))
+        output.mux(stream.encode(None))
+    response = _post(client_factory(), buffer.getvalue(), name="clip.mp4")
+    _error(response, 415, "unsupported_image_type", "MP4", "WebM", "PNG")
