@@ -21,7 +21,8 @@ The shapes prompts (target: served >= 0.95, as the shapes model) are measured by
 ``benchmarks/dit_eval.py --checkpoint weights/dit-things64.safetensors``.
 
     .venv/bin/python benchmarks/things_eval.py --checkpoint weights/dit-things64.safetensors
-    .venv/bin/python benchmarks/things_eval.py --checkpoint runs/cpu/dit-things64.safetensors --things 24
+    .venv/bin/python benchmarks/things_eval.py --checkpoint runs/dit-things64/dit-things64.safetensors \\
+        --judge runs/judge-things24.safetensors --things 24 --sheet docs/images/things-sheet.png
 
 The judge's own held-out accuracy (on renders it never saw, stored in its checkpoint by
 ``python -m evaluation.judge train``) is printed first: the ceiling of the by-name figures.
@@ -66,6 +67,15 @@ def subset_keys(count: int | None) -> list[str]:
     from models.things import subset_pool
 
     return [item.key for item in subset_pool(count)]
+
+
+def hits(judge: Judge, images: torch.Tensor, keys: list[str]) -> list[bool]:
+    """Per image, whether its thing is in the judge's top 5."""
+    classes = {key: i for i, key in enumerate(judge.config.classes)}
+    labels = torch.tensor([classes[key] for key in keys])
+    with torch.inference_mode():
+        top = torch.cat([judge(images[i : i + 256]) for i in range(0, len(images), 256)])
+    return (top.topk(5, dim=1).indices == labels[:, None]).any(dim=1).tolist()
 
 
 def judged(judge: Judge, images: torch.Tensor, keys: list[str]) -> dict[str, float]:
@@ -158,7 +168,35 @@ def compositions(keys: list[str], n: int, seed: int) -> list[tuple[str, list[str
     return out
 
 
-def run(draw: Draw, judge: Judge, keys: list[str], args: argparse.Namespace) -> dict:
+#: Per section, the (prompt, image, passed) rows the contact sheet shows.
+Shown = dict[str, list[tuple[str, torch.Tensor, bool]]]
+
+
+def save_sheet(path: Path, shown: Shown, per_section: int = 16, columns: int = 8) -> None:
+    """The first ``per_section`` images of each section, x4, framed green (passed) or
+    red, in rows; their prompts in a ``.txt`` beside it."""
+    from PIL import Image, ImageDraw
+
+    rows = [row for section in shown.values() for row in section[:per_section]]
+    cell, frame = 64 * 4 + 4, 2
+    sheet = Image.new("RGB", (columns * cell, -(-len(rows) // columns) * cell))
+    draw = ImageDraw.Draw(sheet)
+    lines = []
+    for i, (prompt, image, passed) in enumerate(rows):
+        x, y = (i % columns) * cell, (i // columns) * cell
+        colour = (0, 160, 0) if passed else (200, 0, 0)
+        draw.rectangle([x, y, x + cell - 1, y + cell - 1], fill=colour)
+        pixels = (image.clamp(0, 1) * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+        sheet.paste(
+            Image.fromarray(pixels).resize((256, 256), Image.NEAREST), (x + frame, y + frame)
+        )
+        lines.append(f"{i:3d} {'ok  ' if passed else 'FAIL'} {prompt}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sheet.save(path)
+    path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+
+
+def run(draw: Draw, judge: Judge, keys: list[str], args: argparse.Namespace, shown: Shown) -> dict:
     from models.dit.pipeline import PLAN_STREAM
 
     report: dict = {}
@@ -166,6 +204,7 @@ def run(draw: Draw, judge: Judge, keys: list[str], args: argparse.Namespace) -> 
     prompts = [compose_caption(ThingCaption((ThingSpec(k, by_key[k].name),))) for k in keys]
     images = draw(prompts, list(range(len(prompts))))
     report["by_name"] = judged(judge, images, keys)
+    shown["by name"] = list(zip(prompts, images, hits(judge, images, keys), strict=True))
     real_a, real_b = real_renders(keys, 101), real_renders(keys, 202)
     report["frechet"] = {
         "generated_vs_real": frechet_distance(features(judge, images), features(judge, real_a)),
@@ -176,7 +215,11 @@ def run(draw: Draw, judge: Judge, keys: list[str], args: argparse.Namespace) -> 
     if paraphrased:
         para_keys = [k for k, _ in paraphrased]
         texts = [compose_caption(ThingCaption((ThingSpec(k, p),))) for k, p in paraphrased]
-        para = judged(judge, draw(texts, list(range(len(texts)))), para_keys)
+        para_images = draw(texts, list(range(len(texts))))
+        para = judged(judge, para_images, para_keys)
+        shown["held-out phrasings"] = list(
+            zip(texts, para_images, hits(judge, para_images, para_keys), strict=True)
+        )
         same = [keys.index(k) for k in para_keys]
         named = judged(judge, images[same], para_keys)
         report["heldout_phrasings"] = {**para, "by_name_top5_same_things": named["top5"]}
@@ -190,30 +233,43 @@ def run(draw: Draw, judge: Judge, keys: list[str], args: argparse.Namespace) -> 
             for k, c in pairs
         ]
         drawn = draw(texts, list(range(len(texts))))
-        hits = [
+        hue_hits = [
             nearest_colour(image.permute(1, 2, 0).numpy()) == colour
             for image, (_, colour) in zip(drawn, pairs, strict=True)
         ]
-        report["colour_variants"] = {"named_hue": float(np.mean(hits)), "n": float(len(hits))}
+        report["colour_variants"] = {
+            "named_hue": float(np.mean(hue_hits)),
+            "n": float(len(hue_hits)),
+        }
+        shown["colours"] = list(zip(texts, drawn, hue_hits, strict=True))
 
     if len(keys) >= 3 and args.compositions:
         scenes = compositions(keys, args.compositions, args.seed)
         seeds = list(range(len(scenes)))
         drawn = draw([caption for caption, _ in scenes], seeds)
         crops, crop_keys, filled = [], [], []
+        recognised_all: list[bool] = []
         for image, (caption, objects), seed in zip(drawn, scenes, seeds, strict=True):
             plan = plan_regions(caption, np.random.default_rng([seed, PLAN_STREAM]), 64)
             if plan is None or len(plan) != len(objects):
                 filled.append(False)
+                recognised_all.append(False)
                 continue
             crops.append(cell_crops(image, [region.mask for region in plan]))
             crop_keys.extend(objects)
+            recognised_all.append(all(hits(judge, crops[-1], objects)))
             taken = np.any([region.mask for region in plan], axis=0)
             pixels = object_pixels(image.permute(1, 2, 0).numpy())
             held = [pixels[region.mask].mean() > 0.03 for region in plan]
             stray = pixels[~taken].mean() < 0.03
             filled.append(all(held) and bool(stray))
         recognised = judged(judge, torch.cat(crops), crop_keys) if crops else {"top5": 0.0}
+        shown["compositions"] = [
+            (caption, image, ok and whole)
+            for (caption, _), image, ok, whole in zip(
+                scenes, drawn, recognised_all, filled, strict=True
+            )
+        ]
         report["compositions"] = {
             "object_top5_in_place": recognised["top5"],
             "counts_and_positions": float(np.mean(filled)),
@@ -239,6 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--sheet", type=Path, help="write a contact sheet (PNG) here")
     args = parser.parse_args(argv)
     judge = load_judge(args.judge)
     keys = subset_keys(args.things)
@@ -260,9 +317,13 @@ def main(argv: list[str] | None = None) -> int:
         ]
         return torch.cat(out)
 
-    report: dict = {"judge_heldout": read_judge_metadata(args.judge).get("heldout")}
+    judge_info = read_judge_metadata(args.judge)
+    report: dict = {"judge_heldout": {k: judge_info.get(f"heldout_{k}") for k in ("top1", "top5")}}
     start = time.perf_counter()
-    report.update(run(draw, judge, keys, args))
+    shown: Shown = {}
+    report.update(run(draw, judge, keys, args, shown))
+    if args.sheet is not None:
+        save_sheet(args.sheet, shown)
     report["seconds"] = time.perf_counter() - start
     report["things"] = len(keys)
     if args.json:
