@@ -278,15 +278,17 @@ def test_inputs_may_be_paths_or_file_objects(fake_server, tmp_path):
 
 
 def test_a_request_the_server_answers_send_as_job_is_sent_again_as_a_job(fake_server):
-    """Four paintings at twice their scale cost over the budget of a request answered
-    at once (but not a job's): the server answers 422 send_as_job, the client sends it
-    again as a job and returns its result."""
+    """A 1024 px photo with four paintings at twice their scale costs over the budget of
+    a request answered at once (but not a job's; a print is costed at the side it is
+    painted at, so the photo must be that large): the server answers 422 send_as_job,
+    the client sends it again as a job and returns its result."""
     seen: list[Progress] = []
     paintings = [solid_png(PAINTING)] * 4
+    photo = solid_png(PHOTO, 1024, 683)
     with Client(fake_server.url) as client:
-        result = client.stylize(solid_png(PHOTO), paintings, size=1024, style_scale=2.0)
+        result = client.stylize(photo, paintings, size=1024, style_scale=2.0)
         seen_job = client.stylize(
-            solid_png(PHOTO), paintings, size=1024, style_scale=2.0, progress=seen.append
+            photo, paintings, size=1024, style_scale=2.0, progress=seen.append
         )
     assert result.job is not None and result.job.state == "succeeded"
     assert result.content == seen_job.content and seen

@@ -223,6 +223,13 @@ class StoreFull(AtelierError):
     code = "store_full"
 
 
+class StorageFull(AtelierError):
+    """The job ran, but its result did not fit the server's storage: it failed once and is
+    not run again."""
+
+    code = "storage_full"
+
+
 class DeadlineExceeded(AtelierError):
     code = "deadline_exceeded"
 
