@@ -260,9 +260,9 @@ def test_the_page_offers_sizes_to_max_side_and_shows_a_size_refusal_beside_it(
         assert [c.get_attribute("value") for c in choices] == ["512", "1024", "2048"]
         assert "Up to 2048 px" in browser.find_element(By.ID, "size-hint").text
 
-        browser.find_element(By.ID, "content").send_keys(
-            _write(tmp_path, "photo.png", corpus.png(64, 48))
-        )
+        # a print is costed at the side it is painted at: the photo must be that large
+        photo = corpus.solid_png((200, 120, 40), 2048, 1536)
+        browser.find_element(By.ID, "content").send_keys(_write(tmp_path, "photo.png", photo))
         browser.find_element(By.ID, "styles").send_keys(_write(tmp_path, "s.png", corpus.png()))
         size.clear()
         size.send_keys("2048")  # 1024^2 x 2 x 1.33 + 2048^2 pixel-passes: over 1 M
