@@ -182,7 +182,6 @@ def train(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         lr=args.lr,
         warmup_steps=args.warmup_steps,
-        timesteps="logit-normal",
         weighting="min-snr",
         num_workers=args.num_workers,
         seed=settings["leg"],

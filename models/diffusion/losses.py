@@ -1,15 +1,16 @@
-"""The training objective: regress the noise (or the velocity) at sampled timesteps.
+"""The training objective: regress the noise (or the velocity) at uniform timesteps.
 
-Two choices beside the prediction target, both from the micro-budget literature:
+Beside the prediction target, **how each timestep's error counts** (``weighting``):
+``"none"`` (the plain MSE of the target), or ``"min-snr"`` (Hang et al. 2023,
+min-SNR-gamma): the loss of the clean image estimate weighted by ``min(SNR_t, gamma)``,
+which stops the low-noise steps (huge SNR) from dominating the gradient; they report
+about 3.4x faster convergence.
 
-- **which timesteps** (``timesteps``): ``"uniform"`` over ``0..T-1`` (DDPM), or
-  ``"logit-normal"`` (Esser et al. 2024, SD3): ``u ~ N(0, 1)``, ``t = floor(sigmoid(u) T)``,
-  which spends more of the batch on the middle of the schedule, where the picture's
-  layout is decided, and less on the nearly clean and nearly pure-noise ends;
-- **how each timestep's error counts** (``weighting``): ``"none"`` (the plain MSE of the
-  target), or ``"min-snr"`` (Hang et al. 2023, min-SNR-gamma): the loss of the clean
-  image estimate weighted by ``min(SNR_t, gamma)``, which stops the low-noise steps
-  (huge SNR) from dominating the gradient; they report about 3.4x faster convergence.
+Timesteps are drawn uniformly. Logit-normal timesteps (Esser et al. 2024) were tried on
+the 64 px things model and left: on this discrete cosine schedule they almost never draw
+the first timesteps a sampler starts from (``P(t > 0.97 T) = 0.0003``), and after 1,874
+steps the model's v-error at ``t = 999`` was 0.73 against 0.58 for predicting zero, so
+sampling began from garbage (docs/text-to-image.md).
 """
 
 from __future__ import annotations
@@ -21,32 +22,8 @@ from torch import Tensor
 
 from models.diffusion.process import Denoiser, add_noise, check_prediction, prediction_target
 
-#: Timestep distributions of :func:`sample_timesteps`.
-TIMESTEP_SAMPLINGS = ("uniform", "logit-normal")
 #: Loss weightings of :func:`loss_weights`.
 WEIGHTINGS = ("none", "min-snr")
-
-
-def sample_timesteps(
-    batch: int,
-    num_timesteps: int,
-    sampling: str = "uniform",
-    *,
-    generator: torch.Generator | None = None,
-) -> Tensor:
-    """Integer timesteps ``(B,)`` in ``[0, T)`` drawn on the CPU.
-
-    ``"uniform"``: ``t ~ U{0, ..., T-1}``. ``"logit-normal"``:
-    ``t = min(floor(sigmoid(u) * T), T - 1)`` with ``u ~ N(0, 1)``: its density over
-    ``t / T`` is the logit-normal, peaked at the middle of the schedule.
-    """
-    if sampling == "uniform":
-        return torch.randint(0, num_timesteps, (batch,), generator=generator)
-    if sampling == "logit-normal":
-        u = torch.randn(batch, generator=generator, dtype=torch.float64)
-        t = (torch.sigmoid(u) * num_timesteps).floor().long()
-        return t.clamp_(0, num_timesteps - 1)
-    raise ValueError(f"unknown timestep sampling {sampling!r}; choose from {TIMESTEP_SAMPLINGS}")
 
 
 def loss_weights(
@@ -81,7 +58,6 @@ def diffusion_loss(
     *,
     prediction: str = "epsilon",
     generator: torch.Generator | None = None,
-    timesteps: str = "uniform",
     weighting: str = "none",
     snr_gamma: float = 5.0,
 ) -> Tensor:
@@ -89,11 +65,11 @@ def diffusion_loss(
     ``eps`` with the defaults).
 
     .. math::
-        L = \\mathbb E_{t \\sim p(t), \\epsilon}\\, w_t \\lVert y - f_\\theta(\\sqrt{\\bar\\alpha_t} x_0
+        L = \\mathbb E_{t \\sim U\\{0..T-1\\}, \\epsilon}\\, w_t \\lVert y - f_\\theta(\\sqrt{\\bar\\alpha_t} x_0
             + \\sqrt{1-\\bar\\alpha_t}\\epsilon, t) \\rVert^2,\\qquad
         y = \\epsilon \\text{ or } v = \\sqrt{\\bar\\alpha_t}\\epsilon - \\sqrt{1-\\bar\\alpha_t} x_0
 
-    with ``p(t)`` from :func:`sample_timesteps` and ``w_t`` from :func:`loss_weights`.
+    with ``w_t`` from :func:`loss_weights`.
     The unweighted ``v`` loss is the ``eps`` loss weighted by ``SNR + 1`` (Salimans & Ho
     2022).
 
@@ -102,7 +78,7 @@ def diffusion_loss(
         on the CPU from ``generator`` (reproducible), then moved to ``x0.device``.
     """
     batch = x0.shape[0]
-    t = sample_timesteps(batch, alpha_bar.shape[0], timesteps, generator=generator)
+    t = torch.randint(0, alpha_bar.shape[0], (batch,), generator=generator)
     noise = torch.randn(x0.shape, generator=generator, dtype=x0.dtype).to(x0.device)
     alpha_bar_t = alpha_bar[t].to(x0.device)
     x_t = add_noise(x0, noise, alpha_bar_t)

@@ -35,7 +35,7 @@ from tqdm import tqdm
 from models.checkpoints import save_training_state
 from models.devices import autocast_dtype, hardware_name
 from models.diffusion import diffusion_loss, get_schedule
-from models.diffusion.losses import TIMESTEP_SAMPLINGS, WEIGHTINGS
+from models.diffusion.losses import WEIGHTINGS
 from models.dit.checkpoint import read_metadata, save_dit
 from models.dit.config import DiTConfig, get_preset
 from models.dit.model import DiT
@@ -96,8 +96,6 @@ class TrainConfig:
         ema_decay: EMA decay ``d``; the effective decay at update ``n`` is
             ``min(d, (1 + n) / (10 + n))`` so early averages are not stuck at init.
         cond_dropout: probability of replacing a caption by the null condition.
-        timesteps: how training timesteps are drawn, ``"uniform"`` or ``"logit-normal"``
-            (:func:`models.diffusion.losses.sample_timesteps`).
         weighting: the per-timestep loss weight, ``"none"`` or ``"min-snr"``
             (:func:`models.diffusion.losses.loss_weights`, gamma 5).
         things: with a 64 px preset, train on the first ``things`` objects of the
@@ -117,7 +115,6 @@ class TrainConfig:
     cooldown_steps: int = 0
     ema_decay: float = 0.998
     cond_dropout: float = 0.1
-    timesteps: str = "uniform"
     weighting: str = "none"
     things: int | None = None
     num_workers: int = 0
@@ -137,10 +134,6 @@ class TrainConfig:
             raise ValueError(f"ema_decay must be in [0, 1), got {self.ema_decay}")
         if not 0 <= self.cond_dropout <= 1:
             raise ValueError(f"cond_dropout must be in [0, 1], got {self.cond_dropout}")
-        if self.timesteps not in TIMESTEP_SAMPLINGS:
-            raise ValueError(
-                f"timesteps must be one of {TIMESTEP_SAMPLINGS}, got {self.timesteps!r}"
-            )
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting must be one of {WEIGHTINGS}, got {self.weighting!r}")
         if self.things is not None and self.things < 1:
@@ -287,7 +280,6 @@ class Trainer:
                 self.alpha_bar,
                 prediction=self.model_config.prediction,
                 generator=self.generator,
-                timesteps=self.config.timesteps,
                 weighting=self.config.weighting,
             )
         loss.backward()  # type: ignore[no-untyped-call]  # Tensor.backward is unannotated in torch

@@ -34,11 +34,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--ema-decay", type=float, default=0.998)
     parser.add_argument("--cond-dropout", type=float, default=0.1)
     parser.add_argument(
-        "--timesteps",
-        default="uniform",
-        help="how training timesteps are drawn: uniform or logit-normal",
-    )
-    parser.add_argument(
         "--weighting", default="none", help="per-timestep loss weight: none or min-snr"
     )
     parser.add_argument(

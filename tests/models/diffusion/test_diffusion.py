@@ -353,23 +353,8 @@ def test_min_snr_weights_the_clean_image_error_by_min_snr_gamma():
         loss_weights(alpha_bar, "v", "min-snr", gamma=0.0)
 
 
-def test_logit_normal_timesteps_peak_in_the_middle_of_the_schedule():
-    from models.diffusion.losses import sample_timesteps
-
-    generator = torch.Generator().manual_seed(0)
-    t = sample_timesteps(20_000, T, "logit-normal", generator=generator)
-    assert t.dtype == torch.long and int(t.min()) >= 0 and int(t.max()) <= T - 1
-    # P(sigmoid(u) in [0.25, 0.75]) = P(|u| < logit(0.75)) = 0.726 for u ~ N(0, 1)
-    middle = ((t >= T // 4) & (t < 3 * T // 4)).double().mean()
-    assert abs(float(middle) - 0.726) < 0.02
-    uniform = sample_timesteps(20_000, T, "uniform", generator=generator)
-    assert abs(float(((uniform >= T // 4) & (uniform < 3 * T // 4)).double().mean()) - 0.5) < 0.02
-    with pytest.raises(ValueError, match="timestep sampling"):
-        sample_timesteps(4, T, "cubic")
-
-
 def test_weighted_loss_is_the_weighted_mean_of_per_item_errors():
-    from models.diffusion.losses import loss_weights, sample_timesteps
+    from models.diffusion.losses import loss_weights
 
     x0 = torch.randn(6, 3)
     alpha_bar = cosine_schedule(T)
@@ -384,11 +369,10 @@ def test_weighted_loss_is_the_weighted_mean_of_per_item_errors():
         alpha_bar,
         prediction="v",
         generator=torch.Generator().manual_seed(5),
-        timesteps="logit-normal",
         weighting="min-snr",
     )
     generator = torch.Generator().manual_seed(5)  # replay the draws
-    t = sample_timesteps(6, T, "logit-normal", generator=generator)
+    t = torch.randint(0, T, (6,), generator=generator)
     noise = torch.randn(x0.shape, generator=generator)
     target = prediction_target(x0, noise, alpha_bar[t], "v")
     weights = loss_weights(alpha_bar[t], "v", "min-snr")

@@ -265,7 +265,6 @@ def test_null_condition_is_learned_only_from_dropped_captions(cond_dropout, lear
         ("ema_decay", 1.0),
         ("cond_dropout", 1.5),
         ("precision", "fp8"),
-        ("timesteps", "cubic"),
         ("weighting", "p2"),
         ("things", 0),
         ("num_workers", -1),
