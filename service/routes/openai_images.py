@@ -7,12 +7,15 @@ answered as ``{"created": <unix time>, "data": [{"b64_json": <PNG>}, ...]}``.
 
 Fields:
 
-- honoured: ``prompt``, ``n``, ``size`` (``"auto"`` or the model's native ``"WxH"``),
+- honoured: ``prompt``, ``n``, ``size`` (``"auto"`` or the model's native ``"WxH"``; a
+  square up to 1024 px whose side is a multiple of the native one is the same drawing
+  enlarged by Lanczos resampling, said in the ``X-Atelier-Upscaled-From`` header and the
+  PNG's ``upscaled_from`` text: nothing is invented),
   ``response_format`` (``"b64_json"``), ``output_format`` (``"png"``), and Atelier's own
   ``negative_prompt``, ``steps``, ``guidance_scale``, ``seed``, ``sampler``, ``plan_layout``;
 - accepted and ignored: :data:`IGNORED_FIELDS`;
-- refused with a 400 that names the field: any other size (the model draws one size;
-  resizing would invent nothing), ``response_format="url"`` (nothing is stored to link
+- refused with a 400 that names the field: any other size (the model draws squares at
+  one size), ``response_format="url"`` (nothing is stored to link
   to), ``output_format`` other than png, ``stream=true``, and unknown fields.
 
 Errors raised while serving this route leave in OpenAI's envelope
@@ -24,6 +27,7 @@ declared body over the cap) keep the service-wide envelope, which the SDKs read 
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from collections.abc import Callable, Coroutine
@@ -34,7 +38,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from pydantic import BaseModel, Field, field_validator
+from starlette.concurrency import run_in_threadpool
 
+from models.images import enlarge_png
 from service.errors import ErrorBody, ServiceError, error_responses
 from service.routes.deps import (
     CatalogDep,
@@ -45,6 +51,11 @@ from service.routes.deps import (
     WorkContext,
 )
 from service.routes.generate import GenerateRequest, GenerateResponse, generate
+
+#: The largest side an answer's drawing is enlarged to (OpenAI's biggest square).
+MAX_UPSCALED_SIDE = 1024
+#: Square sides OpenAI's clients commonly ask for, named in the size error.
+COMMON_SIDES = (256, 512, 1024)
 
 #: OpenAI request fields that are accepted (typed as OpenAI types them) and do nothing here.
 IGNORED_FIELDS = (
@@ -160,7 +171,8 @@ class ImageGenerationRequest(GenerateRequest):
     size: str | None = Field(
         default=None,
         pattern=r"^(auto|[0-9]{1,5}x[0-9]{1,5})$",
-        description="'auto' or the model's native 'WxH' (GET /v1/models); others are refused.",
+        description="'auto', the model's native 'WxH' (GET /v1/models), or a square whose side "
+        "is a multiple of it up to 1024 (the drawing enlarged); others are refused.",
     )
     response_format: Literal["b64_json"] | None = Field(
         default=None, description="Only 'b64_json': the service stores no images to link to."
@@ -229,28 +241,57 @@ class ImagesResponse(BaseModel):
 async def create_images(
     body: ImageGenerationRequest,
     request: Request,
+    response: Response,
     settings: SettingsDep,
     models: CatalogDep,
     executor: ExecutorDep,
     idempotency_key: IdempotencyKey,
 ) -> ImagesResponse:
     served = await models.lookup("dit")
-    native = f"{served.image_size}x{served.image_size}"
-    if body.size not in (None, "auto", native):
-        raise InvalidParameter(
-            param="size",
-            message=f"this model draws {native} images only; send size={native!r} or 'auto' "
-            f"(or leave it out), got {body.size!r}",
-        )
+    side = answer_side(body.size, served.image_size)
     # answered at once, never as a job: no Prefer header is read here
     context = WorkContext(
         request, settings, models, executor, respond_async=False, idempotency_key=idempotency_key
     )
     answer = await generate(body, context, accept=None)
     assert isinstance(answer, GenerateResponse)  # no Accept: image/png, no Prefer here
+    images = answer.images
+    if side != served.image_size:
+        images = await run_in_threadpool(_enlarged, images, side)
+        response.headers["X-Atelier-Upscaled-From"] = f"{served.image_size}x{served.image_size}"
     return ImagesResponse(
         created=int(time.time()),
-        data=[
-            GeneratedImage(b64_json=b64, revised_prompt=answer.understood) for b64 in answer.images
-        ],
+        data=[GeneratedImage(b64_json=b64, revised_prompt=answer.understood) for b64 in images],
     )
+
+
+def answer_side(size: str | None, native: int) -> int:
+    """The side of the answer's square images for OpenAI's ``size``: the model's own
+    (``None``, ``"auto"``, ``"{native}x{native}"``), or a square whose side is a multiple
+    of it up to :data:`MAX_UPSCALED_SIDE`, which the drawing is enlarged to.
+
+    Raises:
+        InvalidParameter: any other size, naming the sizes there are.
+    """
+    if size in (None, "auto"):
+        return native
+    assert size is not None
+    width, height = (int(part) for part in size.split("x"))
+    if width == height and width % native == 0 and native <= width <= MAX_UPSCALED_SIDE:
+        return width
+    sides = [native * factor for factor in range(1, MAX_UPSCALED_SIDE // native + 1)]
+    offered = [f"{s}x{s}" for s in sides if s == native or s in COMMON_SIDES]
+    raise InvalidParameter(
+        param="size",
+        message=f"this model draws {native}x{native} images, enlarged to a square side that "
+        f"is a multiple of {native} up to {MAX_UPSCALED_SIDE} (e.g. {', '.join(offered)}) or "
+        f"'auto'; got {size!r}",
+    )
+
+
+def _enlarged(images: list[str], side: int) -> list[str]:
+    """Base64 PNGs enlarged to ``side`` px (:func:`models.images.enlarge_png`)."""
+    return [
+        base64.b64encode(enlarge_png(base64.b64decode(image), side)).decode("ascii")
+        for image in images
+    ]

@@ -145,7 +145,10 @@ def test_openai_only_fields_are_ignored(sdk, fakes):
 @pytest.mark.parametrize(
     ("kwargs", "param", "words"),
     [
-        ({"size": "1024x1024"}, "size", "8x8"),
+        ({"size": "1024x1024x"}, "size", "auto"),
+        ({"size": "1024x512"}, "size", "8x8"),
+        ({"size": "100x100"}, "size", "multiple of 8"),
+        ({"size": "2048x2048"}, "size", "up to 1024"),
         ({"response_format": "url"}, "response_format", "b64_json"),
         ({"n": 9}, "n", "less than or equal to 8"),
         ({"output_format": "jpeg"}, "output_format", "png"),
@@ -162,6 +165,35 @@ def test_invalid_fields_raise_bad_request_naming_the_field(sdk, kwargs, param, w
     assert (error.type, error.param) == ("invalid_request_error", param)
     assert error.code in ("validation_error", "invalid_parameter")
     assert words in error.message and param in error.message
+
+
+@pytest.mark.parametrize("side", [16, 256])
+def test_a_bigger_square_is_the_native_drawing_enlarged(sdk, side):
+    """The answer at ``side`` px is the native drawing resampled by Lanczos (nothing
+    else done to it), says so in a header and in its PNG text, and keeps the text that
+    says how it was made."""
+    raw = sdk.images.with_raw_response.generate(
+        prompt="a red circle", size=f"{side}x{side}", extra_body={"seed": 5}
+    )
+    native = sdk.images.generate(prompt="a red circle", extra_body={"seed": 5})
+    assert raw.headers["X-Atelier-Upscaled-From"] == "8x8"
+    with Image.open(io.BytesIO(base64.b64decode(raw.parse().data[0].b64_json))) as enlarged:
+        text = dict(enlarged.text)
+        pixels = np.asarray(enlarged.convert("RGB"))
+    with Image.open(io.BytesIO(base64.b64decode(native.data[0].b64_json))) as drawn:
+        assert text == {**drawn.text, "upscaled_from": "8x8"}
+        expected = drawn.convert("RGB").resize((side, side), Image.Resampling.LANCZOS)
+    assert pixels.shape == (side, side, 3)
+    np.testing.assert_array_equal(pixels, np.asarray(expected))
+
+
+def test_the_native_size_is_not_resampled(sdk):
+    raw = sdk.images.with_raw_response.generate(
+        prompt="a red circle", size="8x8", extra_body={"seed": 5}
+    )
+    plain = sdk.images.generate(prompt="a red circle", extra_body={"seed": 5})
+    assert "X-Atelier-Upscaled-From" not in raw.headers
+    assert raw.parse().data[0].b64_json == plain.data[0].b64_json
 
 
 def test_wrong_key_raises_authentication_error(base_url):
@@ -216,4 +248,4 @@ def test_real_dit_through_the_sdk_matches_v1_generate(real_models_url):
     assert [image.b64_json for image in result.data] == native.json()["images"]
     assert [_pixels(image.b64_json).shape for image in result.data] == [(32, 32, 3)] * 2
     with pytest.raises(openai.BadRequestError, match="32x32"):
-        sdk.images.generate(prompt="a red circle", size="1024x1024")
+        sdk.images.generate(prompt="a red circle", size="1536x1024")
