@@ -16,8 +16,10 @@ the training code and the benchmarks.
   PNG bytes and back (:func:`to_png`, :func:`from_png`: a job's payload);
 * sniffing: what an upload is from its first bytes (:func:`sniff`), the one test the
   service's image decoding and the video code both ask;
-* local files, trusted (:func:`load_image`, :func:`load_mask`); the service decodes
-  uploads with its own limits (``service.images``) through :func:`pil_to_uint8`.
+* decoding: an opened image -> upright 8-bit RGB at a size (:class:`Decode`: EXIF
+  orientation, ICC to sRGB, a JPEG's reduced-scale decode), the one decoder of the
+  service's uploads (``service.images`` adds its limits) and of local, trusted files
+  (:func:`load_image`, :func:`load_mask`).
 """
 
 from __future__ import annotations
@@ -25,13 +27,14 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from PIL import Image, ImageCms, ImageOps
+from PIL import Image, ImageCms
 from PIL.PngImagePlugin import PngInfo
 from torch import Tensor
 
@@ -295,27 +298,100 @@ def to_srgb(image: Image.Image, profile: bytes, name: str = "image") -> Image.Im
     return image if converted is None else converted
 
 
+#: EXIF orientation -> the transpose that displays the image upright (EXIF 2.3, 0x0112).
+_ORIENTATION_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+#: The transposes that swap width and height.
+_SWAPPING_TRANSPOSES = (
+    Image.Transpose.TRANSPOSE,
+    Image.Transpose.ROTATE_270,
+    Image.Transpose.TRANSVERSE,
+    Image.Transpose.ROTATE_90,
+)
+
+
+@dataclass(frozen=True)
+class Decode:
+    """How an opened image becomes upright 8-bit RGB pixels: its EXIF ``transpose``, its
+    ICC ``profile``, the ``target`` ``(width, height)`` to shrink it to in its stored
+    orientation (``None``: kept), and its ``name`` for the logs. Made by :meth:`plan`, run by :meth:`pixels`: the one
+    decoder of uploads (``service.images.decode_image``) and files (:func:`load_image`).
+    """
+
+    image: Image.Image
+    transpose: Image.Transpose | None
+    profile: bytes | None
+    target: tuple[int, int] | None
+    name: str = "image"
+
+    @classmethod
+    def plan(
+        cls,
+        image: Image.Image,
+        choose: Callable[[tuple[int, int]], tuple[int, int] | None],
+        name: str = "image",
+    ) -> Decode:
+        """Read the orientation (a PNG's EXIF may follow its pixels: reading it decodes
+        them), ask ``choose`` the target for the size as displayed ``(width, height)``
+        (it may refuse by raising), and set a JPEG to decode at the smallest of 1/1, 1/2,
+        1/4, 1/8 scale still at least that target (``draft``)."""
+        transpose = _ORIENTATION_TRANSPOSE.get(_orientation(image))
+        swapped = transpose in _SWAPPING_TRANSPOSES
+        width, height = image.size
+        target = choose((height, width) if swapped else (width, height))
+        if target is not None and swapped:
+            target = (target[1], target[0])  # in the stored orientation
+        if target is not None and image.format == "JPEG":
+            image.draft(image.mode, target)
+        return cls(image, transpose, image.info.get("icc_profile"), target, name)
+
+    def pixels(self) -> Tensor:
+        """Decode, shrink in the image's own mode (:func:`resize_to`: a greyscale 6300 px
+        PNG is 40 MB, never its RGB floats), convert the ICC profile to sRGB on the
+        shrunk image (:func:`to_srgb`), turn it upright, and round to 8 bits
+        (:func:`pil_to_uint8`, 16-bit inputs too, as every input of the model is).
+
+        Shape:
+            Output: ``(3, H, W)`` uint8, as displayed.
+        """
+        self.image.load()
+        small = resize_to(self.image, self.image.size if self.target is None else self.target)
+        if self.profile:
+            small = to_srgb(small, self.profile, self.name)
+        if self.transpose is not None:
+            small = small.transpose(self.transpose)
+        return pil_to_uint8(small)
+
+
+def _orientation(image: Image.Image) -> int:
+    try:
+        return int(image.getexif().get(0x0112, 1))
+    except (OSError, SyntaxError, ValueError, TypeError):
+        return 1  # unreadable EXIF: shown as stored
+
+
 def load_image(
     path: str | Path, *, max_side: int | None = None, size: tuple[int, int] | None = None
 ) -> Tensor:
-    """Read an image file (EXIF orientation applied, an ICC profile converted to sRGB:
-    :func:`to_srgb`) as ``(1, 3, H, W)`` float32 in [0, 1] (:func:`pil_to_tensor`);
-    ``max_side``: scale down (never up) so the longer side is at most this
-    (:func:`fit_longer_side`); ``size``: to exactly ``(H, W)``; both resized by
-    :func:`resize_to`, as the service resizes its uploads."""
-    with Image.open(path) as image:
-        profile = image.info.get("icc_profile")
-        upright = ImageOps.exif_transpose(image)
-        target = None
+    """Read a trusted image file as ``(1, 3, H, W)`` float32 in [0, 1], decoded as an
+    upload is (:class:`Decode`: EXIF orientation, ICC to sRGB, 8 bits) without the
+    service's limits; ``max_side``: scale down (never up) so the longer side is at most
+    this (:func:`fit_longer_side`); ``size``: to exactly ``(H, W)``."""
+
+    def choose(shown: tuple[int, int]) -> tuple[int, int] | None:
         if size is not None:
-            target = (size[1], size[0])
-        elif max_side:
-            target = fit_longer_side(*upright.size, max_side)
-        if target is not None:
-            upright = resize_to(upright, target)
-        if profile:
-            upright = to_srgb(upright, profile, str(path))
-        return pil_to_tensor(upright)[None]
+            return (size[1], size[0])
+        return fit_longer_side(*shown, max_side) if max_side else None
+
+    with Image.open(path) as image:
+        return to_float(Decode.plan(image, choose, str(path)).pixels())[None]
 
 
 def load_mask(path: str | Path, size: tuple[int, int]) -> Tensor:

@@ -29,7 +29,7 @@ from typing import TypeVar
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from models.images import fit_longer_side, pil_to_uint8, resize_to, sniff, to_srgb
+from models.images import Decode, fit_longer_side, sniff
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
@@ -243,25 +243,6 @@ def _lower_thread_priority(niceness: int) -> None:
             logger.warning("could not lower the priority of a decode thread")
 
 
-#: EXIF orientation -> the transpose that displays the image upright (EXIF 2.3, 0x0112).
-_ORIENTATION_TRANSPOSE = {
-    2: Image.Transpose.FLIP_LEFT_RIGHT,
-    3: Image.Transpose.ROTATE_180,
-    4: Image.Transpose.FLIP_TOP_BOTTOM,
-    5: Image.Transpose.TRANSPOSE,
-    6: Image.Transpose.ROTATE_270,
-    7: Image.Transpose.TRANSVERSE,
-    8: Image.Transpose.ROTATE_90,
-}
-#: The transposes that swap width and height.
-_SWAPPING_TRANSPOSES = (
-    Image.Transpose.TRANSPOSE,
-    Image.Transpose.ROTATE_270,
-    Image.Transpose.TRANSVERSE,
-    Image.Transpose.ROTATE_90,
-)
-
-
 def output_size(
     width: int, height: int, size: int, limits: ImageLimits, *, name: str = "image"
 ) -> tuple[int, int]:
@@ -348,6 +329,19 @@ def decode_image(
     """
     if not data:
         raise BadImage(f"{name}: the file is empty", code="empty_file")
+
+    def choose(shown: tuple[int, int]) -> tuple[int, int] | None:
+        if min(shown) < limits.min_side:
+            raise BadImage(
+                f"{name}: {shown[0]}x{shown[1]} is smaller than {limits.min_side} px on a side",
+                code="image_too_small",
+            )
+        if size is None:
+            return None
+        if isinstance(size, tuple):
+            return (size[1], size[0])
+        return output_size(*shown, size, limits, name=name)
+
     with warnings.catch_warnings():
         warnings.simplefilter("error", Image.DecompressionBombWarning)
         image = _open(data, name)
@@ -360,65 +354,22 @@ def decode_image(
                 )
             if getattr(image, "is_animated", False) or getattr(image, "n_frames", 1) > 1:
                 raise BadImage(f"{name}: animated images are not accepted", code="animated_image")
-            plan = None
-            if image.format == "JPEG":  # its EXIF precedes the pixels: draft from it now
-                plan = _plan(image, size, limits, name)
-                if plan.target is not None:
-                    image.draft(image.mode, plan.target)
+            # a JPEG's EXIF precedes its pixels: plan (and draft) it now; a PNG's may
+            # follow them, so reading it decodes them: where a large image's pixels are
+            # read (on a slot, at low priority)
+            plan = Decode.plan(image, choose, name) if image.format == "JPEG" else None
 
-            def decode() -> tuple[Image.Image, _Plan]:
-                # a PNG's EXIF may follow its pixels, so reading it decodes them: here,
-                # where a large image's pixels are read (on a slot, at low priority)
-                known = plan or _plan(image, size, limits, name)
-                return _load_and_shrink(image, known.target), known
+            def decode() -> torch.Tensor:
+                return (plan or Decode.plan(image, choose, name)).pixels()
 
             pixels = image.size[0] * image.size[1]
             try:
-                small, plan = decode() if slots is None else slots.run(pixels, decode, deadline)
+                return decode() if slots is None else slots.run(pixels, decode, deadline)
             except (OSError, SyntaxError, ValueError, EOFError) as exc:
                 logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
                 raise BadImage(
                     f"{name}: the image is truncated or corrupt", code="corrupt_image"
                 ) from None
-    if plan.profile:
-        small = to_srgb(small, plan.profile, name)
-    if plan.transpose is not None:
-        small = small.transpose(plan.transpose)
-    return pil_to_uint8(small)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """How an opened image becomes the output: its EXIF transpose, its ICC profile, and
-    the size to shrink it to in its stored orientation (``None``: kept)."""
-
-    transpose: Image.Transpose | None
-    profile: bytes | None
-    target: tuple[int, int] | None
-
-
-def _plan(
-    image: Image.Image, size: int | tuple[int, int] | None, limits: ImageLimits, name: str
-) -> _Plan:
-    """Read the orientation (a PNG's decodes its pixels), check the displayed size, and
-    choose the target.
-
-    Raises:
-        BadImage: smaller than ``limits.min_side``, or too elongated for ``size``.
-    """
-    transpose = _ORIENTATION_TRANSPOSE.get(_orientation(image))
-    swapped = transpose in _SWAPPING_TRANSPOSES
-    width, height = image.size
-    shown = (height, width) if swapped else (width, height)
-    if min(shown) < limits.min_side:
-        raise BadImage(
-            f"{name}: {shown[0]}x{shown[1]} is smaller than {limits.min_side} px on a side",
-            code="image_too_small",
-        )
-    target = _target(shown, size, limits, name)
-    if target is not None and swapped:
-        target = (target[1], target[0])  # in the stored orientation
-    return _Plan(transpose, image.info.get("icc_profile"), target)
 
 
 @dataclass(frozen=True)
@@ -455,34 +406,3 @@ def _open(data: bytes, name: str) -> Image.Image:
             f"{name}: not an image in a supported format ({', '.join(ACCEPTED_FORMATS)})",
             code="unsupported_image_type",
         ) from None
-
-
-def _orientation(image: Image.Image) -> int:
-    try:
-        return int(image.getexif().get(0x0112, 1))
-    except (OSError, SyntaxError, ValueError, TypeError):
-        return 1  # unreadable EXIF: shown as stored
-
-
-def _target(
-    shown: tuple[int, int], size: int | tuple[int, int] | None, limits: ImageLimits, name: str
-) -> tuple[int, int] | None:
-    """The output ``(width, height)`` as displayed, or ``None`` to keep the decoded size."""
-    if size is None:
-        return None
-    if isinstance(size, tuple):
-        height, width = size
-        return (width, height)
-    return output_size(*shown, size, limits, name=name)
-
-
-def _load_and_shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
-    image.load()
-    return _shrink(image, target)
-
-
-def _shrink(image: Image.Image, target: tuple[int, int] | None) -> Image.Image:
-    """Resize to ``target`` in the image's own (uint8 or 16-bit) mode
-    (:func:`~models.images.resize_to`); ``None`` keeps the size (the mode still becomes
-    one Pillow resizes)."""
-    return resize_to(image, image.size if target is None else target)
