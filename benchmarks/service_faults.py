@@ -49,6 +49,10 @@ load hits both alike. Scenarios (``--scenario``, repeatable; default all, in thi
     The job store stalled (Redis paused with SIGSTOP) and full (SQLite on a full tmpfs):
     see ``store_faults.py``.
 
+``big-results``, ``big-results-redis``
+    Prints of tens of MB painted, stored and read beside small jobs: see
+    ``result_faults.py``.
+
 Prints each scenario's figures and one JSON line (``RESULT {...}``), then one summary
 table: each target, the measured figure, met or missed. Stops by itself; every server is
 stopped with SIGTERM. Usage::
@@ -72,6 +76,7 @@ from pathlib import Path
 import httpx
 import job_faults  # siblings: run as a script, this folder is on sys.path
 import numpy as np
+import result_faults
 import store_faults
 from PIL import Image
 from scenario_flags import FlagGroup
@@ -476,6 +481,7 @@ SCENARIOS: dict[str, Callable[[argparse.Namespace], object]] = {
     "slow-clients": slow_clients,
     **job_faults.SCENARIOS,
     **store_faults.SCENARIOS,
+    **result_faults.SCENARIOS,
 }
 
 
@@ -505,6 +511,7 @@ FLAG_GROUPS = (
     ),
     job_faults.FLAGS,
     store_faults.FLAGS,
+    result_faults.FLAGS,
 )
 
 

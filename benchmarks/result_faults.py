@@ -1,0 +1,265 @@
+"""Big results beside small jobs, against a real ``atelier serve`` (the real AdaIN on the
+CPU): what writing and reading tens of megabytes per result costs everyone else.
+
+Scenarios (of ``service_faults.py``):
+
+``big-results`` (SQLite) and ``big-results-redis`` (Debian's ``redis-server`` on a free
+loopback port)
+    1. Idle: ``--small-jobs`` small async stylizes (96 px noise photo, 64 px style),
+       ``--small-concurrency`` at a time; each job's seconds from its submit to
+       ``succeeded`` as its client polls (every 0.1 s).
+    2. Big: ``--big-count`` prints of a ``--big-side`` px photo (a smooth random field,
+       so the upload is small and the painted result is not) submitted as jobs at once,
+       and the same small jobs again while they are painted and stored; ``/readyz`` is
+       polled every 0.2 s throughout.
+    3. Reads: every print's result downloaded through its ``result_url`` by
+       ``--result-readers`` clients at once, streamed to nothing, and the last MB of each
+       read again with ``Range``, over and over while the small jobs run a third time.
+
+    Figures: the store's breaker openings (``/readyz`` turning 503; target 0); the small
+    jobs' p95 over idle while the prints are painted and stored, and while the results
+    are read (target < 1.5x each; the prints' painting shares the machine's cores with
+    the small jobs, so on a 2-core CPU the first figure measures the painting as much as
+    the writes); the server's peak RSS growth while the results are read (target < 300 MB:
+    results streamed, not held) and, for information, while the prints are painted and
+    stored; every result's size as its job's ``file_bytes`` says, and the ranges right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import hashlib
+import io
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+from job_faults import ASYNC, _finished, _redis_server_class
+from PIL import Image
+from scenario_flags import FlagGroup
+from serve_process import Check, Footprint, Server, p95
+
+
+def _noise_png(side: int, seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    buffer = io.BytesIO()
+    Image.fromarray(rng.integers(0, 256, (side, side, 3), np.uint8)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+def smooth_photo(side: int, seed: int) -> bytes:
+    """A ``side`` x ``3/4 side`` JPEG of a random field upsampled from 48 x 36 px: a
+    photo of a few MB whatever its size, which a painting fills with texture."""
+    rng = np.random.default_rng(seed)
+    small = Image.fromarray(rng.integers(0, 256, (36, 48, 3), np.uint8))
+    photo = small.resize((side, side * 3 // 4), Image.Resampling.BICUBIC)
+    buffer = io.BytesIO()
+    photo.save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+class Watch:
+    """Polls ``/readyz`` until stopped; counts its turns from 200 to 503."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.openings = 0
+        self.stopped = False
+
+    async def run(self) -> None:
+        was_down = False
+        async with httpx.AsyncClient(base_url=self.url, timeout=10) as client:
+            while not self.stopped:
+                with contextlib.suppress(httpx.TransportError):
+                    down = (await client.get("/readyz")).status_code == 503
+                    self.openings += down and not was_down
+                    was_down = down
+                await asyncio.sleep(0.2)
+
+
+async def _small_jobs(client: httpx.AsyncClient, args: argparse.Namespace) -> list[float]:
+    """Seconds from submit to succeeded of each small job; a 503 is an opening seen."""
+    content, style = _noise_png(96, 7), _noise_png(64, 8)
+    slots = asyncio.Semaphore(args.small_concurrency)
+    seconds: list[float] = []
+
+    async def one(index: int) -> None:
+        async with slots:
+            sent = time.monotonic()
+            files = [("content", ("c.png", content)), ("style", ("s.png", style))]
+            response = await client.post(
+                "/v1/stylize", files=files, data={"size": "96", "seed": str(index)}, headers=ASYNC
+            )
+            if response.status_code != 202:
+                raise RuntimeError(f"small job refused: {response.status_code} {response.text}")
+            final = await _finished(client, response.json()["id"])
+            if final["state"] != "succeeded":
+                raise RuntimeError(f"small job {final['id']} {final['state']}")
+            seconds.append(time.monotonic() - sent)
+
+    await asyncio.gather(*(one(index) for index in range(args.small_jobs)))
+    return seconds
+
+
+async def _read_result(client: httpx.AsyncClient, job_id: str) -> tuple[int, str, bool]:
+    """(bytes, SHA-256, whether the last MB read with Range is the same bytes)."""
+    digest, size, tail = hashlib.sha256(), 0, b""
+    async with client.stream("GET", f"/v1/jobs/{job_id}/result") as response:
+        response.raise_for_status()
+        async for chunk in response.aiter_bytes():
+            digest.update(chunk)
+            size += len(chunk)
+            tail = (tail + chunk)[-1024 * 1024 :]
+    start = max(0, size - len(tail))
+    ranged = await client.get(
+        f"/v1/jobs/{job_id}/result", headers={"Range": f"bytes={start}-{size - 1}"}
+    )
+    return size, digest.hexdigest(), ranged.status_code == 206 and ranged.content == tail
+
+
+async def _reads_beside_small_jobs(
+    client: httpx.AsyncClient, finals: list[dict], args: argparse.Namespace
+) -> tuple[list[tuple[int, str, bool]], list[float]]:
+    """Every result read by ``--result-readers`` clients, over and over until a round of
+    small jobs run meanwhile is done: (the first read of each, the small jobs' seconds)."""
+    first: dict[str, tuple[int, str, bool]] = {}
+    done = asyncio.Event()
+
+    count = min(args.result_readers, len(finals))
+
+    async def reader(index: int) -> None:
+        while not done.is_set() or len(first) < len(finals):
+            for final in finals[index::count]:
+                first.setdefault(final["id"], await _read_result(client, final["id"]))
+
+    readers = [asyncio.create_task(reader(index)) for index in range(count)]
+    beside = await _small_jobs(client, args)
+    done.set()
+    await asyncio.gather(*readers)
+    return [first[final["id"]] for final in finals], beside
+
+
+def _result_bytes(final: dict) -> int:
+    """A succeeded job's result bytes, from its JSON: the linked file's size, or the
+    inline image's."""
+    result = final.get("result") or {}
+    if "file_bytes" in result:
+        return sum(result["file_bytes"])
+    return sum(len(base64.b64decode(image)) for image in result.get("images", []))
+
+
+@contextlib.contextmanager
+def _store(store: str):
+    """The server's settings for a store of its own: SQLite (its default), or Redis."""
+    if store == "sqlite":
+        yield {}
+        return
+    with tempfile.TemporaryDirectory() as folder:
+        server = _redis_server_class()(Path(folder) / "redis").start()
+        try:
+            yield {"redis_url": server.url}
+        finally:
+            server.stop()
+
+
+async def big_results(args: argparse.Namespace):
+    return await _big_results(args, "sqlite")
+
+
+async def big_results_redis(args: argparse.Namespace):
+    return await _big_results(args, "redis")
+
+
+async def _big_results(args: argparse.Namespace, store: str):
+    """See the module's text."""
+    name = f"big-results ({store})"
+    settings = {
+        "max_side": str(args.big_side),
+        "job_results_max_bytes": str(args.big_count * 200 * 1024 * 1024),
+        "job_timeout_s": "7200",
+    }
+    photo = smooth_photo(args.big_side, seed=3)
+    with _store(store) as store_settings:
+        settings |= store_settings
+        with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
+            async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+                await _small_jobs(client, args)  # warm-up
+                idle = await _small_jobs(client, args)
+                watch = Watch(server.url)
+                watching = asyncio.create_task(watch.run())
+                painting = Footprint(server.pid)
+                big_ids = []
+                for index in range(args.big_count):
+                    files = [("content", ("p.jpg", photo)), ("style", ("s.png", _noise_png(64, 9)))]
+                    data = {"size": str(args.big_side), "seed": str(index)}
+                    response = await client.post(
+                        "/v1/stylize", files=files, data=data, headers=ASYNC
+                    )
+                    response.raise_for_status()
+                    big_ids.append(response.json()["id"])
+                loaded = await _small_jobs(client, args)
+                finals = [await _finished(client, job_id, limit_s=7200) for job_id in big_ids]
+                painting_growth = painting.growth_mb()
+                reading = Footprint(server.pid)
+                reads, beside_reads = await _reads_beside_small_jobs(client, finals, args)
+                reading_growth = reading.growth_mb()
+                watch.stopped = True
+                await watching
+    states = [final["state"] for final in finals]
+    expected = [_result_bytes(final) for final in finals]
+    sizes_right = all(size == want for (size, _, _), want in zip(reads, expected, strict=True))
+    ranges_right = all(ranged for _, _, ranged in reads)
+    ratio = p95(loaded) / p95(idle)
+    reading_ratio = p95(beside_reads) / p95(idle)
+    result = {
+        "scenario": name,
+        "store": store,
+        "big_count": args.big_count,
+        "big_side": args.big_side,
+        "photo_bytes": len(photo),
+        "states": states,
+        "result_mb": [round(size / 2**20, 1) for size, _, _ in reads],
+        "breaker_openings": watch.openings,
+        "small_idle_p95_s": round(p95(idle), 3),
+        "small_loaded_p95_s": round(p95(loaded), 3),
+        "small_loaded_median_s": round(statistics.median(loaded), 3),
+        "small_beside_reads_p95_s": round(p95(beside_reads), 3),
+        "rss_growth_painting_mb": round(painting_growth),
+        "rss_growth_reading_mb": round(reading_growth),
+    }
+    checks = [
+        Check(name, "prints succeeded", f"{states.count('succeeded')}/{len(states)}", "all",
+              states.count("succeeded") == len(states)),
+        Check(name, "breaker openings", str(watch.openings), "0", watch.openings == 0),
+        Check(name, "small jobs' p95, prints painted and stored, over idle", f"{ratio:.2f}x",
+              "< 1.5x", ratio < 1.5),
+        Check(name, "small jobs' p95, results read, over idle", f"{reading_ratio:.2f}x",
+              "< 1.5x", reading_ratio < 1.5),
+        Check(name, "RSS growth while the results are read", f"{reading_growth:.0f} MB",
+              "< 300 MB", reading_growth < 300),
+        Check(name, "results whole and ranges right", f"{sizes_right and ranges_right}",
+              "True", sizes_right and ranges_right),
+    ]  # fmt: skip
+    return result, checks
+
+
+SCENARIOS = {"big-results": big_results, "big-results-redis": big_results_redis}
+
+FLAGS = FlagGroup(
+    "big-result scenarios",
+    {
+        "--big-count": (20, "big-results: prints painted and stored"),
+        "--big-side": (8192, "big-results: the prints' longer side"),
+        "--small-jobs": (50, "big-results: small jobs, idle and beside the prints"),
+        "--small-concurrency": (4, "big-results: small jobs in flight at once"),
+        "--result-readers": (4, "big-results: results downloaded at once"),
+    },
+)
+
+__all__ = ["FLAGS", "SCENARIOS"]
