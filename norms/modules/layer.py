@@ -128,8 +128,7 @@ class RMSNorm(_TrailingNorm):
             ``torch.nn.RMSNorm``: ``torch.finfo`` eps of the computation dtype (float32 for
             half / bfloat16 / float32 inputs, float64 for float64).
         elementwise_affine: learn ``w`` (ones).
-        channels_first: normalise dim 1 of ``(B, C, *)`` instead (an int ``num_features``).
-        device, dtype: of the parameter, as torch's factory kwargs.
+        channels_first, device, dtype: as in :class:`LayerNorm`.
 
     Shape:
         - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
@@ -166,10 +165,7 @@ class LpNorm(_TrailingNorm):
         num_features: the normalised trailing shape.
         p: the power (finite, positive).
         eps: added to the power mean.
-        elementwise_affine: learn ``w`` and, with ``bias``, ``b``.
-        bias: learn ``b`` when ``elementwise_affine``.
-        channels_first: normalise dim 1 of ``(B, C, *)`` instead (an int ``num_features``).
-        device, dtype: of the parameters, as torch's factory kwargs.
+        elementwise_affine, bias, channels_first, device, dtype: as in :class:`LayerNorm`.
 
     Shape:
         - x: ``(*, *num_features)``, or ``(B, C, *)`` with ``channels_first``; output: same.
