@@ -20,6 +20,7 @@ import time
 
 from service.errors import StoreFull
 from service.jobs import shared
+from service.jobs.blobs import HeldBytes, PackedSource
 from service.jobs.records import JobRecord
 from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, pairs, text
 from service.jobs.roles import JobQueue
@@ -410,6 +411,10 @@ class RedisJobQueue(RedisBackend, JobQueue):
         if not finished_at or self.limits.expired(float(finished_at), time.time()):
             return None
         return bytes(data) if data is not None else None
+
+    async def result_source(self, job_id: str) -> PackedSource | None:
+        data = await self.result(job_id)
+        return None if data is None else HeldBytes(data)
 
     async def _cancel(self, job_id: str) -> JobRecord | None:
         raw = await self._script(_CANCEL, job_id, json.dumps(shared.cancelled_error()))

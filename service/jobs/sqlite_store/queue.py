@@ -22,7 +22,7 @@ import sqlite3
 from typing import Any
 
 from service.jobs import shared
-from service.jobs.blobs import FILE_MIN_BYTES, BlobRef
+from service.jobs.blobs import FILE_MIN_BYTES, BlobRef, HeldBytes, PackedSource, StoredBlob
 from service.jobs.changes import work_topic
 from service.jobs.records import (
     CANCELLED,
@@ -169,6 +169,12 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
     async def result(self, job_id: str) -> bytes | None:
         held = await self._run(self._result, job_id, payload_bytes=shared.RESULT_BYTES)
         return await self._read_blob(held) if isinstance(held, BlobRef) else held
+
+    async def result_source(self, job_id: str) -> PackedSource | None:
+        held = await self._run(self._result, job_id, payload_bytes=shared.RESULT_BYTES)
+        if isinstance(held, BlobRef):
+            return StoredBlob(self.blobs, held)
+        return None if held is None else HeldBytes(held)
 
     def _result(self, job_id: str) -> bytes | BlobRef | None:
         if self._row(self._db, job_id) is None:
