@@ -309,6 +309,7 @@ def open_store(settings: Settings) -> JobStore:
             settings.redis_url,
             limits,
             prefix=settings.redis_prefix,
+            blobs=blobs,
             webhook_progress_interval_s=settings.webhook_progress_interval_s,
             call_timeout_s=settings.store_call_timeout_s,
             probe_interval_s=settings.store_probe_interval_s,
