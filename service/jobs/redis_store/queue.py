@@ -447,27 +447,28 @@ class RedisJobQueue(RedisBackend, JobQueue):
         return await self._read(job_id)
 
     async def result(self, job_id: str) -> bytes | None:
-        async with self._redis.pipeline(transaction=True) as pipe:
-            pipe.hget(self._key("job", job_id), "finished_at")
-            pipe.get(self._key("out", job_id))
-            finished_at, data = await self._call(pipe.execute(), payload_bytes=shared.RESULT_BYTES)
-        if not finished_at or self.limits.expired(float(finished_at), time.time()):
-            return None
-        return None if data is None else await self._value(bytes(data))
+        held = await self._held_result(job_id)
+        return None if held is None else await self._value(held)
 
     async def result_source(self, job_id: str) -> PackedSource | None:
+        held = await self._held_result(job_id)
+        if held is None:
+            return None
+        ref = referenced(held)
+        if ref is not None and self.blobs is not None:
+            return StoredBlob(self.blobs, ref)
+        return HeldBytes(held)
+
+    async def _held_result(self, job_id: str) -> bytes | None:
+        """The job's ``out`` value as Redis holds it (the result, or a reference to its
+        blob); ``None`` when the job is unknown, expired, or has no result."""
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hget(self._key("job", job_id), "finished_at")
             pipe.get(self._key("out", job_id))
             finished_at, data = await self._call(pipe.execute(), payload_bytes=shared.RESULT_BYTES)
         if not finished_at or self.limits.expired(float(finished_at), time.time()):
             return None
-        if data is None:
-            return None
-        ref = referenced(bytes(data))
-        if ref is not None and self.blobs is not None:
-            return StoredBlob(self.blobs, ref)
-        return HeldBytes(bytes(data))
+        return None if data is None else bytes(data)
 
     async def _cancel(self, job_id: str) -> JobRecord | None:
         raw = await self._script(_CANCEL, job_id, json.dumps(shared.cancelled_error()))
