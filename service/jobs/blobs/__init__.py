@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from pathlib import Path
 from typing import Protocol
 
 from service.errors import StoreUnavailable
+
+logger = logging.getLogger("atelier.jobs")
 
 #: Blobs this large or larger go to the blob store; smaller ones stay in the job store.
 FILE_MIN_BYTES = 256 * 1024
@@ -122,6 +125,18 @@ class HeldBytes:
 
     async def read(self, start: int, stop: int) -> bytes:
         return self.data[start:stop]
+
+
+async def forget(blobs: BlobStore, names: list[str]) -> None:
+    """Delete the blobs ``names`` on a worker thread, for a job store that no longer names
+    them; one that cannot be deleted now is left for a sweep (an error here would hide
+    the outcome of the write that dropped it)."""
+    if not names:
+        return
+    try:
+        await asyncio.to_thread(blobs.delete, names)
+    except StoreUnavailable:
+        logger.warning("could not delete job blobs; a sweep will", extra={"count": len(names)})
 
 
 def open_blobs(

@@ -28,7 +28,7 @@ import logging
 import time
 from typing import Any
 
-from service.errors import StoreFull
+from service.errors import StoreFull, StoreUnavailable
 from service.jobs import shared
 from service.jobs.blobs import (
     FILE_MIN_BYTES,
@@ -37,6 +37,7 @@ from service.jobs.blobs import (
     HeldBytes,
     PackedSource,
     StoredBlob,
+    forget,
 )
 from service.jobs.records import JobRecord
 from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, pairs, text
@@ -582,8 +583,8 @@ class RedisJobQueue(RedisBackend, JobQueue):
         await self._drop_blobs([] if ref is None else [ref.name])
 
     async def _drop_blobs(self, names: list[str]) -> None:
-        if names and self.blobs is not None:
-            await asyncio.to_thread(self.blobs.delete, names)
+        if self.blobs is not None:
+            await forget(self.blobs, names)
 
     async def _blobs_of(self, job_id: str, kind: str) -> list[str]:
         """The blob the job's ``kind`` value refers to (none: small, or no blob store):
@@ -610,7 +611,11 @@ class RedisJobQueue(RedisBackend, JobQueue):
                     pipe.getrange(key, 0, REF_MAX_BYTES)
                 heads = await self._call(pipe.execute())
             kept.update(ref.name for head in heads if (ref := referenced(bytes(head))))
-        return await asyncio.to_thread(self.blobs.sweep, kept, older_than_s=WRITE_GRACE_S)
+        try:
+            return await asyncio.to_thread(self.blobs.sweep, kept, older_than_s=WRITE_GRACE_S)
+        except StoreUnavailable:  # the next sweep tries again
+            logger.warning("could not sweep the job blobs no value refers to")
+            return 0
 
     async def _check_room(self, size: int) -> None:
         """Refuse a result that would take Redis past its ``maxmemory`` (Redis checks the

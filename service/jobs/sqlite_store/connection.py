@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import StoreFull, StoreUnavailable
-from service.jobs.blobs import WRITE_GRACE_S, BlobStore
+from service.jobs.blobs import WRITE_GRACE_S, BlobStore, forget
 from service.jobs.blobs.volume import VolumeBlobs
 from service.jobs.changes import ChangeHub
 from service.jobs.records import JobRecord
@@ -167,6 +167,9 @@ class SqliteBackend(Backend):
         self.blobs = blobs or VolumeBlobs(self.path.with_name(self.path.stem + "-files"))
         #: blobs the open transaction stops naming: deleted once it commits
         self._unnamed: list[str] = []
+        #: blobs committed transactions stopped naming, for ``_run`` to delete off the
+        #: database's thread (a bucket's latency is not the database's)
+        self._dropped: list[str] = []
 
     # ----------------------------------------------------------------- lifecycle
     async def _open(self) -> None:
@@ -196,7 +199,10 @@ class SqliteBackend(Backend):
         self._connection = db
         self._data_version = self._version()
         kept = {row[0] for row in db.execute("SELECT file FROM blobs WHERE file IS NOT NULL")}
-        self.blobs.sweep(kept, older_than_s=ORPHAN_AGE_S)
+        try:
+            self.blobs.sweep(kept, older_than_s=ORPHAN_AGE_S)
+        except StoreUnavailable:  # the next start sweeps again; the jobs need no sweep
+            logger.warning("could not sweep the job blobs no row names")
 
     async def now(self) -> float:
         return self._clock()
@@ -234,7 +240,16 @@ class SqliteBackend(Backend):
         ``args`` add to its time, or ``payload_bytes``: what a read is given time for)."""
         if payload_bytes is None:
             payload_bytes = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
-        return await self.breaker.call(self._mapped(fn, *args), payload_bytes=payload_bytes)
+        try:
+            return await self.breaker.call(self._mapped(fn, *args), payload_bytes=payload_bytes)
+        finally:
+            await self._delete_dropped()
+
+    async def _delete_dropped(self) -> None:
+        """Delete the blobs committed transactions stopped naming (on a worker thread,
+        outside the breaker; one that cannot be deleted now is swept at the next start)."""
+        names, self._dropped = self._dropped, []
+        await forget(self.blobs, names)
 
     async def _mapped(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -274,7 +289,7 @@ class SqliteBackend(Backend):
                 db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-        self.blobs.delete(self._unnamed)
+        self._dropped.extend(self._unnamed)
         self._unnamed.clear()
 
     def _drop_blobs(self, db: sqlite3.Connection, job_id: str, kind: str | None = None) -> None:

@@ -22,7 +22,14 @@ import sqlite3
 from typing import Any
 
 from service.jobs import shared
-from service.jobs.blobs import FILE_MIN_BYTES, BlobRef, HeldBytes, PackedSource, StoredBlob
+from service.jobs.blobs import (
+    FILE_MIN_BYTES,
+    BlobRef,
+    HeldBytes,
+    PackedSource,
+    StoredBlob,
+    forget,
+)
 from service.jobs.changes import work_topic
 from service.jobs.records import (
     CANCELLED,
@@ -85,8 +92,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         return await asyncio.to_thread(self.blobs.write, job_id, kind, data)
 
     async def _unlink(self, blob: BlobRef | None) -> None:
-        if blob is not None:
-            await asyncio.to_thread(self.blobs.delete, [blob.name])
+        await forget(self.blobs, [] if blob is None else [blob.name])
 
     async def _read_blob(self, blob: BlobRef) -> bytes | None:
         return await asyncio.to_thread(self.blobs.read, blob)

@@ -221,3 +221,28 @@ def test_a_write_cut_short_leaves_no_blob_under_its_name(tmp_path, monkeypatch):
         files.write("job", "out", b"data")
     assert not isinstance(failed.value, StoreFull) and "I/O" not in failed.value.message
     assert list(files.root.iterdir()) == []
+
+
+def test_a_blob_that_cannot_be_deleted_now_leaves_the_jobs_change_done(tmp_path):
+    """Deleting a blob is no part of the job's transaction: a blob store that fails it
+    (a bucket away) neither fails the change nor stalls the database; a sweep gets it."""
+
+    class Undeletable(VolumeBlobs):
+        def delete(self, names: list[str]) -> None:
+            raise StoreUnavailable("the job objects cannot be deleted right now")
+
+    async def main() -> None:
+        blobs = Undeletable(tmp_path / "files")
+        store = SqliteJobStore(tmp_path / "jobs.db", StoreLimits(), blobs=blobs)
+        await store.start()
+        try:
+            record = _record()
+            await store.create(record, b"{}", owner_max_jobs=10)
+            await store.finish(record.id, "succeeded", result=os.urandom(BIG))
+            assert await store.delete(record.id)
+            assert await store.get(record.id) is None
+            assert len(list(blobs.root.iterdir())) == 1  # left for the sweep
+        finally:
+            await store.close()
+
+    asyncio.run(main())
