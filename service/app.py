@@ -41,6 +41,7 @@ from service.errors import (
 )
 from service.execution.runner import JobRunner, reap_forever, worker_name
 from service.images import DecodeSlots, PreparationBudget
+from service.jobs.blobs import open_blobs
 from service.jobs.feeds import JobFeeds
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.sqlite_store import SqliteJobStore
@@ -287,7 +288,7 @@ def configure_logging(level: str = "info") -> None:
 
 def open_store(settings: Settings) -> JobStore:
     """The job store the settings name: Redis at ``redis_url``, else SQLite under
-    ``state_dir``."""
+    ``state_dir``; its big inputs and results in the blob store ``blob_store``."""
     limits = StoreLimits(
         max_jobs=settings.max_jobs,
         inputs_max_bytes=settings.job_inputs_max_bytes,
@@ -296,11 +297,19 @@ def open_store(settings: Settings) -> JobStore:
         max_attempts=settings.job_max_attempts,
         idempotency_ttl_s=settings.idempotency_ttl_s,
     )
+    blobs = open_blobs(
+        settings.blob_store,
+        folder=settings.blob_folder(),
+        bucket=settings.blob_s3_bucket,
+        prefix=settings.blob_s3_prefix,
+        endpoint_url=settings.blob_s3_endpoint_url,
+    )
     if settings.redis_url:
         return RedisJobStore(
             settings.redis_url,
             limits,
             prefix=settings.redis_prefix,
+            blobs=blobs,
             webhook_progress_interval_s=settings.webhook_progress_interval_s,
             call_timeout_s=settings.store_call_timeout_s,
             probe_interval_s=settings.store_probe_interval_s,
@@ -308,6 +317,7 @@ def open_store(settings: Settings) -> JobStore:
     return SqliteJobStore(
         settings.state_dir / "jobs.db",
         limits,
+        blobs=blobs,
         webhook_progress_interval_s=settings.webhook_progress_interval_s,
         call_timeout_s=settings.store_call_timeout_s,
         probe_interval_s=settings.store_probe_interval_s,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field
+from pydantic import BeforeValidator, Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 #: The repository's own ``weights/`` folder: the manifest and the checkpoints this
@@ -95,6 +95,20 @@ class Settings(BaseSettings):
     state_dir: Path = Path(".atelier")
     """Where the embedded job store keeps its SQLite database (jobs.db) when redis_url is
     unset: accepted jobs and results survive a restart."""
+    blob_store: Literal["volume", "s3"] = "volume"
+    """Where job inputs and results of 256 KiB or more live (the job store keeps their
+    names and checksums): "volume", files in blob_dir; "s3", objects in blob_s3_bucket
+    (what replicas on several hosts share, e.g. beside Redis)."""
+    blob_dir: Path | None = None
+    """The folder of the volume blob store; unset: jobs-files beside jobs.db in state_dir.
+    With Redis and several hosts it must be a volume every replica mounts (or use s3)."""
+    blob_s3_bucket: str | None = Field(default=None, validate_default=True)
+    """The bucket of the s3 blob store (it must exist); credentials come from the standard
+    AWS chain (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile, a pod's role)."""
+    blob_s3_prefix: str = "atelier/"
+    """What the key of every object starts with (deployments may share a bucket)."""
+    blob_s3_endpoint_url: str | None = None
+    """An S3-compatible server other than AWS (http://minio:9000); unset: AWS S3."""
     redis_url: str | None = None
     """redis://host:port/db (Redis >= 6.2 or Valkey): the shared job store, so that every
     replica and worker sees the same jobs. Unset: the SQLite store."""
@@ -237,6 +251,17 @@ class Settings(BaseSettings):
     folder, paintings in its style/ folder (PNG, JPEG, WebP; served at /samples without a
     key). Unset or missing: the page shows no samples."""
     log_level: str = "info"
+
+    @field_validator("blob_s3_bucket", mode="after")
+    @classmethod
+    def _s3_has_a_bucket(cls, bucket: str | None, info: ValidationInfo) -> str | None:
+        if info.data.get("blob_store") == "s3" and not bucket:
+            raise ValueError("blob_store s3 needs a bucket: set ATELIER_BLOB_S3_BUCKET")
+        return bucket
+
+    def blob_folder(self) -> Path:
+        """The volume blob store's folder (``blob_dir``, else beside ``jobs.db``)."""
+        return self.blob_dir or self.state_dir / "jobs-files"
 
     def device_list(self) -> list[str]:
         """``devices`` resolved to torch device names (:func:`models.devices.device_list`)."""

@@ -29,8 +29,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)  # exits 2 with the bad settings listed
     store = "redis" if settings.redis_url else f"sqlite under {settings.state_dir}"
+    blobs = (
+        f"s3 bucket {settings.blob_s3_bucket} ({settings.blob_s3_endpoint_url or 'AWS'})"
+        if settings.blob_store == "s3"
+        else f"files in {settings.blob_folder()}"
+    )
     print(
         f"configuration ok: models {settings.load_models or '(none)'} on {settings.devices}, "
-        f"job store {store}, port {settings.port}"
+        f"job store {store}, big results as {blobs}, port {settings.port}"
     )
     return 0

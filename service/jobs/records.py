@@ -24,9 +24,12 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.priorities import BACKGROUND
+
+if TYPE_CHECKING:
+    from service.jobs.blobs import PackedSource
 
 QUEUED, RUNNING = "queued", "running"
 SUCCEEDED, FAILED, CANCELLED = "succeeded", "failed", "cancelled"
@@ -198,6 +201,36 @@ def pack(header: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
     """
     head = json.dumps({**header, "_sizes": [len(b) for b in blobs]}).encode()
     return b"".join([_MAGIC, struct.pack(">I", len(head)), head, *blobs])
+
+
+@dataclass(frozen=True)
+class PackedLayout:
+    """Where each blob of a packed job blob lies: ``spans[k]`` is blob ``k``'s
+    ``[start, stop)`` in the packed bytes (the header's sizes summed after it), and
+    ``header`` the JSON header without them."""
+
+    header: dict[str, Any]
+    spans: list[tuple[int, int]]
+
+
+async def read_layout(source: PackedSource) -> PackedLayout:
+    """The layout of the packed blob ``source`` holds, from its header alone (two reads:
+    the fixed prefix, then the JSON header), so that one image of a big result is read
+    without the rest. Every packed blob ever written has the sizes this needs.
+
+    Raises:
+        ValueError: the bytes are not a packed blob.
+    """
+    prefix = await source.read(0, 8)
+    if prefix[:4] != _MAGIC or len(prefix) < 8:
+        raise ValueError("not a packed job blob")
+    (length,) = struct.unpack(">I", prefix[4:8])
+    header = json.loads(await source.read(8, 8 + length))
+    spans, at = [], 8 + length
+    for size in header.pop("_sizes"):
+        spans.append((at, at + size))
+        at += size
+    return PackedLayout(header, spans)
 
 
 def unpack(data: bytes) -> tuple[dict[str, Any], list[bytes]]:

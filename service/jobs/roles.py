@@ -45,6 +45,8 @@ from service.jobs.shared import (
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
+    from service.jobs.blobs import PackedSource
+
 
 class BackendOptions(TypedDict, total=False):
     """The options every back end takes (after its own), passed on to :class:`Backend`:
@@ -208,6 +210,12 @@ class JobQueue(Backend):
     @abstractmethod
     async def result(self, job_id: str) -> bytes | None:
         """The job's packed result (``JobResult.to_bytes``), once it succeeded."""
+
+    @abstractmethod
+    async def result_source(self, job_id: str) -> PackedSource | None:
+        """The job's packed result to read piece by piece (``records.read_layout``, then
+        one image's bytes, without the rest), once it succeeded; ``None`` as
+        :meth:`result`."""
 
     async def cancel(self, job_id: str) -> JobRecord | None:
         """A queued job is cancelled at once; a running one is asked to stop (its worker

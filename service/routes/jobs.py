@@ -31,10 +31,18 @@ from service.errors import (
     JobNotFound,
     JobNotReady,
     RangeNotSatisfiable,
+    StoreUnavailable,
     error_responses,
     json_error_responses,
 )
-from service.jobs.records import JobRecord, JobResult, off_loop_if_large, pack, unpack
+from service.jobs.blobs import PackedSource
+from service.jobs.records import (
+    JobRecord,
+    JobResult,
+    pack,
+    read_layout,
+    unpack,
+)
 from service.jobs.store import JobStore, job_topic
 from service.routes.deps import CallerDep, DrainDep, FeedsDep, StoreDep, app_owned
 
@@ -201,29 +209,45 @@ async def get_job_result(
     index: Annotated[int, Query(ge=0, description="Which image of the job.")] = 0,
 ) -> Response:
     """The image bytes themselves, not base64 in JSON: what a large result is fetched by
-    (``curl -o``, a browser's download, an ``<img>``), resumable with ``Range``."""
+    (``curl -o``, a browser's download, an ``<img>``), resumable with ``Range``. Only the
+    image's bytes (or the range of them) are read from the store, a chunk at a time."""
     if job.state != "succeeded":
         raise JobNotReady(f"the job is {job.state}; its result exists once it succeeded")
-    packed = await store.result(job.id)
-    if packed is None:
+    source = await store.result_source(job.id)
+    if source is None:
         raise JobNotFound("the job's result was forgotten")
-    result = await off_loop_if_large(len(packed), JobResult.from_bytes, packed)
-    if index >= len(result.images):
-        raise JobNotFound(f"the job has {len(result.images)} image(s); no index {index}")
-    data = result.images[index]
-    extension = SUFFIXES.get(result.media_type, "bin")
+    layout = await read_layout(source)
+    if index >= len(layout.spans):
+        raise JobNotFound(f"the job has {len(layout.spans)} image(s); no index {index}")
+    begin, end = layout.spans[index]
+    media_type = layout.header["media_type"]
+    extension = SUFFIXES.get(media_type, "bin")
     headers = {
         "Accept-Ranges": "bytes",
         "Content-Disposition": f'attachment; filename="{job.id}-{index}.{extension}"',
     }
-    wanted = byte_range(request.headers.get("range"), len(data))
-    if wanted is None:
-        return Response(data, media_type=result.media_type, headers=headers)
-    start, stop = wanted
-    headers["Content-Range"] = f"bytes {start}-{stop - 1}/{len(data)}"
-    return Response(
-        data[start:stop], status_code=206, media_type=result.media_type, headers=headers
+    wanted = byte_range(request.headers.get("range"), end - begin)
+    start, stop, status = (0, end - begin, 200) if wanted is None else (*wanted, 206)
+    if wanted is not None:
+        headers["Content-Range"] = f"bytes {start}-{stop - 1}/{end - begin}"
+    headers["Content-Length"] = str(stop - start)
+    return StreamingResponse(
+        _pieces(source, begin + start, begin + stop),
+        status_code=status,
+        media_type=media_type,
+        headers=headers,
     )
+
+
+async def _pieces(source: PackedSource, start: int, stop: int) -> AsyncIterator[bytes]:
+    """Bytes ``[start, stop)`` of ``source``, ``CHUNK_BYTES`` a read (a 79 MB print is
+    never in memory whole)."""
+    for at in range(start, stop, CHUNK_BYTES):
+        until = min(stop, at + CHUNK_BYTES)
+        piece = await source.read(at, until)
+        if len(piece) != until - at:
+            raise StoreUnavailable("a job's result ended before its recorded size")
+        yield piece
 
 
 #: Sides a job's thumbnail may have, and the default (the page's cards ask 256).

@@ -394,6 +394,17 @@ def test_both_tiers_share_the_redis_job_store(monkeypatch):
         assert url.port == service_port["port"] == port, name
 
 
+def test_both_tiers_keep_big_results_in_one_bucket_not_on_a_pods_disk(monkeypatch):
+    """Pods share no disk: a result a worker wrote must be readable by every API pod."""
+    for name, workload in TIERS.items():
+        settings = _settings(workload, monkeypatch)
+        assert settings.blob_store == "s3" and settings.blob_s3_bucket, name
+        secrets = [
+            s["secretRef"]["name"] for s in _container(workload)["envFrom"] if "secretRef" in s
+        ]
+        assert "atelier-s3" in secrets, name
+
+
 # ---------------------------------------------------------------- ports and probes
 @pytest.mark.parametrize("tier", sorted(TIERS))
 def test_container_port_is_the_service_port(tier, monkeypatch):
@@ -488,9 +499,10 @@ def test_workers_metrics_stay_open_to_prometheus(monkeypatch):
     # Workers serve no /v1 route and need no key; with one configured, protecting
     # /metrics would lock Prometheus (and so KEDA) out of the series workers scale on.
     settings = _settings(WORKER, monkeypatch)
-    # The one Secret they read holds the webhook signing secret (configmap.yaml's note).
+    # The Secrets they read hold the webhook signing secret and the blob store's
+    # credentials (configmap.yaml's notes), no API key.
     secrets = [s["secretRef"]["name"] for s in _container(WORKER)["envFrom"] if "secretRef" in s]
-    assert secrets == ["atelier-webhook"]
+    assert secrets == ["atelier-webhook", "atelier-s3"]
     assert "ATELIER_WEBHOOK_SECRET=" in (KUBERNETES_DIR / "configmap.yaml").read_text()
     keys = KeyRing(settings.api_keys_file, settings.api_key)
     assert not needs_api_key("/metrics", "GET", settings, keys)

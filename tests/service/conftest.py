@@ -69,3 +69,24 @@ def redis_server(tmp_path_factory):
         pytest.skip(str(exc))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One real S3-protocol server (moto's) for the session; tests keep apart by bucket."""
+    from s3_server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_credentials(monkeypatch):
+    """The standard AWS variables set to what the test server accepts."""
+    from s3_server import CREDENTIALS
+
+    for name, value in CREDENTIALS.items():
+        monkeypatch.setenv(name, value)
+    for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)

@@ -12,7 +12,8 @@ limits), ``directory`` (the workers' models), ``outbox`` (the webhook deliveries
 Keys (``prefix`` is ``atelier:`` by default)::
 
     job:{id}                     hash: the JobRecord's fields (+ webhook flags)
-    in:{id}, out:{id}            the input and the result blobs
+    in:{id}, out:{id}            the input and the result blobs (or, when big, a
+                                 reference to them in the blob store)
     ckpt:{id}                    hash: the running job's checkpoints by name (expiring
                                  after ``ttl_s`` without a put, should one be orphaned)
     q:{model}:{priority}:{owner} list: the owner's queued job ids, oldest first

@@ -20,6 +20,7 @@ from redis.exceptions import OutOfMemoryError, ReadOnlyError, RedisError, Respon
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.errors import StoreFull, StoreUnavailable
+from service.jobs.blobs import BlobStore
 from service.jobs.changes import ChangeHub
 from service.jobs.records import JobRecord
 from service.jobs.roles import Backend, BackendOptions
@@ -69,6 +70,9 @@ class RedisBackend(Backend):
         hub: where change notifications go.
         prefix: the key prefix (several deployments can share one server).
         timeout_s: a command's socket timeout (then ``StoreUnavailable``).
+        blobs: where values of ``FILE_MIN_BYTES`` or more go (Redis keeps a reference;
+            several hosts need one they all reach: S3, or a shared volume); ``None``:
+            every value stays in Redis.
         options: :class:`~service.jobs.roles.BackendOptions`.
     """
 
@@ -83,10 +87,14 @@ class RedisBackend(Backend):
         *,
         prefix: str = "atelier:",
         timeout_s: float = 5.0,
+        blobs: BlobStore | None = None,
         **options: Unpack[BackendOptions],
     ) -> None:
         super().__init__(limits, hub, **options)
         self.url = url
+        self.blobs = blobs
+        #: when the blobs were last swept (``time.monotonic``)
+        self._blobs_swept_at = float("-inf")
         self.prefix = prefix
         self._redis = aioredis.Redis.from_url(
             url,

@@ -10,21 +10,46 @@ Over Redis's ``maxmemory`` only the scripts that bring a client's bytes (a creat
 checkpoint, a finish with its result) are refused (``StoreFull``); the others keep the
 jobs already held moving and free memory (their first line is
 :data:`~service.jobs.redis_store.connection.ALLOW_OOM`).
+
+With a blob store, an input or result of ``FILE_MIN_BYTES`` or more is written there
+first and Redis holds a reference in its place (``service.jobs.redis_store.values``;
+sizes are counted as the blob's, not the reference's). A blob whose reference a script
+dropped is deleted at once by a finish (the input's) or a delete (the result's); one
+dropped by expiry or eviction inside a script, by the next sweep of the reaper
+(``BLOB_SWEEP_S``), once older than ``WRITE_GRACE_S``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import logging
 import time
+from typing import Any
 
-from service.errors import StoreFull
+from service.errors import StoreFull, StoreUnavailable
 from service.jobs import shared
+from service.jobs.blobs import (
+    FILE_MIN_BYTES,
+    WRITE_GRACE_S,
+    BlobRef,
+    HeldBytes,
+    PackedSource,
+    StoredBlob,
+    forget,
+)
 from service.jobs.records import JobRecord
 from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, pairs, text
+from service.jobs.redis_store.values import REF_MAX_BYTES, reference, referenced
 from service.jobs.roles import JobQueue
 
 #: How a job leaves: requeued, finished, forgotten (for the scripts that need them).
+logger = logging.getLogger("atelier.jobs.redis")
+
+#: The least time between two sweeps of the blobs no value refers to (``reap``).
+BLOB_SWEEP_S = 60.0
+
 _JOBS = r"""
 local function final(state)
   return state == 'succeeded' or state == 'failed' or state == 'cancelled'
@@ -57,7 +82,7 @@ local function forget(id)
   redis.call('ZREM', p .. 'webhooks', id)
   if owner then redis.call('ZREM', p .. 'owner:' .. owner, id) end
 end
-local function finish(id, state, err, result, has_result, budget, step, total)
+local function finish(id, state, err, result, has_result, budget, step, total, result_size)
   local key = p .. 'job:' .. id
   local f = redis.call('HMGET', key, 'state', 'priority', 'owner', 'model', 'wh_completed')
   if not f[1] or final(f[1]) then return 0 end
@@ -68,14 +93,14 @@ local function finish(id, state, err, result, has_result, budget, step, total)
     redis.call('HINCRBY', p .. 'queued', f[4], -1)
   end
   local size = 0
-  if has_result == '1' then size = string.len(result) end
+  if has_result == '1' then size = tonumber(result_size) or string.len(result) end
   redis.call('HSET', key, 'state', state, 'finished_at', tostring(now), 'error', err,
              'result_bytes', size)
   if state == 'succeeded' then
     redis.call('HSET', key, 'step', redis.call('HGET', key, 'total') or '0')
   end
   local inkey = p .. 'in:' .. id
-  redis.call('DECRBY', p .. 'inbytes', redis.call('STRLEN', inkey))
+  redis.call('DECRBY', p .. 'inbytes', tonumber(redis.call('HGET', key, 'input_bytes') or '0') or 0)
   redis.call('DEL', inkey, p .. 'ckpt:' .. id)  -- a final job needs no checkpoints
   if f[2] == 'background' then
     redis.call('HINCRBY', p .. 'unfinished', f[3], -1)
@@ -119,7 +144,7 @@ if idem ~= '' then
     return {'replay', job}
   end
 end
-local size = string.len(payload)
+local size = tonumber(ARGV[16])
 if prio == 'background' then
   local mine = tonumber(redis.call('HGET', p .. 'unfinished', owner) or '0') or 0
   if mine >= owner_max then return {'refused', 'key_max_jobs', tostring(mine)} end
@@ -130,7 +155,7 @@ local held = tonumber(redis.call('GET', p .. 'inbytes') or '0') or 0
 if held + size > in_max then return {'refused', 'job_inputs_max_bytes', tostring(held)} end
 local key = p .. 'job:' .. id
 local fields = {}
-for i = 16, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 17, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call('HSET', key, unpack(fields))
 redis.call('HSET', key, 'created_at', tostring(now), 'input_bytes', size)
 redis.call('SET', p .. 'in:' .. id, payload)
@@ -254,7 +279,8 @@ return 1
 _FINISH = (
     _JOBS
     + r"""
-return finish(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9])
+return finish(ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8], ARGV[9],
+              ARGV[10])
 """
 )
 
@@ -364,25 +390,15 @@ class RedisJobQueue(RedisBackend, JobQueue):
         fields["wh_completed"] = "1" if job.wants("completed") else "0"
         fields["wh_progress_next"] = "0" if job.wants("progress") else "-1"
         flat = [item for pair in fields.items() for item in pair]
-        reply = await self._script(
-            _CREATE,
-            record.id,
-            record.owner,
-            record.model,
-            record.priority,
-            job.owner_max_jobs,
-            self.limits.max_jobs,
-            self.limits.inputs_max_bytes,
-            job.payload,
-            idem_key,
-            fingerprint,
-            int(self.limits.idempotency_ttl_s),
-            "" if record.deadline_at is None else repr(record.deadline_at),
-            "" if run_by is None else run_by[0],
-            "0" if run_by is None else repr(run_by[1]),
-            *flat,
-        )
+        stored, blob = await self._put_value(record.id, "in", job.payload)
+        try:
+            reply = await self._create_script(job, idem_key, fingerprint, stored, flat)
+        except BaseException:
+            await self._drop_blob(blob)
+            raise
         outcome = text(reply[0])
+        if outcome != "created":  # a replay's job has its own input; a refusal none
+            await self._drop_blob(blob)
         if outcome == "created":
             record.created_at = float(reply[1])
             if run_by is not None:
@@ -399,24 +415,72 @@ class RedisJobQueue(RedisBackend, JobQueue):
             raise shared.IdempotentJobExpired()
         raise shared.refusal(self.limits, text(reply[1]), int(reply[2]))
 
+    async def _create_script(
+        self,
+        job: shared.Submission,
+        idem_key: str,
+        fingerprint: str,
+        stored: bytes,
+        flat: list[str],
+    ) -> Any:
+        record, run_by = job.record, job.run_by
+        return await self._script(
+            _CREATE,
+            record.id,
+            record.owner,
+            record.model,
+            record.priority,
+            job.owner_max_jobs,
+            self.limits.max_jobs,
+            self.limits.inputs_max_bytes,
+            stored,
+            idem_key,
+            fingerprint,
+            int(self.limits.idempotency_ttl_s),
+            "" if record.deadline_at is None else repr(record.deadline_at),
+            "" if run_by is None else run_by[0],
+            "0" if run_by is None else repr(run_by[1]),
+            len(job.payload),
+            *flat,
+        )
+
     async def get(self, job_id: str) -> JobRecord | None:
         return await self._read(job_id)
 
     async def result(self, job_id: str) -> bytes | None:
+        held = await self._held_result(job_id)
+        return None if held is None else await self._value(held)
+
+    async def result_source(self, job_id: str) -> PackedSource | None:
+        held = await self._held_result(job_id)
+        if held is None:
+            return None
+        ref = referenced(held)
+        if ref is not None and self.blobs is not None:
+            return StoredBlob(self.blobs, ref)
+        return HeldBytes(held)
+
+    async def _held_result(self, job_id: str) -> bytes | None:
+        """The job's ``out`` value as Redis holds it (the result, or a reference to its
+        blob); ``None`` when the job is unknown, expired, or has no result."""
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.hget(self._key("job", job_id), "finished_at")
             pipe.get(self._key("out", job_id))
             finished_at, data = await self._call(pipe.execute(), payload_bytes=shared.RESULT_BYTES)
         if not finished_at or self.limits.expired(float(finished_at), time.time()):
             return None
-        return bytes(data) if data is not None else None
+        return None if data is None else bytes(data)
 
     async def _cancel(self, job_id: str) -> JobRecord | None:
         raw = await self._script(_CANCEL, job_id, json.dumps(shared.cancelled_error()))
         return None if not raw else self._alive(pairs(raw))
 
     async def delete(self, job_id: str) -> bool:
-        return bool(await self._script(_DELETE, job_id))
+        named = await self._blobs_of(job_id, "out")
+        deleted = bool(await self._script(_DELETE, job_id))
+        if deleted:
+            await self._drop_blobs(named)
+        return deleted
 
     async def jobs_of(self, owner: str, limit: int) -> list[JobRecord]:
         ids = await self._call(self._redis.zrevrange(self._key("owner", owner), 0, 2 * limit))
@@ -435,7 +499,11 @@ class RedisJobQueue(RedisBackend, JobQueue):
         if not reply:
             return None
         payload, raw, more = reply
-        return shared.Claim(JobRecord.from_fields(pairs(raw)), bytes(payload), more > 0)
+        record = JobRecord.from_fields(pairs(raw))
+        value = await self._value(bytes(payload))
+        if value is None:  # gone or damaged: the work cannot be rebuilt from it
+            logger.error("a job's input blob is missing", extra={"job_id": record.id})
+        return shared.Claim(record, value or b"", more > 0)
 
     async def _renew(
         self, worker: str, job_ids: list[str], lease_s: float
@@ -463,20 +531,91 @@ class RedisJobQueue(RedisBackend, JobQueue):
     async def _finish(self, job_id: str, outcome: shared.Outcome) -> bool:
         step, total = ("", "") if outcome.progress is None else outcome.progress
         result = outcome.result
-        if result is not None:
-            await self._check_room(len(result))
-        finished = await self._script(
-            _FINISH if result is not None else _FINISH_FREEING,
-            job_id,
-            outcome.state,
-            "" if outcome.error is None else json.dumps(outcome.error),
-            b"" if result is None else result,
-            "1" if result is not None else "0",
-            self.limits.results_max_bytes,
-            step,
-            total,
+        inputs = await self._blobs_of(job_id, "in")
+        stored, blob = (
+            (b"", None) if result is None else await self._put_value(job_id, "out", result)
         )
+        try:
+            if result is not None:
+                await self._check_room(len(stored))
+            finished = await self._script(
+                _FINISH if result is not None else _FINISH_FREEING,
+                job_id,
+                outcome.state,
+                "" if outcome.error is None else json.dumps(outcome.error),
+                stored,
+                "1" if result is not None else "0",
+                self.limits.results_max_bytes,
+                step,
+                total,
+                0 if result is None else len(result),
+            )
+        except BaseException:
+            await self._drop_blob(blob)
+            raise
+        if not finished:  # finished before (a rerun's outcome came first)
+            await self._drop_blob(blob)
+        else:  # the script dropped the input's reference
+            await self._drop_blobs(inputs)
         return bool(finished)
+
+    # ----------------------------------------------------------- big values
+    async def _put_value(self, job_id: str, kind: str, data: bytes) -> tuple[bytes, BlobRef | None]:
+        """What Redis is to hold for ``data``: itself, or (big, with a blob store) a
+        reference to the blob it was just written to (off the event loop, outside the
+        breaker: its time is the blob store's)."""
+        if self.blobs is None or len(data) < FILE_MIN_BYTES:
+            return data, None
+        ref = await asyncio.to_thread(self.blobs.write, job_id, kind, data)
+        return reference(ref), ref
+
+    async def _value(self, held: bytes) -> bytes | None:
+        """A value as Redis held it, or the blob it refers to (``None``: gone or damaged)."""
+        ref = referenced(held)
+        if ref is None:
+            return held
+        if self.blobs is None:
+            logger.error("a job's value is in a blob store this process was not given")
+            return None
+        return await asyncio.to_thread(self.blobs.read, ref)
+
+    async def _drop_blob(self, ref: BlobRef | None) -> None:
+        await self._drop_blobs([] if ref is None else [ref.name])
+
+    async def _drop_blobs(self, names: list[str]) -> None:
+        if self.blobs is not None:
+            await forget(self.blobs, names)
+
+    async def _blobs_of(self, job_id: str, kind: str) -> list[str]:
+        """The blob the job's ``kind`` value refers to (none: small, or no blob store):
+        read before a script drops the reference, deleted after it did."""
+        if self.blobs is None:
+            return []
+        head = await self._call(self._redis.getrange(self._key(kind, job_id), 0, REF_MAX_BYTES))
+        ref = referenced(bytes(head))
+        return [] if ref is None else [ref.name]
+
+    async def _sweep_blobs(self) -> int:
+        """Delete the blobs no ``in:`` or ``out:`` value refers to any more (their jobs
+        expired, were deleted or evicted: the scripts drop the reference), once older
+        than ``WRITE_GRACE_S`` (a younger one may be a write whose script is still to
+        run); at most every ``BLOB_SWEEP_S``. Returns how many went."""
+        if self.blobs is None or time.monotonic() < self._blobs_swept_at + BLOB_SWEEP_S:
+            return 0
+        self._blobs_swept_at = time.monotonic()
+        kept: set[str] = set()
+        for kind in ("in", "out"):
+            keys = [key async for key in self._redis.scan_iter(self._key(kind, "*"), count=500)]
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.getrange(key, 0, REF_MAX_BYTES)
+                heads = await self._call(pipe.execute())
+            kept.update(ref.name for head in heads if (ref := referenced(bytes(head))))
+        try:
+            return await asyncio.to_thread(self.blobs.sweep, kept, older_than_s=WRITE_GRACE_S)
+        except StoreUnavailable:  # the next sweep tries again
+            logger.warning("could not sweep the job blobs no value refers to")
+            return 0
 
     async def _check_room(self, size: int) -> None:
         """Refuse a result that would take Redis past its ``maxmemory`` (Redis checks the
@@ -505,6 +644,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
             json.dumps(shared.lost_error("{attempts}")),
             json.dumps(shared.late_error()),
         )
+        await self._sweep_blobs()
         return int(requeued)
 
     async def queue_depths(self) -> dict[str, int]:

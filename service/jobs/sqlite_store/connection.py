@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from service.errors import StoreFull, StoreUnavailable
+from service.jobs.blobs import WRITE_GRACE_S, BlobStore, forget
+from service.jobs.blobs.volume import VolumeBlobs
 from service.jobs.changes import ChangeHub
-from service.jobs.files import BlobFiles
 from service.jobs.records import JobRecord
 from service.jobs.roles import Backend, BackendOptions
 from service.jobs.shared import StoreLimits
@@ -33,9 +34,9 @@ logger = logging.getLogger("atelier.jobs")
 #: largest size otherwise: one big write would hold its bytes on disk for good).
 WAL_KEPT_BYTES = 4 * 1024 * 1024
 
-#: A file no row names is deleted at start once this old (a younger one may be another
+#: A blob no row names is deleted at start once this old (a younger one may be another
 #: process's write whose transaction is about to commit).
-ORPHAN_AGE_S = 3600.0
+ORPHAN_AGE_S = WRITE_GRACE_S
 
 #: ``PRAGMA auto_vacuum``'s value for "free pages are given back on request".
 INCREMENTAL = 2
@@ -63,8 +64,8 @@ def db_value(value: Any) -> Any:
 
 
 #: Every role's tables (``jobs`` and ``blobs``: a blob's bytes in ``data``, or, from
-#: ``FILE_MIN_BYTES`` on, empty there and kept in the file ``file`` with its
-#: ``checksum`` (``service.jobs.files``); ``owners``, ``idempotency`` and
+#: ``FILE_MIN_BYTES`` on, empty there and kept in the blob store under the name ``file``
+#: with its ``checksum`` (``service.jobs.blobs``); ``owners``, ``idempotency`` and
 #: ``checkpoints``: the queue, with the outbox's ``webhook_*`` columns; ``tokens``: the
 #: rate limits; ``workers`` and ``models``: the directory).
 SCHEMA = f"""
@@ -137,6 +138,8 @@ class SqliteBackend(Backend):
         hub: where change notifications go.
         poll_s: how often other processes' writes are looked for.
         clock: Unix seconds (tests move it).
+        blobs: where big inputs and results go (default: the folder beside ``path``,
+            ``jobs-files`` for ``jobs.db``).
         options: :class:`~service.jobs.roles.BackendOptions`.
     """
 
@@ -150,6 +153,7 @@ class SqliteBackend(Backend):
         *,
         poll_s: float = 0.2,
         clock: Callable[[], float] = time.time,
+        blobs: BlobStore | None = None,
         **options: Unpack[BackendOptions],
     ) -> None:
         super().__init__(limits, hub, **options)
@@ -159,10 +163,13 @@ class SqliteBackend(Backend):
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sqlite-jobs")
         self._connection: sqlite3.Connection | None = None
         self._data_version = -1
-        #: the big inputs and results, beside the database file
-        self.files = BlobFiles(self.path.with_name(self.path.stem + "-files"))
-        #: files the open transaction stops naming: deleted once it commits
+        #: the big inputs and results
+        self.blobs = blobs or VolumeBlobs(self.path.with_name(self.path.stem + "-files"))
+        #: blobs the open transaction stops naming: deleted once it commits
         self._unnamed: list[str] = []
+        #: blobs committed transactions stopped naming, for ``_run`` to delete off the
+        #: database's thread (a bucket's latency is not the database's)
+        self._dropped: list[str] = []
 
     # ----------------------------------------------------------------- lifecycle
     async def _open(self) -> None:
@@ -192,7 +199,10 @@ class SqliteBackend(Backend):
         self._connection = db
         self._data_version = self._version()
         kept = {row[0] for row in db.execute("SELECT file FROM blobs WHERE file IS NOT NULL")}
-        self.files.sweep(kept, older_than_s=ORPHAN_AGE_S)
+        try:
+            self.blobs.sweep(kept, older_than_s=ORPHAN_AGE_S)
+        except StoreUnavailable:  # the next start sweeps again; the jobs need no sweep
+            logger.warning("could not sweep the job blobs no row names")
 
     async def now(self) -> float:
         return self._clock()
@@ -230,7 +240,16 @@ class SqliteBackend(Backend):
         ``args`` add to its time, or ``payload_bytes``: what a read is given time for)."""
         if payload_bytes is None:
             payload_bytes = sum(len(arg) for arg in args if isinstance(arg, bytes | bytearray))
-        return await self.breaker.call(self._mapped(fn, *args), payload_bytes=payload_bytes)
+        try:
+            return await self.breaker.call(self._mapped(fn, *args), payload_bytes=payload_bytes)
+        finally:
+            await self._delete_dropped()
+
+    async def _delete_dropped(self) -> None:
+        """Delete the blobs committed transactions stopped naming (on a worker thread,
+        outside the breaker; one that cannot be deleted now is swept at the next start)."""
+        names, self._dropped = self._dropped, []
+        await forget(self.blobs, names)
 
     async def _mapped(self, fn: Callable[..., T], *args: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -270,7 +289,7 @@ class SqliteBackend(Backend):
                 db.execute("ROLLBACK")
             raise
         db.execute("COMMIT")
-        self.files.delete(self._unnamed)
+        self._dropped.extend(self._unnamed)
         self._unnamed.clear()
 
     def _drop_blobs(self, db: sqlite3.Connection, job_id: str, kind: str | None = None) -> None:

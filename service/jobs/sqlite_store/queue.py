@@ -1,11 +1,12 @@
 """The job queue in SQLite: ``jobs`` (a row a job, with its lease and webhook columns),
-``blobs`` (inputs and results: small ones in the row, big ones in files beside the
-database, ``service.jobs.files``), ``checkpoints``, ``idempotency`` and ``owners`` (when
-each owner was last served, per model and priority: the fair order).
+``blobs`` (inputs and results: small ones in the row, big ones in the blob store,
+``service.jobs.blobs``), ``checkpoints``, ``idempotency`` and ``owners`` (when each owner
+was last served, per model and priority: the fair order).
 
-A big blob's file is written before the transaction that names it (off the store's
-thread, outside the breaker) and deleted when that transaction fails or finds the job
-finished already; a transaction that stops naming a file deletes it once it commits.
+A big blob is written to the blob store before the transaction that names it (off the
+store's thread, outside the breaker) and deleted when that transaction fails or finds
+the job finished already; a transaction that stops naming a blob deletes it once it
+commits.
 
 Every change is one ``BEGIN IMMEDIATE`` transaction on the store's thread (the ``_tx``
 methods); the queue order is ``seq``, the row's place in the order of creation.
@@ -21,8 +22,15 @@ import sqlite3
 from typing import Any
 
 from service.jobs import shared
+from service.jobs.blobs import (
+    FILE_MIN_BYTES,
+    BlobRef,
+    HeldBytes,
+    PackedSource,
+    StoredBlob,
+    forget,
+)
 from service.jobs.changes import work_topic
-from service.jobs.files import FILE_MIN_BYTES, BlobFile
 from service.jobs.records import (
     CANCELLED,
     FAILED,
@@ -64,7 +72,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         return shared.Occupancy(mine, total, in_bytes)
 
     async def _create(self, job: shared.Submission) -> tuple[JobRecord, bool]:
-        blob = await self._write_file(job.record.id, "in", job.payload)
+        blob = await self._write_blob(job.record.id, "in", job.payload)
         try:
             record, created = await self._run(
                 self._create_tx, job, blob, payload_bytes=0 if blob else len(job.payload)
@@ -76,37 +84,36 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
             await self._unlink(blob)
         return record, created
 
-    async def _write_file(self, job_id: str, kind: str, data: bytes) -> BlobFile | None:
-        """A big blob written to its file, off the store's thread and outside the breaker
-        (its time is the disk's, not the database's); None: small, kept in the row."""
+    async def _write_blob(self, job_id: str, kind: str, data: bytes) -> BlobRef | None:
+        """A big blob written to the blob store, off the store's thread and outside the
+        breaker (its time is the disk's, not the database's); None: small, kept in the row."""
         if len(data) < FILE_MIN_BYTES:
             return None
-        return await asyncio.to_thread(self.files.write, job_id, kind, data)
+        return await asyncio.to_thread(self.blobs.write, job_id, kind, data)
 
-    async def _unlink(self, blob: BlobFile | None) -> None:
-        if blob is not None:
-            await asyncio.to_thread(self.files.delete, [blob.name])
+    async def _unlink(self, blob: BlobRef | None) -> None:
+        await forget(self.blobs, [] if blob is None else [blob.name])
 
-    async def _read_file(self, blob: BlobFile) -> bytes | None:
-        return await asyncio.to_thread(self.files.read, blob)
+    async def _read_blob(self, blob: BlobRef) -> bytes | None:
+        return await asyncio.to_thread(self.blobs.read, blob)
 
     @staticmethod
-    def _blob_row(job_id: str, kind: str, data: bytes, blob: BlobFile | None) -> tuple[Any, ...]:
+    def _blob_row(job_id: str, kind: str, data: bytes, blob: BlobRef | None) -> tuple[Any, ...]:
         """A ``blobs`` row: the bytes, or the file that holds them."""
         if blob is None:
             return (job_id, kind, data, None, None)
         return (job_id, kind, b"", blob.name, blob.checksum)
 
     @staticmethod
-    def _held(row: sqlite3.Row | None) -> bytes | BlobFile | None:
+    def _held(row: sqlite3.Row | None) -> bytes | BlobRef | None:
         """A ``blobs`` row's bytes, or the file to read them from."""
         if row is None:
             return None
         if row["file"] is not None:
-            return BlobFile(row["file"], row["checksum"])
+            return BlobRef(row["file"], row["checksum"])
         return bytes(row["data"])
 
-    def _create_tx(self, job: shared.Submission, blob: BlobFile | None) -> tuple[JobRecord, bool]:
+    def _create_tx(self, job: shared.Submission, blob: BlobRef | None) -> tuple[JobRecord, bool]:
         record, now = job.record, self._clock()
         with self._write() as db:
             if job.idempotency is not None:
@@ -167,9 +174,15 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     async def result(self, job_id: str) -> bytes | None:
         held = await self._run(self._result, job_id, payload_bytes=shared.RESULT_BYTES)
-        return await self._read_file(held) if isinstance(held, BlobFile) else held
+        return await self._read_blob(held) if isinstance(held, BlobRef) else held
 
-    def _result(self, job_id: str) -> bytes | BlobFile | None:
+    async def result_source(self, job_id: str) -> PackedSource | None:
+        held = await self._run(self._result, job_id, payload_bytes=shared.RESULT_BYTES)
+        if isinstance(held, BlobRef):
+            return StoredBlob(self.blobs, held)
+        return None if held is None else HeldBytes(held)
+
+    def _result(self, job_id: str) -> bytes | BlobRef | None:
         if self._row(self._db, job_id) is None:
             return None
         return self._held(
@@ -226,7 +239,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         claim = await self._run(self._claim_tx, worker, model, order, lease_s, skip)
         if claim is None or claim.input_file is None:
             return claim
-        payload = await self._read_file(claim.input_file)
+        payload = await self._read_blob(claim.input_file)
         if payload is None:  # gone or damaged: the work cannot be rebuilt from it
             logger.error("a job's input file is missing", extra={"job_id": claim.record.id})
         return dataclasses.replace(claim, payload=payload or b"", input_file=None)
@@ -288,7 +301,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
                     "SELECT EXISTS (SELECT 1 FROM jobs WHERE state = ? AND model = ?)",
                     (QUEUED, model),
                 ).fetchone()[0]
-                if isinstance(held, BlobFile):  # read after the transaction, off its thread
+                if isinstance(held, BlobRef):  # read after the transaction, off its thread
                     return shared.Claim(record, b"", bool(more), input_file=held)
                 return shared.Claim(record, held or b"", bool(more))
         return None
@@ -356,7 +369,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     async def _finish(self, job_id: str, outcome: shared.Outcome) -> bool:
         result = outcome.result
-        blob = None if result is None else await self._write_file(job_id, "out", result)
+        blob = None if result is None else await self._write_blob(job_id, "out", result)
         size = 0 if result is None or blob is not None else len(result)
         try:
             done = await self._run(self._finish_tx, job_id, outcome, blob, payload_bytes=size)
@@ -367,7 +380,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
             await self._unlink(blob)
         return done
 
-    def _finish_tx(self, job_id: str, outcome: shared.Outcome, blob: BlobFile | None) -> bool:
+    def _finish_tx(self, job_id: str, outcome: shared.Outcome, blob: BlobRef | None) -> bool:
         with self._write() as db:
             row = self._row(db, job_id)
             if row is None or row["state"] in FINAL_STATES:
@@ -384,10 +397,10 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         db: sqlite3.Connection,
         row: sqlite3.Row,
         outcome: shared.Outcome,
-        blob: BlobFile | None = None,
+        blob: BlobRef | None = None,
     ) -> None:
         """Finish the job of ``row`` (not final) inside the transaction ``db`` (``blob``:
-        the file its result was written to, when it is big)."""
+        where its result was written, when it is big)."""
         job_id, now, result = row["id"], self._clock(), outcome.result
         webhook = json.loads(row["webhook"]) if row["webhook"] else None
         self._update(

@@ -92,3 +92,23 @@ def test_check_config_says_ok_for_a_valid_configuration(capsys, monkeypatch, tmp
     assert main(["check-config", "--load-models", "adain"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("configuration ok") and "adain" in out
+
+
+def test_an_s3_blob_store_without_a_bucket_is_a_configuration_error(capsys, monkeypatch):
+    monkeypatch.setenv("ATELIER_BLOB_STORE", "s3")
+    with pytest.raises(SystemExit) as ended:
+        main(["check-config"])
+    assert ended.value.code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("atelier: ATELIER_BLOB_S3_BUCKET=") and "needs a bucket" in line
+
+
+def test_check_config_names_where_big_results_live(capsys, monkeypatch, tmp_path):
+    monkeypatch.setenv("ATELIER_STATE_DIR", str(tmp_path))
+    assert main(["check-config", "--load-models", "adain"]) == 0
+    assert f"files in {tmp_path / 'jobs-files'}" in capsys.readouterr().out
+    monkeypatch.setenv("ATELIER_BLOB_STORE", "s3")
+    monkeypatch.setenv("ATELIER_BLOB_S3_BUCKET", "prints")
+    monkeypatch.setenv("ATELIER_BLOB_S3_ENDPOINT_URL", "http://minio:9000")
+    assert main(["check-config", "--load-models", "adain"]) == 0
+    assert "s3 bucket prints (http://minio:9000)" in capsys.readouterr().out

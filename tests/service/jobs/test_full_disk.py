@@ -16,7 +16,7 @@ import redis
 from PIL import Image
 from service_fakes import wait_until
 
-from service.jobs.files import FILE_MIN_BYTES
+from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.records import JobRecord, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.sqlite_store.connection import SCHEMA

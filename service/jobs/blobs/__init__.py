@@ -1,0 +1,180 @@
+"""Big job inputs and results, kept apart from the job database: one interface, two
+back ends.
+
+A job store keeps records, leases and small values itself; a blob of at least
+``FILE_MIN_BYTES`` goes to a :class:`BlobStore` and the store keeps only its
+:class:`BlobRef` (name, SHA-256, size). Back ends:
+
+* :class:`~service.jobs.blobs.volume.VolumeBlobs`: files in one folder (the default: a
+  folder beside the SQLite database, or a shared volume);
+* :class:`~service.jobs.blobs.s3.S3Blobs`: objects in an S3-compatible bucket (AWS S3,
+  MinIO, ...), what several replicas on several hosts share.
+
+Every method blocks (disk or network): a store calls them on a worker thread, never on
+the event loop. Errors are the service's own: a full volume or bucket is ``StoreFull``
+(507), anything else ``StoreUnavailable`` (503), with a message of ours, never the
+library's. A whole read is checked against the checksum (a damaged blob reads as
+missing, never as other bytes); a range read (``Range`` downloads) is checked for its
+length only, as checking the checksum would need the whole blob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from service.errors import StoreUnavailable
+
+logger = logging.getLogger("atelier.jobs")
+
+#: Blobs this large or larger go to the blob store; smaller ones stay in the job store.
+FILE_MIN_BYTES = 256 * 1024
+
+#: An unnamed blob is left alone this long (another process may be about to commit
+#: the record that names it).
+WRITE_GRACE_S = 300.0
+
+
+@dataclass(frozen=True)
+class BlobRef:
+    """Where a blob lives: its ``name`` in the store, the SHA-256 (hex) of its bytes, and
+    its length (``None``: not recorded, as in rows written before it was)."""
+
+    name: str
+    checksum: str
+    size: int | None = None
+
+
+def blob_name(job_id: str, kind: str) -> str:
+    """A new blob's name: the job's id, its kind (``in``, ``out``), and a random part, so
+    that two workers finishing the same job (a rerun after a lost lease) never write one
+    blob."""
+    return f"{job_id}.{kind}.{uuid.uuid4().hex[:12]}"
+
+
+def checksum(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class BlobStore(ABC):
+    """Where big blobs live (see the module docstring). Names are :func:`blob_name`'s."""
+
+    #: How the store is named in logs and messages ("the job files' disk", "the bucket").
+    where: str
+
+    @abstractmethod
+    def write(self, job_id: str, kind: str, data: bytes) -> BlobRef:
+        """Store ``data`` as a new blob, whole or not at all.
+
+        Raises:
+            StoreFull: no room (nothing is left behind).
+            StoreUnavailable: it cannot be written otherwise.
+        """
+
+    @abstractmethod
+    def read(self, ref: BlobRef) -> bytes | None:
+        """The blob's bytes; ``None`` when it is gone or does not match its checksum.
+
+        Raises:
+            StoreUnavailable: it cannot be read right now.
+        """
+
+    @abstractmethod
+    def read_range(self, ref: BlobRef, start: int, stop: int) -> bytes | None:
+        """Bytes ``[start, stop)`` of the blob, without reading the rest (fewer at its
+        end); ``None`` when it is gone.
+
+        Raises:
+            StoreUnavailable: it cannot be read right now.
+        """
+
+    @abstractmethod
+    def delete(self, names: list[str]) -> None:
+        """Delete these blobs (a missing one is no error)."""
+
+    @abstractmethod
+    def sweep(self, kept: set[str], *, older_than_s: float) -> int:
+        """Delete the blobs not in ``kept`` last written over ``older_than_s`` ago (a
+        write whose record never committed, a job forgotten without its blob); returns
+        how many."""
+
+
+class PackedSource(Protocol):
+    """Bytes of a packed job blob (``service.jobs.records.pack``) read piece by piece."""
+
+    async def read(self, start: int, stop: int) -> bytes:
+        """Bytes ``[start, stop)`` (fewer at the end).
+
+        Raises:
+            StoreUnavailable: they cannot be read (the blob is gone or the store is down).
+        """
+        ...
+
+
+@dataclass(frozen=True)
+class HeldBytes:
+    """A packed blob the job store held itself (small: already in memory)."""
+
+    data: bytes
+
+    async def read(self, start: int, stop: int) -> bytes:
+        return self.data[start:stop]
+
+
+async def forget(blobs: BlobStore, names: list[str]) -> None:
+    """Delete the blobs ``names`` on a worker thread, for a job store that no longer names
+    them; one that cannot be deleted now is left for a sweep (an error here would hide
+    the outcome of the write that dropped it)."""
+    if not names:
+        return
+    try:
+        await asyncio.to_thread(blobs.delete, names)
+    except StoreUnavailable:
+        logger.warning("could not delete job blobs; a sweep will", extra={"count": len(names)})
+
+
+def open_blobs(
+    kind: str,
+    *,
+    folder: Path,
+    bucket: str | None = None,
+    prefix: str = "",
+    endpoint_url: str | None = None,
+) -> BlobStore:
+    """The blob store a deployment names: ``"volume"`` (files in ``folder``) or ``"s3"``
+    (``bucket``, ``prefix``, ``endpoint_url``: :class:`~service.jobs.blobs.s3.S3Blobs`).
+
+    Raises:
+        ValueError: an unknown kind, or ``s3`` without a bucket.
+    """
+    if kind == "volume":
+        from service.jobs.blobs.volume import VolumeBlobs
+
+        return VolumeBlobs(folder)
+    if kind == "s3":
+        if not bucket:
+            raise ValueError("the s3 blob store needs a bucket")
+        from service.jobs.blobs.s3 import S3Blobs
+
+        return S3Blobs(bucket, prefix, endpoint_url=endpoint_url)
+    raise ValueError(f"no blob store {kind!r} (volume or s3)")
+
+
+@dataclass(frozen=True)
+class StoredBlob:
+    """A packed blob in a :class:`BlobStore`, each piece read on a worker thread."""
+
+    blobs: BlobStore
+    ref: BlobRef
+
+    async def read(self, start: int, stop: int) -> bytes:
+        data = await asyncio.to_thread(self.blobs.read_range, self.ref, start, stop)
+        if data is None:
+            raise StoreUnavailable(f"a job's result is no longer in {self.blobs.where}")
+        return data

@@ -1,0 +1,95 @@
+"""``GET /v1/jobs/{id}/result`` reads only the asked image's bytes from the store, a
+chunk at a time: a big result in the blob store is never read whole, and its 200 and
+206 answers are the image's bytes exactly, as they were when the route sliced the whole
+result (old results, packed before, read the same)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from service.jobs.blobs import FILE_MIN_BYTES
+from service.jobs.blobs.volume import VolumeBlobs
+from service.jobs.records import JobRecord, JobResult, new_job_id
+from service.keys import ANONYMOUS
+from service.routes import jobs as job_routes
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _finished(client, images: list[bytes], media_type: str = "image/png") -> str:
+    """A succeeded job of the anonymous caller whose result is ``images``."""
+    store = client.app.state.store
+    record = JobRecord(id=new_job_id(), kind="generate", model="none-served", owner=ANONYMOUS)
+
+    async def write() -> None:
+        await store.create(record, b"{}", owner_max_jobs=10)
+        await store.finish(
+            record.id, "succeeded", result=JobResult(images, media_type, {"seeds": [1]}).to_bytes()
+        )
+
+    client.portal.call(write)
+    return record.id
+
+
+def test_a_big_result_is_streamed_from_its_blob_never_read_whole(client_factory, monkeypatch):
+    monkeypatch.setattr(job_routes, "CHUNK_BYTES", 64 * 1024)  # several chunks an image
+    client = client_factory()
+    first, second = os.urandom(FILE_MIN_BYTES), os.urandom(300_001)
+    job_id = _finished(client, [first, second])
+    ranges: list[tuple[int, int]] = []
+    read_range = VolumeBlobs.read_range
+
+    def counted(self, ref, start, stop):
+        ranges.append((start, stop))
+        return read_range(self, ref, start, stop)
+
+    def whole(self, ref):
+        raise AssertionError("the route read the whole result")
+
+    monkeypatch.setattr(VolumeBlobs, "read_range", counted)
+    monkeypatch.setattr(VolumeBlobs, "read", whole)
+
+    served = client.get(f"/v1/jobs/{job_id}/result?index=1")
+    assert served.status_code == 200 and served.content == second
+    assert served.headers["content-length"] == str(len(second))
+    assert served.headers["content-type"] == "image/png"
+    assert served.headers["content-disposition"].endswith(f'{job_id}-1.png"')
+    assert max(stop - start for start, stop in ranges) <= 64 * 1024
+    assert sum(stop - start for start, stop in ranges[2:]) == len(second)  # after the header
+
+    ranges.clear()
+    part = client.get(f"/v1/jobs/{job_id}/result", headers={"Range": "bytes=1000-199999"})
+    assert part.status_code == 206 and part.content == first[1000:200_000]
+    assert part.headers["content-range"] == f"bytes 1000-199999/{len(first)}"
+    assert sum(stop - start for start, stop in ranges[2:]) == 199_000
+    tail = client.get(f"/v1/jobs/{job_id}/result?index=1", headers={"Range": "bytes=-7"})
+    assert tail.status_code == 206 and tail.content == second[-7:]
+    outside = client.get(f"/v1/jobs/{job_id}/result", headers={"Range": f"bytes={len(first)}-"})
+    assert outside.status_code == 416
+    assert client.get(f"/v1/jobs/{job_id}/result?index=2").status_code == 404
+
+
+def test_a_small_result_held_by_the_store_answers_the_same_bytes(client_factory):
+    client = client_factory()
+    images = [b"\x89PNG first image", b"second"]
+    job_id = _finished(client, images)
+    for index, image in enumerate(images):
+        served = client.get(f"/v1/jobs/{job_id}/result?index={index}")
+        assert served.status_code == 200 and served.content == image
+    part = client.get(f"/v1/jobs/{job_id}/result", headers={"Range": "bytes=4-8"})
+    assert part.status_code == 206 and part.content == images[0][4:9]
+
+
+def test_a_result_whose_blob_went_missing_is_a_clean_answer_not_a_library_error(
+    client_factory,
+):
+    client = client_factory()
+    job_id = _finished(client, [os.urandom(FILE_MIN_BYTES)])
+    blobs = client.app.state.store.blobs
+    for path in list(blobs.root.iterdir()):
+        path.unlink()
+    answer = client.get(f"/v1/jobs/{job_id}/result")
+    assert answer.status_code == 503
+    assert answer.json()["error"]["code"] == "store_unavailable"
