@@ -37,8 +37,10 @@ logger = logging.getLogger("atelier.jobs")
 FILE_MIN_BYTES = 256 * 1024
 
 #: An unnamed blob is left alone this long (another process may be about to commit
-#: the record that names it).
-WRITE_GRACE_S = 300.0
+#: the record that names it: a commit follows its blob's write at once, within the
+#: store's call budget, seconds even for a print's tens of MB). Longer would keep an
+#: expired job's blobs on a full volume as long.
+WRITE_GRACE_S = 60.0
 
 
 @dataclass(frozen=True)
