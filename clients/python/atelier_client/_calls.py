@@ -38,6 +38,8 @@ from atelier_client.types import GenerateResult, Job, JobPage, ProgressCallback,
 
 #: How often a job is polled when its event stream is refused (too many streams).
 POLL_S = 0.5
+#: Where a call reports its progress: a callback, or nowhere.
+Reporting = ProgressCallback | None
 #: A request's uploads: (form field, (file name, bytes, media type)).
 Parts = list[tuple[str, tuple[str, bytes, str]]]
 Transport = TypeVar("Transport", httpx.BaseTransport, httpx.AsyncBaseTransport)
@@ -112,7 +114,7 @@ class Calls(Runner, Generic[Transport]):
         *,
         masks: Sequence[ImageInput] | None = None,
         as_job: bool | None = None,
-        progress: ProgressCallback | None = None,
+        progress: Reporting = None,
         bar: bool | ProgressBar = False,
         output: str | Path | None = None,
         **options: Unpack[StylizeOptions],
@@ -194,7 +196,7 @@ class Calls(Runner, Generic[Transport]):
         prompt: str,
         *,
         as_job: bool | None = None,
-        progress: ProgressCallback | None = None,
+        progress: Reporting = None,
         bar: bool | ProgressBar = False,
         **options: Unpack[GenerateOptions],
     ) -> Flow[GenerateResult]:
@@ -265,7 +267,7 @@ class Calls(Runner, Generic[Transport]):
         self,
         job_id: str | Job,
         *,
-        progress: ProgressCallback | None = None,
+        progress: Reporting = None,
         bar: bool | ProgressBar = False,
         timeout: float | None = None,
     ) -> Flow[Job]:
@@ -287,9 +289,7 @@ class Calls(Runner, Generic[Transport]):
 
     wait = call(_wait)
 
-    def _follow(
-        self, job_id: str, callback: ProgressCallback | None, deadline: float | None
-    ) -> Flow[Job]:
+    def _follow(self, job_id: str, callback: Reporting, deadline: float | None) -> Flow[Job]:
         state = self.retry.state()
         while True:
             try:
@@ -303,9 +303,7 @@ class Calls(Runner, Generic[Transport]):
                 return job
             _check_deadline(deadline, job_id)
 
-    def _poll(
-        self, job_id: str, callback: ProgressCallback | None, deadline: float | None
-    ) -> Flow[Job]:
+    def _poll(self, job_id: str, callback: Reporting, deadline: float | None) -> Flow[Job]:
         seen = None
         while True:
             job = yield from self._job(job_id)
@@ -400,9 +398,7 @@ def _next_event(lines: Any, parser: _core.EventParser) -> Flow[Event | None]:
     return None
 
 
-def _follow_stream(
-    job_id: str, callback: ProgressCallback | None, deadline: float | None
-) -> Flow[Job | None]:
+def _follow_stream(job_id: str, callback: Reporting, deadline: float | None) -> Flow[Job | None]:
     """Follow one connection of the job's event stream: the finished job, or ``None``
     when the stream ends first (a replica's ``reconnect``)."""
     response, lines = yield from _open_events(job_id)
