@@ -52,18 +52,8 @@ def stylize(args: argparse.Namespace) -> int:
     from atelier_client import AtelierError
 
     _refuse_local_flags(args, "device", "levels")
-    options: dict[str, Any] = {
-        "alpha": args.alpha,
-        "preserve_color": args.preserve_color,
-        "preset": args.preset,
-        "style_scale": args.style_scale,
-    }
-    if args.style_weights is not None:
-        options["style_weights"] = args.style_weights
-    if args.size is not None:
-        options["size"] = args.size
-    if args.quality is not None:
-        options["quality"] = args.quality
+    named = ("alpha", "preserve_color", "preset", "style_scale", "style_weights", "size", "quality")
+    options = given_options(args, {flag: flag for flag in named})
     suffix = args.output.suffix.lower()
     if suffix in FORMATS:
         options["format"] = FORMATS[suffix]

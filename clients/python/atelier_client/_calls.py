@@ -17,7 +17,7 @@ import io
 import json
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, Generic, TypeVar, Unpack
 
@@ -49,6 +49,9 @@ class Calls(Runner, Generic[Transport]):
     """What both clients are: their settings and every call, as a flow (the clients
     run it with their own I/O)."""
 
+    #: The ``httpx`` client class the ops go through.
+    _http_client: Callable[..., Any]
+
     def __init__(
         self,
         base_url: str | None = None,
@@ -61,16 +64,12 @@ class Calls(Runner, Generic[Transport]):
         self.base_url = _core.server_url(base_url)
         self.retry = retry or Retry()
         self._known_limits: dict[str, Any] | None = None
-        self._connect(
-            transport,
+        self._http = self._http_client(
+            transport=transport,
             base_url=self.base_url,
             headers=_core.auth_headers(_core.api_key(api_key)),
             timeout=httpx.Timeout(timeout, connect=10.0),
         )
-
-    def _connect(self, transport: Transport | None, **settings: Any) -> None:
-        """Make the ``httpx`` client the ops go through."""
-        raise NotImplementedError
 
     # ------------------------------------------------------------------ requests
     def _request(
@@ -102,9 +101,6 @@ class Calls(Runner, Generic[Transport]):
     def _models(self) -> Flow[dict[str, Any]]:
         """``GET /v1/models``: each model, loaded or why not."""
         return dict((yield from self._request("GET", "/v1/models")).json())
-
-    limits = call(_limits)
-    models = call(_models)
 
     # ------------------------------------------------------------------ stylize
     def _stylize(
@@ -157,9 +153,6 @@ class Calls(Runner, Generic[Transport]):
     ) -> Flow[Job]:
         """Start a stylisation job (``Prefer: respond-async``) and return it at once."""
         return (yield from self._submit_parts(_stylize_parts(photo, paintings, masks), options))
-
-    stylize = call(_stylize)
-    submit_stylize = call(_submit_stylize)
 
     def _wants_job(self, parts: Parts, options: Mapping[str, Any]) -> Flow[bool]:
         if _core.needs_job(parts[0][1][1]):
@@ -230,9 +223,6 @@ class Calls(Runner, Generic[Transport]):
         )
         return Job.from_json(response.json())
 
-    generate = call(_generate)
-    submit_generate = call(_submit_generate)
-
     # ------------------------------------------------------------------ jobs
     def _job(self, job_id: str | Job) -> Flow[Job]:
         """``GET /v1/jobs/{id}``."""
@@ -250,13 +240,8 @@ class Calls(Runner, Generic[Transport]):
         response = yield from self._request("DELETE", f"/v1/jobs/{_id(job_id)}")
         return None if response.status_code == 204 else Job.from_json(response.json())
 
-    job = call(_job)
-    jobs = call(_jobs)
-    cancel = call(_cancel)
-
     def _events(self, job_id: str | Job) -> Flow[None]:
-        """The job's Server-Sent Events as they come (``progress``, ``preview``,
-        ``done``; ``reconnect`` when the replica stops), one connection."""
+        """The events of the clients' ``events``, emitted as they come."""
         response, lines = yield from _open_events(_id(job_id))
         parser = _core.EventParser()
         while (event := (yield from _next_event(lines, parser))) is not None:
@@ -286,8 +271,6 @@ class Calls(Runner, Generic[Transport]):
         finally:
             if made is not None:
                 made.close()
-
-    wait = call(_wait)
 
     def _follow(self, job_id: str, callback: Reporting, deadline: float | None) -> Flow[Job]:
         state = self.retry.state()
@@ -327,9 +310,6 @@ class Calls(Runner, Generic[Transport]):
         through ``path``'s ``.part`` file: a download cut off (here, or in an earlier
         call) resumes where it stopped with a ``Range`` request."""
         return (yield from self._download_to(_id(job_id), Path(path), index))[0]
-
-    result = call(_result)
-    download = call(_download)
 
     def _download_to(self, job_id: str, path: Path, index: int) -> Flow[tuple[Path, str]]:
         part = path.with_name(f"{path.name}.{job_id}-{index}.part")
@@ -377,6 +357,20 @@ class Calls(Runner, Generic[Transport]):
             return str(response.headers.get("content-type", "application/octet-stream"))
         finally:
             yield Body(response, "close")
+
+    # ------------------------------------------------------------------ the client's calls
+    limits = call(_limits)
+    models = call(_models)
+    stylize = call(_stylize)
+    submit_stylize = call(_submit_stylize)
+    generate = call(_generate)
+    submit_generate = call(_submit_generate)
+    job = call(_job)
+    jobs = call(_jobs)
+    cancel = call(_cancel)
+    wait = call(_wait)
+    result = call(_result)
+    download = call(_download)
 
 
 def _open_events(job_id: str) -> Flow[tuple[httpx.Response, Any]]:

@@ -20,8 +20,7 @@ import httpx
 
 @dataclass(frozen=True)
 class Send:
-    """One request, answered with its response: its body read, or with ``stream`` left
-    to Body."""
+    """One request, answered with its response (its body read, unless ``stream``)."""
 
     method: str
     path: str

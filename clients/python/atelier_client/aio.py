@@ -22,9 +22,7 @@ class AsyncClient(_flow.AsyncRunner, Calls[httpx.AsyncBaseTransport]):
     for the arguments."""
 
     _http: httpx.AsyncClient
-
-    def _connect(self, transport: httpx.AsyncBaseTransport | None, **settings: Any) -> None:
-        self._http = httpx.AsyncClient(transport=transport, **settings)
+    _http_client = httpx.AsyncClient
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -29,9 +29,7 @@ class Client(_flow.SyncRunner, Calls[httpx.BaseTransport]):
     """
 
     _http: httpx.Client
-
-    def _connect(self, transport: httpx.BaseTransport | None, **settings: Any) -> None:
-        self._http = httpx.Client(transport=transport, **settings)
+    _http_client = httpx.Client
 
     def close(self) -> None:
         self._http.close()
