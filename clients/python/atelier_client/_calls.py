@@ -359,18 +359,11 @@ class Calls(Runner, Generic[Transport]):
             yield Body(response, "close")
 
     # ------------------------------------------------------------------ the client's calls
-    limits = call(_limits)
-    models = call(_models)
-    stylize = call(_stylize)
-    submit_stylize = call(_submit_stylize)
-    generate = call(_generate)
-    submit_generate = call(_submit_generate)
-    job = call(_job)
-    jobs = call(_jobs)
-    cancel = call(_cancel)
-    wait = call(_wait)
-    result = call(_result)
-    download = call(_download)
+    limits, models = call(_limits), call(_models)
+    stylize, submit_stylize = call(_stylize), call(_submit_stylize)
+    generate, submit_generate = call(_generate), call(_submit_generate)
+    job, jobs, cancel, wait = call(_job), call(_jobs), call(_cancel), call(_wait)
+    result, download = call(_result), call(_download)
 
 
 def _open_events(job_id: str) -> Flow[tuple[httpx.Response, Any]]:
