@@ -11,11 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 #: generate's sampling flags and the option each sets; an unset flag leaves the model's.
-SAMPLING_FLAGS: Mapping[str, str] = {
-    "steps": "steps",
-    "guidance": "guidance_scale",
-    "sampler": "sampler",
-}
+SAMPLING_FLAGS = {"steps": "steps", "guidance": "guidance_scale", "sampler": "sampler"}
 
 
 def add_where_to_run(
