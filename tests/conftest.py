@@ -30,3 +30,15 @@ def http_root(tmp_path):
     server.shutdown()
     server.server_close()
     thread.join()
+
+
+@pytest.fixture(scope="session")
+def emoji_font():
+    """The emoji font's path (the things world, the judge); tests that draw emoji skip
+    with the install hint without it."""
+    from models.things.render import FontMissingError, font_path
+
+    try:
+        return font_path()
+    except FontMissingError as error:
+        pytest.skip(str(error))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from models.shapes.nouns import (
     article,
@@ -122,19 +123,11 @@ class ObjectSpec:
         problem = thing_problem(self.thing)
         if problem is not None:
             raise ValueError(problem)
-        if self.count not in (1, 2, 3):
-            raise ValueError(f"count must be 1, 2 or 3, got {self.count}")
+        check_phrase(self.count, self.size, self.position)
         if self.count == 1 and not _single_form(self.thing):
             raise ValueError(f"a single object's thing is singular, got {self.thing!r}")
         if self.count > 1 and not countable(self.thing):
             raise ValueError(f"the plural of {self.thing!r} does not read back as it")
-        if self.size is not None and self.size not in SIZES:
-            raise ValueError(f"unknown size {self.size!r}; expected one of {SIZES} or None")
-        if self.position is not None:
-            if self.position not in POSITIONS:
-                raise ValueError(f"unknown position {self.position!r}; expected {POSITIONS}")
-            if self.count != 1:
-                raise ValueError("a position can only be stated for a single object")
 
     @property
     def pair(self) -> tuple[str | None, str]:
@@ -145,6 +138,33 @@ class ObjectSpec:
     def counted(self) -> bool:
         """Whether the phrase states an exact number ("two", "three")."""
         return self.count > 1
+
+
+def check_phrase(count: int, size: str | None, position: str | None) -> None:
+    """Raise ``ValueError`` unless an object phrase's ``count`` is 1, 2 or 3, its ``size``
+    one of :data:`SIZES` (or unstated) and its ``position`` a grid position stated for a
+    single object only (or unstated)."""
+    if count not in (1, 2, 3):
+        raise ValueError(f"count must be 1, 2 or 3, got {count}")
+    if size is not None and size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; expected one of {SIZES} or None")
+    if position is not None:
+        if position not in POSITIONS:
+            raise ValueError(f"unknown position {position!r}; expected {POSITIONS}")
+        if count != 1:
+            raise ValueError("a position can only be stated for a single object")
+
+
+def check_objects(kinds: list[Any], kind: str, named: str, relation: str | None) -> None:
+    """Raise ``ValueError`` unless a caption names 1 to 3 distinct ``kinds`` of ``kind``
+    (``named`` says what makes them distinct) and its ``relation`` is one of
+    :data:`RELATIONS` or ``None``."""
+    if not 1 <= len(kinds) <= 3:
+        raise ValueError(f"a caption names 1 to 3 kinds of {kind}, got {len(kinds)}")
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"object phrases must name distinct {named}: {kinds}")
+    if relation is not None and relation not in RELATIONS:
+        raise ValueError(f"unknown relation {relation!r}; expected {RELATIONS}")
 
 
 def _single_form(written: str) -> bool:
@@ -173,18 +193,12 @@ class ParsedCaption:
     relation: str | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= len(self.objects) <= 3:
-            raise ValueError(f"a caption names 1 to 3 kinds of object, got {len(self.objects)}")
         pairs = [spec.pair for spec in self.objects]
-        if len(set(pairs)) != len(pairs):
-            raise ValueError(f"object phrases must name distinct colour-thing pairs: {pairs}")
-        if self.relation is not None:
-            if self.relation not in RELATIONS:
-                raise ValueError(f"unknown relation {self.relation!r}; expected {RELATIONS}")
-            if len(self.objects) != 2:
-                raise ValueError("a relation relates exactly two object phrases")
-            if any(spec.position is not None for spec in self.objects):
-                raise ValueError("a relation caption cannot also fix grid positions")
+        check_objects(pairs, "object", "colour-thing pairs", self.relation)
+        if self.relation is not None and len(self.objects) != 2:
+            raise ValueError("a relation relates exactly two object phrases")
+        if self.relation is not None and any(spec.position for spec in self.objects):
+            raise ValueError("a relation caption cannot also fix grid positions")
         total = sum(spec.count for spec in self.objects)
         if total > 3:
             raise ValueError(f"a caption describes at most 3 objects, got {total}")
@@ -193,20 +207,30 @@ class ParsedCaption:
 def object_phrase(spec: ObjectSpec) -> str:
     """``ObjectSpec("orange", "triangle", size="small")`` -> ``"a small orange triangle"``;
     ``ObjectSpec(None, "mouse", count=2)`` -> ``"two mice"``."""
-    words = [w for w in (spec.size, spec.colour) if w is not None]
-    noun = plural(spec.thing) if spec.count > 1 else spec.thing
-    determiner = _NUMBER_TEXT[spec.count] if spec.count > 1 else article([*words, noun][0])
+    return written_phrase(spec.thing, spec.count, spec.size, spec.colour, spec.position)
+
+
+def written_phrase(
+    noun: str, count: int, size: str | None, colour: str | None, position: str | None
+) -> str:
+    """One object phrase: its determiner ("a"/"an" by sound, "two", "three"), size,
+    colour, ``noun`` (plural for a count above one) and place."""
+    words = [w for w in (size, colour) if w is not None]
+    noun = plural(noun) if count > 1 else noun
+    determiner = _NUMBER_TEXT[count] if count > 1 else article([*words, noun][0])
     phrase = " ".join([determiner, *words, noun])
-    if spec.position is not None:
-        phrase += " " + _PLACE_TEXT[spec.position]
-    return phrase
+    return phrase if position is None else f"{phrase} {_PLACE_TEXT[position]}"
 
 
 def compose_caption(parsed: ParsedCaption) -> str:
     """Write the caption of ``parsed`` with the templates above."""
-    phrases = [object_phrase(spec) for spec in parsed.objects]
-    if parsed.relation is not None:
-        return f"{phrases[0]} {_RELATION_TEXT[parsed.relation]} {phrases[1]}"
+    return joined_phrases([object_phrase(spec) for spec in parsed.objects], parsed.relation)
+
+
+def joined_phrases(phrases: list[str], relation: str | None) -> str:
+    """Object phrases as one caption: the first related to the second, or listed."""
+    if relation is not None:
+        return f"{phrases[0]} {_RELATION_TEXT[relation]} {phrases[1]}"
     if len(phrases) == 1:
         return phrases[0]
     return ", ".join(phrases[:-1]) + " and " + phrases[-1]

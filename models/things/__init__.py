@@ -16,13 +16,13 @@ Public API::
     font_path() -> Path                      # FontMissingError when the font is absent
 """
 
+from models.shapes.nouns import plural  # one grammar: the nouns module owns plurals
 from models.things.captions import (
     FRAMES,
     ThingCaption,
     ThingSpec,
     compose_caption,
     object_phrase,
-    plural,
 )
 from models.things.dataset import ThingsDataset
 from models.things.render import (

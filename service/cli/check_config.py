@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 
-from service.cli import add_documented_parser
-from service.cli.settings import add_setting_flags, settings_from_args
+from service.cli.settings import add_settings_command, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = add_documented_parser(
+    add_settings_command(
         subparsers,
         "check-config",
+        run,
         help="check the settings (environment and flags) as serve and worker read them",
         doc=__doc__,
     )
-    add_setting_flags(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

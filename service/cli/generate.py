@@ -4,11 +4,10 @@ service with ``--server URL``: ``service.cli.remote``)."""
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from service.cli import remote
-from service.cli.remote import add_server_options
+from service.cli.common import SAMPLING_FLAGS, add_where_to_run, given_options, print_understanding
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,14 +36,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument("-o", "--output", type=Path, default=Path("."), help="output folder")
     parser.add_argument("--checkpoint", type=Path, help="a DiT .safetensors (default: weights/)")
-    parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
-    add_server_options(parser)
-    parser.set_defaults(func=run)
+    add_where_to_run(parser, here=run, there=remote.generate)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.server:
-        return remote.generate(args)
     from models.diffusion.random import consecutive_seeds
     from models.dit.pipeline import TextToImage
     from models.images import save_image
@@ -65,21 +60,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         pipe = TextToImage.from_pretrained(settings.weight_search_path(), device=device)
     try:
-        options = pipe.defaults.resolve(
-            steps=args.steps,
-            guidance_scale=args.guidance,
-            sampler=args.sampler,
-            plan_layout=args.plan_layout,
-        )
+        sampling = given_options(args, SAMPLING_FLAGS)
+        options = pipe.defaults.resolve(plan_layout=args.plan_layout, **sampling)
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     understanding = pipe.understand(args.prompt)
-    if understanding.caption is None:
-        print("understood: nothing; drawn as typed", file=sys.stderr)
-    else:
-        print(f"understood: {understanding.caption}", file=sys.stderr)
-    if understanding.ignored:
-        print(f"ignored: {', '.join(understanding.ignored)}", file=sys.stderr)
+    print_understanding(understanding.caption, understanding.ignored)
     images = pipe.sample(
         [understanding] * args.num_images,
         options,

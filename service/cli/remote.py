@@ -12,29 +12,17 @@ meaning there and are refused.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from service.cli.common import SAMPLING_FLAGS, given_options, print_understanding
 
 if TYPE_CHECKING:
     from atelier_client import Client
 
 #: What an output's suffix asks of the server's ``format`` field.
 FORMATS = {".png": "png", ".jpg": "jpeg", ".jpeg": "jpeg", ".webp": "webp"}
-
-
-def add_server_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--server",
-        default=os.environ.get("ATELIER_SERVER") or None,
-        metavar="URL",
-        help="run on this Atelier service instead of here (default: ATELIER_SERVER); "
-        "needs atelier-client (pip install clients/python)",
-    )
-    parser.add_argument(
-        "--api-key", help="the service's API key (default: ATELIER_API_KEY)", default=None
-    )
 
 
 def _client(args: argparse.Namespace) -> Client:
@@ -64,18 +52,8 @@ def stylize(args: argparse.Namespace) -> int:
     from atelier_client import AtelierError
 
     _refuse_local_flags(args, "device", "levels")
-    options: dict[str, Any] = {
-        "alpha": args.alpha,
-        "preserve_color": args.preserve_color,
-        "preset": args.preset,
-        "style_scale": args.style_scale,
-    }
-    if args.style_weights is not None:
-        options["style_weights"] = args.style_weights
-    if args.size is not None:
-        options["size"] = args.size
-    if args.quality is not None:
-        options["quality"] = args.quality
+    named = ("alpha", "preserve_color", "preset", "style_scale", "style_weights", "size", "quality")
+    options = given_options(args, {flag: flag for flag in named})
     suffix = args.output.suffix.lower()
     if suffix in FORMATS:
         options["format"] = FORMATS[suffix]
@@ -105,28 +83,16 @@ def generate(args: argparse.Namespace) -> int:
     _refuse_local_flags(args, "device", "checkpoint")
     if args.num_images < 1:
         raise SystemExit("error: -n must be >= 1")
-    options: dict[str, Any] = {"num_images": args.num_images, "plan_layout": args.plan_layout}
-    for flag, field in (
-        ("steps", "steps"),
-        ("guidance", "guidance_scale"),
-        ("seed", "seed"),
-        ("sampler", "sampler"),
-        ("negative", "negative_prompt"),
-    ):
-        if getattr(args, flag) is not None:
-            options[field] = getattr(args, flag)
+    flags = {**SAMPLING_FLAGS, "seed": "seed", "negative": "negative_prompt"}
+    options = {"num_images": args.num_images, "plan_layout": args.plan_layout}
+    options |= given_options(args, flags)
     try:
         with _client(args) as client:
             result = client.generate(args.prompt, bar=_bar(), **options)
     except AtelierError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if result.understood is None:
-        print("understood: nothing; drawn as typed", file=sys.stderr)
-    else:
-        print(f"understood: {result.understood}", file=sys.stderr)
-    if result.ignored:
-        print(f"ignored: {', '.join(result.ignored)}", file=sys.stderr)
+    print_understanding(result.understood, result.ignored)
     args.output.mkdir(parents=True, exist_ok=True)
     for seed, data in zip(result.seeds, result.images, strict=True):
         path = args.output / f"seed{seed}.png"

@@ -16,13 +16,14 @@ import json
 import re
 import sys
 import typing
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import SettingsError
 
+from service.cli import add_documented_parser
 from service.config import Settings
 
 _DEST = "setting__"
@@ -43,6 +44,22 @@ def _list_value(text: str) -> list[str]:
     if text.lstrip().startswith("["):
         return [str(item) for item in json.loads(text)]
     return [item.strip() for item in text.split(",") if item.strip()]
+
+
+def add_settings_command(
+    subparsers: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    run: Callable[[argparse.Namespace], int],
+    *,
+    help: str,
+    doc: str | None,
+) -> argparse.ArgumentParser:
+    """Add the sub-command ``name`` that reads the settings: its documented parser
+    (:func:`~service.cli.add_documented_parser`) with every setting flag, running ``run``."""
+    parser = add_documented_parser(subparsers, name, help=help, doc=doc)
+    add_setting_flags(parser)
+    parser.set_defaults(func=run)
+    return parser
 
 
 def add_setting_flags(parser: argparse.ArgumentParser) -> None:

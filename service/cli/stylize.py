@@ -49,7 +49,7 @@ from models.video import (
     probe,
 )
 from service.cli import remote
-from service.cli.remote import add_server_options
+from service.cli.common import add_where_to_run
 from service.cli.serve import tune_glibc_malloc
 from service.cli.settings import settings_from_args
 from service.errors import ServiceError
@@ -130,14 +130,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="[1-100]",
         help="JPEG or WebP quality (default 92 and 90); PNG is lossless",
     )
-    parser.add_argument("--device", help="torch device (default: the first of ATELIER_DEVICES)")
-    add_server_options(parser)
-    parser.set_defaults(func=run)
+    add_where_to_run(parser, here=run, there=remote.stylize)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.server:
-        return remote.stylize(args)
     try:
         data = args.content.read_bytes()
     except OSError as exc:

@@ -12,21 +12,19 @@ from __future__ import annotations
 
 import argparse
 
-from service.cli import add_documented_parser
 from service.cli.serve import add_malloc_flag, tune_glibc_malloc
-from service.cli.settings import add_setting_flags, settings_from_args
+from service.cli.settings import add_settings_command, settings_from_args
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = add_documented_parser(
+    parser = add_settings_command(
         subparsers,
         "worker",
+        run,
         help="run a worker alone: take jobs from the shared job store",
         doc=__doc__,
     )
-    add_setting_flags(parser)
     add_malloc_flag(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

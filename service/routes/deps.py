@@ -40,22 +40,30 @@ from service.workers.pool import AnyWorkerPool
 T = TypeVar("T")
 
 
-async def app_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
+#: A dependency that gives one part of the app.
+AppPart = Callable[[Request], Awaitable[T]]
 
 
+def _app_part(name: str) -> AppPart[Any]:
+    """A dependency giving the app's part kept on its state as ``name`` (set by
+    ``service.app`` at start-up or by its lifespan); its alias names the type."""
+
+    async def part(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    part.__name__ = name
+    return part
+
+
+app_settings: AppPart[Settings] = _app_part("settings")
+job_store: AppPart[JobStore] = _app_part("store")
+catalog: AppPart[ModelCatalog] = _app_part("catalog")
+app_metrics: AppPart[Metrics] = _app_part("metrics")
+#: One reader per followed job, feeding its event streams (made by the lifespan).
+job_feeds: AppPart[JobFeeds] = _app_part("feeds")
+#: The app's shared slots for decoding uploads (large images one at a time).
+decode_slots: AppPart[DecodeSlots] = _app_part("decode_slots")
 SettingsDep = Annotated[Settings, Depends(app_settings)]
-
-
-async def job_store(request: Request) -> JobStore:
-    store: JobStore = request.app.state.store
-    return store
-
-
-async def catalog(request: Request) -> ModelCatalog:
-    models: ModelCatalog = request.app.state.catalog
-    return models
 
 
 async def caller(request: Request) -> Caller:
@@ -76,11 +84,6 @@ async def store_if_open(request: Request) -> JobStore | None:
     return store
 
 
-async def app_metrics(request: Request) -> Metrics:
-    metrics: Metrics = request.app.state.metrics
-    return metrics
-
-
 class DrainState(Protocol):
     """What the routes read of the app's ``Lifecycle`` (``service.app``)."""
 
@@ -93,18 +96,6 @@ class DrainState(Protocol):
 async def drain_state(request: Request) -> DrainState:
     state: DrainState = request.app.state.lifecycle
     return state
-
-
-async def job_feeds(request: Request) -> JobFeeds:
-    """One reader per followed job, feeding its event streams (made by the lifespan)."""
-    feeds: JobFeeds = request.app.state.feeds
-    return feeds
-
-
-async def decode_slots(request: Request) -> DecodeSlots:
-    """The app's shared slots for decoding uploads (large images one at a time)."""
-    slots: DecodeSlots = request.app.state.decode_slots
-    return slots
 
 
 @dataclass(frozen=True)

@@ -15,16 +15,7 @@ from evaluation.judge import (
     save_judge,
     train_steps,
 )
-from models.things.render import FontMissingError, font_path
 from models.things.vocab import thing_keys
-
-
-@pytest.fixture(scope="module")
-def emoji_font():
-    try:
-        return font_path()
-    except FontMissingError as error:
-        pytest.skip(str(error))
 
 
 def test_the_full_judge_has_a_few_million_parameters_and_the_right_shapes():

@@ -61,12 +61,17 @@ def test_a_sample_is_served_as_it_is(samples_client, tmp_path):
     assert answer.content == (tmp_path / "samples" / "content" / "chelsea.png").read_bytes()
 
 
-def test_a_thumbnail_is_a_small_jpeg_made_once(samples_client, monkeypatch):
+@pytest.fixture
+def thumbnails_made(monkeypatch):
+    """The arguments of each thumbnail made from here on (``make_thumbnail`` recorded)."""
     made = []
     real = samples.make_thumbnail
-    monkeypatch.setattr(
-        samples, "make_thumbnail", lambda *a: made.append(a) or real(*a)
-    )  # fmt: skip
+    monkeypatch.setattr(samples, "make_thumbnail", lambda *a: made.append(a) or real(*a))
+    return made
+
+
+def test_a_thumbnail_is_a_small_jpeg_made_once(samples_client, thumbnails_made):
+    made = thumbnails_made
     for _ in range(3):
         answer = samples_client.get("/samples/paintings/starry_night.jpg/thumbnail")
         assert answer.status_code == 200
@@ -157,15 +162,11 @@ def test_a_file_that_is_not_the_image_its_name_says_is_not_listed(client_factory
 
 
 def test_a_sample_that_cannot_be_decoded_is_tried_once_until_it_changes(
-    samples_client, tmp_path, monkeypatch
+    samples_client, tmp_path, thumbnails_made
 ):
     broken = tmp_path / "samples" / "content" / "broken.png"
     broken.write_bytes(b"\x89PNG\r\n\x1a\n not really")
-    tried = []
-    real = samples.make_thumbnail
-    monkeypatch.setattr(
-        samples, "make_thumbnail", lambda *a: tried.append(a) or real(*a)
-    )  # fmt: skip
+    tried = thumbnails_made
     for _ in range(4):
         answer = samples_client.get("/samples/photos/broken.png/thumbnail")
         assert answer.status_code == 404

@@ -2,7 +2,7 @@
 
 import pytest
 
-from models.shapes.nouns import as_counted, countable, head_word, is_plural, plural, singular
+from models.shapes import nouns
 
 
 @pytest.mark.parametrize(
@@ -18,12 +18,22 @@ from models.shapes.nouns import as_counted, countable, head_word, is_plural, plu
         ("grinning cat", "grinning cats"),
         ("pair of shoes", "pairs of shoes"),
         ("cup of coffee", "cups of coffee"),
+        ("face with tears of joy", "faces with tears of joy"),
+        ("sun behind cloud", "suns behind cloud"),
+        ("person running", "people running"),
+        ("man dancing", "men dancing"),
+        ("leaf fluttering in wind", "leaves fluttering in wind"),
+        ("mouse trap", "mouse traps"),
+        ("snowman", "snowmen"),
+        ("burrito", "burritos"),
+        ("potato", "potatoes"),
+        ("sushi", "sushi"),
     ],
 )
 def test_plural_and_singular_invert_each_other(one, many):
-    assert plural(one) == many
-    assert singular(many) == one
-    assert countable(one)
+    assert nouns.plural(one) == many
+    assert nouns.singular(many) == one
+    assert nouns.countable(one)
 
 
 @pytest.mark.parametrize(
@@ -41,12 +51,25 @@ def test_plural_and_singular_invert_each_other(one, many):
     ],
 )
 def test_a_word_read_without_a_number_is_plural_only_when_it_surely_is(word, plural_):
-    assert is_plural(word) is plural_
+    assert nouns.is_plural(word) is plural_
 
 
 def test_a_plurale_tantum_is_counted_in_pairs():
-    assert as_counted("glasses") == "pair of glasses"
-    assert as_counted("reading glasses") == "pair of reading glasses"
-    assert as_counted("glass") == "glass"
-    assert singular("glasses") == "glasses"  # no "glass" (that is another thing)
-    assert head_word("pair of reading glasses") == "pair"
+    assert nouns.as_counted("glasses") == "pair of glasses"
+    assert nouns.as_counted("reading glasses") == "pair of reading glasses"
+    assert nouns.as_counted("glass") == "glass"
+    assert nouns.singular("glasses") == "glasses"  # no "glass" (that is another thing)
+    assert nouns.head_word("pair of reading glasses") == "pair"
+
+
+def test_a_plural_head_stays_plural():
+    for noun in ("people holding hands", "scissors", "dice", "jeans"):
+        assert nouns.plural(noun) == noun
+
+
+@pytest.mark.parametrize(
+    ("phrase", "expected"),
+    [("apple", "an"), ("rocket", "a"), ("unicorn", "a"), ("hourglass", "an"), ("x-ray", "an")],
+)
+def test_the_indefinite_article_goes_by_sound(phrase, expected):
+    assert nouns.article(phrase) == expected
