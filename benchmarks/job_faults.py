@@ -55,8 +55,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 import httpx
@@ -89,6 +89,18 @@ def _redis_server_class():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.RedisServer
+
+
+@contextmanager
+def redis_running() -> Iterator:
+    """A Redis of its own (Debian's ``redis-server`` on a free loopback port, in a
+    temporary folder), stopped as the block ends."""
+    with tempfile.TemporaryDirectory() as folder:
+        server = _redis_server_class()(Path(folder) / "redis").start()
+        try:
+            yield server
+        finally:
+            server.stop()
 
 
 def _keys_file(folder: Path, **keys: int) -> tuple[Path, dict[str, str]]:

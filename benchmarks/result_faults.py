@@ -34,15 +34,12 @@ import contextlib
 import hashlib
 import io
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
-from job_faults import ASYNC, _finished, _redis_server_class
+from job_faults import ASYNC, _finished, redis_running
 from PIL import Image
-from scenario_flags import FlagGroup
 from serve_process import Check, Footprint, Server, p95
 
 
@@ -160,12 +157,8 @@ def _store(store: str):
     if store == "sqlite":
         yield {}
         return
-    with tempfile.TemporaryDirectory() as folder:
-        server = _redis_server_class()(Path(folder) / "redis").start()
-        try:
-            yield {"redis_url": server.url}
-        finally:
-            server.stop()
+    with redis_running() as server:
+        yield {"redis_url": server.url}
 
 
 async def big_results(args: argparse.Namespace):
@@ -251,15 +244,4 @@ async def _big_results(args: argparse.Namespace, store: str):
 
 SCENARIOS = {"big-results": big_results, "big-results-redis": big_results_redis}
 
-FLAGS = FlagGroup(
-    "big-result scenarios",
-    {
-        "--big-count": (20, "big-results: prints painted and stored"),
-        "--big-side": (8192, "big-results: the prints' longer side"),
-        "--small-jobs": (50, "big-results: small jobs, idle and beside the prints"),
-        "--small-concurrency": (4, "big-results: small jobs in flight at once"),
-        "--result-readers": (4, "big-results: results downloaded at once"),
-    },
-)
-
-__all__ = ["FLAGS", "SCENARIOS"]
+__all__ = ["SCENARIOS"]

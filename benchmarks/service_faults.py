@@ -511,7 +511,6 @@ FLAG_GROUPS = (
     ),
     job_faults.FLAGS,
     store_faults.FLAGS,
-    result_faults.FLAGS,
 )
 
 

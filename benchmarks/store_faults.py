@@ -57,7 +57,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from job_faults import ASYNC, _finished, _redis_server_class
+from job_faults import ASYNC, _finished, _redis_server_class, redis_running
 from PIL import Image
 from scenario_flags import FlagGroup
 from serve_process import Check, Server, p95
@@ -370,12 +370,8 @@ def _volume(store: str, megabytes: int):
         if store == "sqlite":
             yield TmpfsVolume(folder)
             return
-        with tempfile.TemporaryDirectory() as redis_folder:
-            server = _redis_server_class()(Path(redis_folder) / "redis").start()
-            try:
-                yield RedisVolume(folder, server)
-            finally:
-                server.stop()
+        with redis_running() as server:
+            yield RedisVolume(folder, server)
 
 
 async def disk_full(args: argparse.Namespace):
@@ -559,6 +555,11 @@ FLAGS = FlagGroup(
         "--photo-side": (2400, "disk-full: the print's longer side (a noise photo)"),
         "--ttl-s": (20.0, "disk-full: job_ttl_s"),
         "--full-rounds": (10, "disk-full: reads and syncs timed, idle and full"),
+        "--big-count": (20, "big-results: prints painted and stored"),
+        "--big-side": (8192, "big-results: the prints' longer side"),
+        "--small-jobs": (50, "big-results: small jobs, idle and beside the prints"),
+        "--small-concurrency": (4, "big-results: small jobs in flight at once"),
+        "--result-readers": (4, "big-results: results downloaded at once"),
     },
 )
 
