@@ -41,7 +41,7 @@ from service.errors import (
 )
 from service.execution.runner import JobRunner, reap_forever, worker_name
 from service.images import DecodeSlots, PreparationBudget
-from service.jobs.blobs import open_blobs
+from service.jobs.blobs.configured import open_blobs
 from service.jobs.feeds import JobFeeds
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.sqlite_store import SqliteJobStore

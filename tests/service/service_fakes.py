@@ -428,7 +428,7 @@ def served(app: ASGIApp) -> Iterator[str]:
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:
-        for _ in range(600):  # uvicorn has no startup event to wait on
+        for _ in range(6000):  # no startup event to wait on; real models warm up first
             if server.started or not thread.is_alive():
                 break
             time.sleep(0.05)

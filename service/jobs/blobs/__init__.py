@@ -26,7 +26,6 @@ import logging
 import uuid
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from service.errors import StoreUnavailable
@@ -139,33 +138,6 @@ async def forget(blobs: BlobStore, names: list[str]) -> None:
         await asyncio.to_thread(blobs.delete, names)
     except StoreUnavailable:
         logger.warning("could not delete job blobs; a sweep will", extra={"count": len(names)})
-
-
-def open_blobs(
-    kind: str,
-    *,
-    folder: Path,
-    bucket: str | None = None,
-    prefix: str = "",
-    endpoint_url: str | None = None,
-) -> BlobStore:
-    """The blob store a deployment names: ``"volume"`` (files in ``folder``) or ``"s3"``
-    (``bucket``, ``prefix``, ``endpoint_url``: :class:`~service.jobs.blobs.s3.S3Blobs`).
-
-    Raises:
-        ValueError: an unknown kind, or ``s3`` without a bucket.
-    """
-    if kind == "volume":
-        from service.jobs.blobs.volume import VolumeBlobs
-
-        return VolumeBlobs(folder)
-    if kind == "s3":
-        if not bucket:
-            raise ValueError("the s3 blob store needs a bucket")
-        from service.jobs.blobs.s3 import S3Blobs
-
-        return S3Blobs(bucket, prefix, endpoint_url=endpoint_url)
-    raise ValueError(f"no blob store {kind!r} (volume or s3)")
 
 
 @dataclass(frozen=True)

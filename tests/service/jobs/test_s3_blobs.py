@@ -12,7 +12,8 @@ import pytest
 from botocore.stub import Stubber
 
 from service.errors import StoreFull, StoreUnavailable
-from service.jobs.blobs import FILE_MIN_BYTES, BlobRef, open_blobs
+from service.jobs.blobs import FILE_MIN_BYTES, BlobRef
+from service.jobs.blobs.configured import open_blobs
 from service.jobs.blobs.s3 import S3Blobs
 from service.jobs.records import JobRecord, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
