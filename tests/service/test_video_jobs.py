@@ -15,6 +15,7 @@ import av
 import corpus
 import numpy as np
 import pytest
+import torch
 from api_headers import ASYNC
 from PIL import Image
 from service_fakes import wait_until
@@ -208,14 +209,16 @@ def test_frames_of_a_result_are_not_all_equal(client_factory, clip):
 def test_a_stream_that_breaks_mid_clip_fails_its_job_as_bad_video():
     from models.video import VideoError
     from service.errors import BadVideo
-    from service.execution.video import _next_chunk
+    from service.execution.video import _decoded
 
     def broken():
-        yield from ()
+        yield torch.zeros(1, 3, 2, 2, dtype=torch.uint8)
         raise VideoError("the stream ends inside frame 9", "corrupt")
 
+    chunks = _decoded(broken())
+    assert next(chunks).shape == (1, 3, 2, 2)  # the chunks before the break come through
     with pytest.raises(BadVideo, match="frame 9") as caught:
-        _next_chunk(broken())
+        next(chunks)
     assert caught.value.code == "bad_video"
 
 
