@@ -52,10 +52,6 @@ class StylizeWork(Work):
     quality: int | None = None  # JPEG's and WebP's
 
     @property
-    def parts(self) -> int:
-        return 1
-
-    @property
     def print_size(self) -> bool:
         """Larger than the base: painted by print-size steps (``models.adain.large``)."""
         return max(self.content.shape[-2:]) > BASE_SIDE

@@ -81,10 +81,6 @@ class StylizeVideoWork(Work):
         return "frame"
 
     @property
-    def parts(self) -> int:
-        return 1
-
-    @property
     def parameters(self) -> dict[str, Any]:
         return self.request_parameters
 
