@@ -1,10 +1,10 @@
 """A video stylisation as a job: decode, stylise and encode chunk by chunk, resumable.
 
 The clip (the upload's bytes, kept as the job's input) is decoded ``CHUNK_FRAMES`` frames
-at a time (:func:`models.video.frame_chunks`); each chunk's motions are computed off the
-event loop, the chunk is one batcher item (:class:`~service.workers.style_transfer.VideoChunk`,
-one batch on a GPU) and its output is encoded as a segment of the clip's own codec
-(:func:`models.video.encode_segment`). Memory holds one chunk of frames, the upload and
+at a time (:func:`models.video.frame_chunks`) and walked by the clip loop the CLI uses too
+(:func:`models.adain.video.walk_clip`); here each chunk is one batcher item
+(:class:`~service.workers.style_transfer.VideoChunk`, one batch on a GPU) and its output is
+encoded as a segment of the clip's own codec (:func:`models.video.encode_segment`). Memory holds one chunk of frames, the upload and
 the encoded segments (the result's size), never the decoded clip.
 
 After each chunk the segment and then the clip's state
