@@ -17,8 +17,9 @@ batch is the same in both runs.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -135,6 +136,30 @@ def stylize_chunk(
     return torch.cat(outputs)
 
 
+async def walk_clip(
+    chunks: Iterator[Tensor],
+    paint: Callable[[Tensor, StageBlend], Awaitable[Tensor]],
+    state: ClipState | None = None,
+    *,
+    strength: float = BLEND_STRENGTH,
+) -> AsyncGenerator[tuple[Tensor, ClipState], None]:
+    """The one walk over a clip's chunks (:func:`models.video.frame_chunks`), in order:
+    each chunk is decoded and its motions estimated off the event loop, then
+    ``paint(frames, blend)`` paints it with the clip's :class:`~models.temporal.StageBlend`
+    of ``strength`` (:func:`stylize_chunk` here, or the chunk sent to a worker pool), and
+    it is yielded as its stylised frames ``(n, 3, H, W)`` uint8 with the clip's state
+    after it. ``state``: where a stopped run got to (its chunks then start there)."""
+    state = state or ClipState()
+    estimator = FlowEstimator()
+    while (frames := await asyncio.to_thread(next, chunks, None)) is not None:
+        motions = await asyncio.to_thread(frame_motions, frames, state.last_input, estimator)
+        blend = StageBlend(strength, carried=state.carried)
+        blend.begin(motions)
+        stylised = await paint(frames, blend)
+        state = state.after(frames, blend)
+        yield stylised, state
+
+
 def stylize_clip(
     model: Any,
     chunks: Iterator[Tensor],
@@ -144,16 +169,13 @@ def stylize_clip(
     *,
     strength: float = BLEND_STRENGTH,
 ) -> Iterator[tuple[Tensor, ClipState]]:
-    """Stylise a clip's chunks in order (:func:`models.video.frame_chunks`), in this
-    process: yields each chunk's stylised frames ``(n, 3, H, W)`` uint8 with the clip's
-    state after it. ``state``: where a stopped run got to (its chunks then start there);
-    ``strength``: the blend's strength at the coarse stages
-    (:class:`~models.temporal.StageBlend`)."""
-    state = state or ClipState()
-    estimator = FlowEstimator()
-    for frames in chunks:
-        blend = StageBlend(strength, carried=state.carried)
-        blend.begin(frame_motions(frames, state.last_input, estimator))
-        stylised = stylize_chunk(model, frames, styles, options, blend)
-        state = state.after(frames, blend)
-        yield stylised, state
+    """:func:`walk_clip` painting with ``model`` in this process (:func:`stylize_chunk`),
+    driven one chunk at a time from synchronous code (the CLI, the benchmarks)."""
+
+    async def paint(frames: Tensor, blend: StageBlend) -> Tensor:
+        return stylize_chunk(model, frames, styles, options, blend)
+
+    walk = walk_clip(chunks, paint, state, strength=strength)
+    with asyncio.Runner() as runner:  # closing it closes the walk, finished or not
+        while (chunk := runner.run(anext(walk, None))) is not None:
+            yield chunk

@@ -92,10 +92,10 @@ class Previews:
         self._failed = False
         self.taken = 0
 
-    def watcher(self, part: int) -> PreviewCallback | None:
+    def watcher(self, part: int | None) -> PreviewCallback | None:
         """The callback for part ``part`` of the job: the first part's pictures are the
         job's previews (a job of several images previews its first); ``None`` for the
-        others, whose batches then install no hook for them."""
+        others and for items without a part, whose batches then install no hook for them."""
         return self._offer if part == 0 else None
 
     def _offer(self, done: int, total: int, picture: Callable[[], Any]) -> None:

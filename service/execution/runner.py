@@ -317,11 +317,7 @@ class JobRunner:
             outcome = CANCELLED
             await self._finish(record.id, CANCELLED, error=cancelled_error())
         except _DeadlinePassed:
-            await self._finish(
-                record.id,
-                FAILED,
-                error=late_error(),
-            )
+            await self._finish(record.id, FAILED, error=late_error())
         except ServiceError as exc:
             await self._finish(record.id, FAILED, error=exc.as_dict())
         except Exception:

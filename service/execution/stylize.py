@@ -9,7 +9,6 @@ images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, ClassVar
@@ -19,7 +18,6 @@ import torch
 from models.adain.options import StyleOptions
 from models.adain.presets import BASE_SIDE
 from models.images import encode_image, from_png, mask_from_rgb, to_float, to_png
-from service.errors import DeadlineExceeded
 from service.execution.work import RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
@@ -52,10 +50,6 @@ class StylizeWork(Work):
     format: str
     request_parameters: dict[str, Any]
     quality: int | None = None  # JPEG's and WebP's
-
-    @property
-    def parts(self) -> int:
-        return 1
 
     @property
     def print_size(self) -> bool:
@@ -129,35 +123,19 @@ class StylizeWork(Work):
         """Every step of a print-size stylisation through the pool's batcher, phase by
         phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
         counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
-        timeout_s, progress = context.timeout_s, context.progress
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
         session = await asyncio.to_thread(
             partial(pool.model.print_stylization, **self.options.keywords()),
             self.content,
             [to_float(style)[None] for style in self.styles],
         )
-        report = None if progress is None else progress.reporter(0)
         done = 0
         for phase in session.phases():
             for start in range(0, len(phase), STEPS_IN_FLIGHT):
                 group = phase[start : start + STEPS_IN_FLIGHT]
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise DeadlineExceeded("the job's deadline passed")
-                results = await all_or_nothing(
-                    *(
-                        pool.submit(
-                            PrintStep(session, step),
-                            priority=context.priority,
-                            timeout_s=left,
-                            owner=context.owner,
-                        )
-                        for step in group
-                    )
-                )
+                steps = [context.submit(pool, PrintStep(session, step), None) for step in group]
+                results = await all_or_nothing(*steps)
                 for step, result in zip(group, results, strict=True):
                     await asyncio.to_thread(session.accept, step, result)
                 done += len(group)
-                if report is not None:
-                    report(done, session.steps)
+                context.report(done, session.steps)
         return session.result()

@@ -1,10 +1,10 @@
 """A video stylisation as a job: decode, stylise and encode chunk by chunk, resumable.
 
 The clip (the upload's bytes, kept as the job's input) is decoded ``CHUNK_FRAMES`` frames
-at a time (:func:`models.video.frame_chunks`); each chunk's motions are computed off the
-event loop, the chunk is one batcher item (:class:`~service.workers.style_transfer.VideoChunk`,
-one batch on a GPU) and its output is encoded as a segment of the clip's own codec
-(:func:`models.video.encode_segment`). Memory holds one chunk of frames, the upload and
+at a time (:func:`models.video.frame_chunks`) and walked by the clip loop the CLI uses too
+(:func:`models.adain.video.walk_clip`); here each chunk is one batcher item
+(:class:`~service.workers.style_transfer.VideoChunk`, one batch on a GPU) and its output is
+encoded as a segment of the clip's own codec (:func:`models.video.encode_segment`). Memory holds one chunk of frames, the upload and
 the encoded segments (the result's size), never the decoded clip.
 
 After each chunk the segment and then the clip's state
@@ -26,7 +26,6 @@ import asyncio
 import io
 import json
 import logging
-import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from fractions import Fraction
@@ -35,12 +34,11 @@ from typing import Any, ClassVar
 import torch
 
 from models.adain.options import StyleOptions
-from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions
-from models.flow import FlowEstimator
+from models.adain.video import CHUNK_FRAMES, ClipState, walk_clip
 from models.images import from_png, to_float, to_png
 from models.temporal import StageBlend
 from models.video import VideoError, VideoInfo, assemble, encode_segment, frame_chunks
-from service.errors import BadVideo, DeadlineExceeded
+from service.errors import BadVideo
 from service.execution.work import Checkpoint, RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
@@ -83,10 +81,6 @@ class StylizeVideoWork(Work):
         return "frame"
 
     @property
-    def parts(self) -> int:
-        return 1
-
-    @property
     def parameters(self) -> dict[str, Any]:
         return self.request_parameters
 
@@ -117,33 +111,22 @@ class StylizeVideoWork(Work):
     async def run(
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> JobResult:  # a clip shows no previews
-        timeout_s, progress, checkpoint = context.timeout_s, context.progress, context.checkpoint
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        state, segments = await _resume(checkpoint)
-        report = None if progress is None else progress.reporter(0)
-        if report is not None:
-            report(state.frames_done, self.info.frames)
+        checkpoint = context.checkpoint
+        start, segments = await _resume(checkpoint)
+        context.report(start.frames_done, self.info.frames)
         styles = [to_float(style)[None] for style in self.styles]
-        estimator = FlowEstimator()
-        chunks = frame_chunks(self.video, CHUNK_FRAMES, size=self.size, start=state.frames_done)
+
+        async def paint(frames: torch.Tensor, blend: StageBlend) -> torch.Tensor:
+            return await context.submit(pool, VideoChunk(frames, styles, self.options, blend), None)
+
+        chunks = frame_chunks(self.video, CHUNK_FRAMES, size=self.size, start=start.frames_done)
         saving = checkpoint is not None
-        while (frames := await asyncio.to_thread(_next_chunk, chunks)) is not None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise DeadlineExceeded("the job's deadline passed")
-            motions = await asyncio.to_thread(frame_motions, frames, state.last_input, estimator)
-            chunk = VideoChunk(frames, styles, self.options, StageBlend(carried=state.carried))
-            chunk.blend.begin(motions)
-            stylised = await pool.submit(
-                chunk, priority=context.priority, timeout_s=left, owner=context.owner
-            )
-            state = state.after(frames, chunk.blend)
+        async for stylised, state in walk_clip(_decoded(chunks), paint, start):
             segment = await asyncio.to_thread(encode_segment, stylised, self.info)
             segments.append(segment)
             if saving and checkpoint is not None:
                 saving = await _save(checkpoint, len(segments) - 1, segment, state)
-            if report is not None:
-                report(state.frames_done, self.info.frames)
+            context.report(state.frames_done, self.info.frames)
         parameters = {**self.request_parameters, **pool.provenance()}
         metadata = {"comment": json.dumps(parameters, sort_keys=True)}
         data = await asyncio.to_thread(_assemble, segments, self.video, self.info, metadata)
@@ -155,11 +138,11 @@ class StylizeVideoWork(Work):
         return JobResult([data], self.info.media_type(), fields)
 
 
-def _next_chunk(chunks: Iterator[torch.Tensor]) -> torch.Tensor | None:
-    """The next chunk of frames, ``None`` at the end; a stream that breaks mid-clip fails
-    the job as the route refuses a corrupt upload (400 ``bad_video``), not as a 500."""
+def _decoded(chunks: Iterator[torch.Tensor]) -> Iterator[torch.Tensor]:
+    """``chunks``, where a stream that breaks mid-clip fails the job as the route refuses a
+    corrupt upload (400 ``bad_video``), not as a 500."""
     try:
-        return next(chunks, None)
+        yield from chunks
     except VideoError as exc:
         raise BadVideo(f"content: {exc}") from None
 

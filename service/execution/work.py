@@ -22,13 +22,15 @@ crash gives the same images as its first run.
 from __future__ import annotations
 
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 from torch import Tensor
 
+from service.errors import DeadlineExceeded
 from service.execution.previews import Previews
 from service.jobs.records import JobResult
 from service.model_types import BatchJob
@@ -88,10 +90,11 @@ class RunContext:
     """How one :class:`Work` runs on its pool (what :meth:`Work.run` is given).
 
     ``priority``: the batcher its items go to; ``timeout_s``: what is left of its
-    deadline, or ``None``; ``progress``: the job's step progress, when it runs as one;
-    ``owner``: the API key it runs for; ``checkpoint``: the job's, when it runs as one (a
-    long work saves its progress there, and resumes); ``previews``: the job's live
-    previews, when it was asked for them (a kind of work that has none ignores it)."""
+    deadline at ``started``, or ``None``; ``progress``: the job's step progress (its one
+    sink), when it runs as one; ``owner``: the API key it runs for; ``checkpoint``: the
+    job's, when it runs as one (a long work saves its progress there, and resumes);
+    ``previews``: the job's live previews, when it was asked for them (a kind of work that
+    has none ignores it)."""
 
     priority: str
     timeout_s: float | None
@@ -99,18 +102,34 @@ class RunContext:
     owner: str
     checkpoint: Checkpoint | None = None
     previews: Previews | None = None
+    started: float = field(default_factory=time.monotonic)
 
-    def submit(self, pool: WorkerPool[Any, JobT], job: JobT, part: int) -> Awaitable[Tensor]:
-        """``job``, part ``part`` of the work, through ``pool`` with this run's priority,
-        deadline and owner; its progress and previews report as that part's."""
-        return pool.submit(
+    async def submit(self, pool: WorkerPool[Any, JobT], job: JobT, part: int | None) -> Tensor:
+        """``job`` through ``pool`` with this run's priority and owner and what is left of
+        its deadline now. As part ``part`` of the work, its progress (each step, through
+        its batch's step control) and previews report as that part's; ``None``: one of
+        the items a work sends in turn, which counts them itself (:meth:`report`).
+
+        Raises:
+            DeadlineExceeded: the deadline passed before ``job`` was sent."""
+        left = None if self.timeout_s is None else self.started + self.timeout_s - time.monotonic()
+        if left is not None and left <= 0:
+            raise DeadlineExceeded("the job's deadline passed")
+        return await pool.submit(
             job,
             priority=self.priority,
-            timeout_s=self.timeout_s,
-            on_progress=None if self.progress is None else self.progress.reporter(part),
+            timeout_s=left,
+            on_progress=None
+            if part is None or self.progress is None
+            else self.progress.reporter(part),
             owner=self.owner,
             on_preview=None if self.previews is None else self.previews.watcher(part),
         )
+
+    def report(self, done: int, total: int) -> None:
+        """``done`` of the ``total`` items that the work sends in turn are done."""
+        if self.progress is not None:
+            self.progress.reporter(0)(done, total)
 
 
 class Work(ABC):
@@ -130,9 +149,9 @@ class Work(ABC):
         """What one progress step is, for clients."""
 
     @property
-    @abstractmethod
     def parts(self) -> int:
         """Batcher items the work is split into (progress follows the slowest)."""
+        return 1
 
     @property
     @abstractmethod

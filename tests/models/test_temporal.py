@@ -10,7 +10,7 @@ import torch.nn.functional as F  # noqa: N812
 
 from models.adain.options import StyleOptions
 from models.adain.pipeline import StyleTransfer
-from models.adain.video import CHUNK_FRAMES, ClipState, frame_motions, stylize_chunk
+from models.adain.video import CHUNK_FRAMES, ClipState, stylize_chunk, stylize_clip
 from models.flow import (
     FlowEstimator,
     reliable_mask,
@@ -134,25 +134,21 @@ def model(tiny_networks):
     return StyleTransfer(encoder, decoders)
 
 
-def _run(model, clip, style, state: ClipState, estimator) -> tuple[torch.Tensor, ClipState]:
-    outputs = []
-    for start in range(0, clip.shape[0], CHUNK_FRAMES):
-        frames = clip[start : start + CHUNK_FRAMES]
-        blend = StageBlend(carried=state.carried)
-        blend.begin(frame_motions(frames, state.last_input, estimator))
-        outputs.append(
-            stylize_chunk(model, frames, [style], StyleOptions(preset="realtime"), blend)
-        )
-        state = ClipState.from_bytes(state.after(frames, blend).to_bytes())  # as checkpointed
-    return torch.cat(outputs), state
+def _run(model, clip, style, state: ClipState) -> tuple[torch.Tensor, ClipState]:
+    """The clip through the clip loop (``stylize_clip``) from ``state``: its frames and its
+    state at the end, as checkpointed."""
+    chunks = (clip[start : start + CHUNK_FRAMES] for start in range(0, clip.shape[0], CHUNK_FRAMES))
+    painted = list(stylize_clip(model, chunks, [style], StyleOptions(preset="realtime"), state))
+    last = ClipState.from_bytes(painted[-1][1].to_bytes())
+    return torch.cat([frames for frames, _ in painted]), last
 
 
 def test_a_clip_resumed_from_its_saved_state_equals_an_uninterrupted_run(model):
     clip = _pan(2 * CHUNK_FRAMES + 3, 48, 64, step=2)
     style = torch.rand(1, 3, 40, 40, generator=torch.Generator().manual_seed(3))
-    whole, _ = _run(model, clip, style, ClipState(), FlowEstimator())
-    head, state = _run(model, clip[:CHUNK_FRAMES], style, ClipState(), FlowEstimator())
-    tail, _ = _run(model, clip[CHUNK_FRAMES:], style, state, FlowEstimator())
+    whole, _ = _run(model, clip, style, ClipState())
+    head, state = _run(model, clip[:CHUNK_FRAMES], style, ClipState())
+    tail, _ = _run(model, clip[CHUNK_FRAMES:], style, state)
     assert torch.equal(torch.cat([head, tail]), whole)
 
 
@@ -167,7 +163,7 @@ def test_frames_of_a_pan_move_with_the_content_more_than_frames_stylised_alone(
     model = StyleTransfer.from_pretrained([shared_weights_dir])
     clip = _pan(10, 144, 256, step=3)
     style = load_image(shared_images_dir / "style" / "starry_night.jpg", max_side=256)
-    ours, _ = _run(model, clip, style, ClipState(), FlowEstimator())
+    ours, _ = _run(model, clip, style, ClipState())
     alone = []
     for frame in clip:
         blend = StageBlend(0.0)

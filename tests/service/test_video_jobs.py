@@ -8,6 +8,7 @@ clip's state carries from chunk to chunk as with the real model."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 
@@ -15,12 +16,21 @@ import av
 import corpus
 import numpy as np
 import pytest
+import torch
 from api_headers import ASYNC
 from PIL import Image
-from service_fakes import wait_until
+from service_fakes import FakeStyleTransfer, make_settings, wait_until
 
-from models.adain.video import CHUNK_FRAMES
-from models.video import frame_chunks, probe
+from models.adain.options import StyleOptions
+from models.adain.video import CHUNK_FRAMES, stylize_clip
+from models.images import to_float
+from models.video import encode_segment, frame_chunks, probe
+from service.execution.video import StylizeVideoWork, segment_name
+from service.execution.work import Checkpoint, RunContext
+from service.metrics import Metrics
+from service.priorities import INTERACTIVE
+from service.workers.pool import WorkerPool
+from service.workers.style_transfer import run_stylize
 from tests.clips import (
     CLIPS,
     audio_only,
@@ -208,14 +218,16 @@ def test_frames_of_a_result_are_not_all_equal(client_factory, clip):
 def test_a_stream_that_breaks_mid_clip_fails_its_job_as_bad_video():
     from models.video import VideoError
     from service.errors import BadVideo
-    from service.execution.video import _next_chunk
+    from service.execution.video import _decoded
 
     def broken():
-        yield from ()
+        yield torch.zeros(1, 3, 2, 2, dtype=torch.uint8)
         raise VideoError("the stream ends inside frame 9", "corrupt")
 
+    chunks = _decoded(broken())
+    assert next(chunks).shape == (1, 3, 2, 2)  # the chunks before the break come through
     with pytest.raises(BadVideo, match="frame 9") as caught:
-        _next_chunk(broken())
+        next(chunks)
     assert caught.value.code == "bad_video"
 
 
@@ -242,3 +254,52 @@ def test_a_raw_h264_stream_named_mp4_is_told_the_video_formats(client_factory):
         output.mux(stream.encode(None))
     response = _post(client_factory(), buffer.getvalue(), name="clip.mp4")
     _error(response, 415, "unsupported_image_type", "MP4", "WebM", "PNG")
+
+
+class _Kept(Checkpoint):
+    """Checkpoints kept in memory."""
+
+    def __init__(self) -> None:
+        self.saved: dict[str, bytes] = {}
+
+    async def load(self, name: str) -> bytes | None:
+        return self.saved.get(name)
+
+    async def save(self, name: str, data: bytes) -> bool:
+        self.saved[name] = data
+        return True
+
+
+def test_the_cli_and_a_job_paint_a_clip_into_the_same_segments(clip):
+    """The CLI's loop (``stylize_clip``: each chunk painted in this process) and a job's
+    (``StylizeVideoWork.run``: each chunk sent to a worker pool) are the same walk: the
+    clip's encoded segments are equal byte for byte."""
+    info = probe(clip)
+    size = (info.height, info.width)
+    style = torch.arange(3 * 16 * 16, dtype=torch.int64).remainder(251).to(torch.uint8)
+    style = style.reshape(3, 16, 16)
+    options = StyleOptions(alpha=0.7, preset="realtime")
+    chunks = frame_chunks(clip, CHUNK_FRAMES, size=size)
+    painted = stylize_clip(FakeStyleTransfer(), chunks, [to_float(style)[None]], options)
+    cli = [encode_segment(frames, info) for frames, _ in painted]
+
+    kept = _Kept()
+    work = StylizeVideoWork(clip, info, size, (style,), options, {})
+
+    async def job() -> None:
+        pool = WorkerPool(
+            "adain", {"cpu": FakeStyleTransfer()}, run_stylize, make_settings(), Metrics()
+        )
+        pool.start()
+        try:
+            context = RunContext(
+                INTERACTIVE, timeout_s=None, progress=None, owner="", checkpoint=kept
+            )
+            await work.run(pool, context)
+        finally:
+            await pool.close()
+
+    asyncio.run(job())
+    assert len(cli) == -(-info.frames // CHUNK_FRAMES) == 3
+    assert [kept.saved[segment_name(index)] for index in range(len(cli))] == cli
+    assert len(set(cli)) == len(cli)
