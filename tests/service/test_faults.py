@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from service_fakes import FakeStyleTransfer, make_settings
 
-import service.images as images
+import models.images as model_images
 from service.app import create_app
 from service.workers.registry import ModelEntry
 from service.workers.style_transfer import run_stylize
@@ -161,7 +161,7 @@ def test_a_large_upload_is_shrunk_before_it_becomes_float(client):
 
 
 class GatedShrink:
-    """Wraps ``service.images._shrink``: images wider than ``min_width`` wait for ``gate``;
+    """Wraps ``models.images.resize_to`` (the decoder's shrink): images wider than ``min_width`` wait for ``gate``;
     counts how many are inside at once."""
 
     def __init__(self, min_width: int):
@@ -169,7 +169,7 @@ class GatedShrink:
         self.gate, self.entered = threading.Event(), threading.Event()
         self.inside = self.most = 0
         self.lock = threading.Lock()
-        self.shrink = images._shrink
+        self.shrink = model_images.resize_to
 
     def __call__(self, image, target):
         if image.size[0] < self.min_width:
@@ -219,7 +219,7 @@ def _one_at_a_time(gated, stylize, waiting) -> None:
 def test_large_decodes_are_bounded_by_the_setting(client_factory, monkeypatch):
     client = client_factory(max_concurrent_decodes=1, large_image_pixels=1000)
     gated = GatedShrink(min_width=40)  # the 48 x 32 contents; the 32 x 32 styles pass
-    monkeypatch.setattr(images, "_shrink", gated)
+    monkeypatch.setattr(model_images, "resize_to", gated)
     slots = client.app.state.decode_slots
     _one_at_a_time(
         gated,
@@ -231,7 +231,7 @@ def test_large_decodes_are_bounded_by_the_setting(client_factory, monkeypatch):
 def test_small_images_do_not_queue_behind_large_decodes(client_factory, monkeypatch):
     client = client_factory(max_concurrent_decodes=1, large_image_pixels=10_000)
     gated = GatedShrink(min_width=200)
-    monkeypatch.setattr(images, "_shrink", gated)
+    monkeypatch.setattr(model_images, "resize_to", gated)
     large, out = _in_thread(lambda: _stylize(client, corpus.png(200, 200), corpus.png(seed=1)))
     try:
         assert gated.entered.wait(30)  # a large decode holds the only slot
@@ -248,7 +248,7 @@ def test_uploads_in_preparation_are_bounded_by_their_pixels(client_factory, monk
     decoded at a time, the others wait their turn (the decode slots do not bound them)."""
     client = client_factory(max_preparing_pixels=2 * 64 * 64, large_image_pixels=10**6)
     gated = GatedShrink(min_width=40)  # the 48 x 32 contents; the 32 x 32 styles pass
-    monkeypatch.setattr(images, "_shrink", gated)
+    monkeypatch.setattr(model_images, "resize_to", gated)
     preparation = client.app.state.preparation
 
     def stylize():
