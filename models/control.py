@@ -46,6 +46,15 @@ def image_hook(control: StepControl | None) -> ShowImages | None:
     return show if callable(show) else None
 
 
+def pause_hook(control: StepControl | None) -> Callable[[], None] | None:
+    """``control``'s ``pause`` hook, or ``None`` when it has none: a control with a
+    ``pause`` attribute that is not ``None`` may be called ``pause()`` at points *inside*
+    one of its steps where the computation may wait (e.g. for more urgent work on the
+    device) before it goes on. Waiting there changes nothing computed."""
+    pause = getattr(control, "pause", None)
+    return pause if callable(pause) else None
+
+
 class _ConvertedImages:
     """A step control whose ``show`` hook gets ``convert(images())``."""
 

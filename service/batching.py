@@ -17,10 +17,12 @@ ready, the one holding the owner served least recently goes first, and a batch i
 filled round-robin across the owners in its group, so one owner's backlog delays
 another owner's request by about one batch, never by the whole backlog.
 
-Priority: a batcher made with ``background=True`` and a :class:`DeviceGate` shared with
-the foreground batchers of the same device yields the device at each step boundary
-while a foreground forward runs: a foreground request waits for at most one step of a
-background batch, and the background batch then resumes where it paused.
+Priority: batchers of one device share a :class:`DeviceGate`, each with its ``rank``
+(0 the most urgent). A forward yields the device at each step boundary while a more
+urgent forward runs or waits: a request waits for at most one step of a less urgent
+batch, which then resumes where it paused. A forward with steps inside one of its items
+(a print's base: many passes, one item) pauses there too, through its control's
+``pause`` hook (``models.control.pause_hook``).
 
 Failure policy:
 
@@ -135,62 +137,78 @@ PreviewCallback = Callable[[int, int, Callable[[], Any]], None]
 
 
 class DeviceGate:
-    """Step-level priority on one device: foreground forwards before background steps.
+    """Step-level priority on one device between forwards of ranked work.
 
-    A foreground forward (``with gate.foreground():``) waits only for the background
-    step in progress to end. A background forward holds the device between
-    :meth:`background_begin` and :meth:`background_end` and, at each step boundary,
-    calls :meth:`background_step`, which gives the device up and waits while any
-    foreground forward is active. Foreground forwards of different models may run
-    together, as may background ones; a paused background batch keeps its state (its
-    latents or features) and continues from the step where it stopped.
+    Every forward has a rank, 0 the most urgent (``service.priorities.PRIORITIES`` gives
+    the service's three). A forward holds the device between :meth:`begin` and
+    :meth:`end` and, at each of its step boundaries, calls :meth:`step`, which gives the
+    device up while any more urgent forward is active or waits for it, and takes it back
+    once none is. So a forward waits for at most one step of each less urgent forward in
+    progress (they pause at their next boundary), and never waits for a less urgent one
+    to end. Forwards of the same rank (of different models) may run together; a paused
+    forward keeps its state (its latents or features) and continues from the step where
+    it stopped.
+
+    The rule a forward of rank ``r`` runs by: no forward of a rank below ``r`` is active
+    or waiting, and none of a rank above ``r`` holds the device.
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._foreground = 0
-        self._background = 0
-        #: background forwards paused at a step boundary (for tests and metrics)
+        #: per rank: forwards begun and not ended (running, paused or waiting to begin)
+        self._wanting: dict[int, int] = {}
+        #: per rank: forwards holding the device now
+        self._holding: dict[int, int] = {}
+        #: forwards paused at a step boundary (for tests and metrics)
         self.paused = 0
 
-    @property
-    def foreground_waiting(self) -> int:
-        """Foreground forwards active or waiting for a background step to end."""
-        return self._foreground
-
-    @contextlib.contextmanager
-    def foreground(self) -> Iterator[None]:
+    def waiting(self, rank: int) -> int:
+        """Forwards of ``rank`` begun and not ended (running, paused or waiting)."""
         with self._changed:
-            self._foreground += 1
-            self._changed.wait_for(lambda: self._background == 0)
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._foreground -= 1
-                self._changed.notify_all()
+            return self._wanting.get(rank, 0)
 
-    def background_begin(self) -> None:
-        with self._changed:
-            self._changed.wait_for(lambda: self._foreground == 0)
-            self._background += 1
+    def _clear(self, rank: int) -> bool:
+        """Whether a forward of ``rank`` may hold the device (the class's rule)."""
+        return not any(count for other, count in self._wanting.items() if other < rank) and not any(
+            count for other, count in self._holding.items() if other > rank
+        )
 
-    def background_step(self) -> None:
-        """Between two steps: yield to any foreground forward, then go on."""
+    def begin(self, rank: int) -> None:
+        """Wait for the device, then hold it for a forward of ``rank``."""
         with self._changed:
-            if self._foreground == 0:
+            self._wanting[rank] = self._wanting.get(rank, 0) + 1
+            self._changed.notify_all()  # less urgent forwards pause at their next step
+            self._changed.wait_for(lambda: self._clear(rank))
+            self._holding[rank] = self._holding.get(rank, 0) + 1
+
+    def step(self, rank: int) -> None:
+        """Between two steps of a forward of ``rank``: give the device to any more urgent
+        forward, wait until none is left, then go on."""
+        with self._changed:
+            if self._clear(rank):
                 return
-            self._background -= 1
+            self._holding[rank] -= 1
             self.paused += 1
             self._changed.notify_all()
-            self._changed.wait_for(lambda: self._foreground == 0)
+            self._changed.wait_for(lambda: self._clear(rank))
             self.paused -= 1
-            self._background += 1
+            self._holding[rank] += 1
 
-    def background_end(self) -> None:
+    def end(self, rank: int) -> None:
+        """The forward of ``rank`` ended: the device is free for the others."""
         with self._changed:
-            self._background -= 1
+            self._holding[rank] -= 1
+            self._wanting[rank] -= 1
             self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def holding(self, rank: int) -> Iterator[Callable[[], None]]:
+        """``begin(rank)`` ... ``end(rank)``; gives the forward its step boundary call."""
+        self.begin(rank)
+        try:
+            yield partial(self.step, rank)
+        finally:
+            self.end(rank)
 
 
 @dataclass(eq=False)
@@ -221,7 +239,8 @@ class BatchControl:
 
     Called as ``control(done, total)`` (the ``models.control.StepControl`` contract)
     before step ``done`` of ``total`` and once with ``done == total`` at the end. A
-    background forward first yields the device to foreground work (``gate``). It then
+    ranked forward first yields the device to more urgent work (:class:`DeviceGate`),
+    as :meth:`pause` does at any other point inside a step. It then
     reports the progress of every item still computed, counts one unit of work per item
     per step started, and answers the positions (in the batch as it is now) of the items
     still wanted, or ``None`` when all are.
@@ -242,6 +261,8 @@ class BatchControl:
         self._observer = observer
         self._yield_device = yield_device
         self.rows: list[int] = list(range(len(self._pending)))
+        #: The pause hook (``models.control.pause_hook``): installed for ranked forwards.
+        self.pause: Callable[[], None] | None = yield_device
         #: The pictures hook: installed only when an item asked for previews.
         self.show: Callable[[int, int, Callable[[], Sequence[Any]]], None] | None = None
         if any(pending.on_preview is not None for pending in self._pending):
@@ -325,10 +346,9 @@ class Batcher(Generic[ItemT, ResultT]):
         cost: an item's share of ``max_batch_cost`` (e.g. its pixels); 0 if unset.
         max_batch_cost: most total cost in one forward (a memory budget); a single
             item over it still runs alone.
-        gate: the device's :class:`DeviceGate`; with ``background`` the forward yields
-            the device at each step while foreground forwards run, without it the
-            forward runs as foreground work.
-        background: whether this batcher's work is background work.
+        gate: the device's :class:`DeviceGate`, shared with the device's other batchers.
+        rank: this batcher's rank at the gate (0 the most urgent): its forwards yield the
+            device at each step while a more urgent forward runs or waits.
     """
 
     def __init__(
@@ -346,7 +366,7 @@ class Batcher(Generic[ItemT, ResultT]):
         cost: Callable[[ItemT], float] | None = None,
         max_batch_cost: float = math.inf,
         gate: DeviceGate | None = None,
-        background: bool = False,
+        rank: int = 0,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -354,6 +374,8 @@ class Batcher(Generic[ItemT, ResultT]):
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        if rank < 0:
+            raise ValueError(f"rank must be >= 0, got {rank}")
         if not max_batch_cost > 0:
             raise ValueError(f"max_batch_cost must be > 0, got {max_batch_cost}")
         self._forward = forward
@@ -367,7 +389,7 @@ class Batcher(Generic[ItemT, ResultT]):
         self._clock = clock
         self._observer = observer or _NullObserver()
         self._gate = gate
-        self.background = background
+        self.rank = rank
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._groups: dict[Hashable, deque[_Pending]] = {}
         self._served: dict[str, int] = {}  # owner -> when it was last served
@@ -566,14 +588,9 @@ class Batcher(Generic[ItemT, ResultT]):
         gate = self._gate
         if gate is None:
             return self._forward_rows(live, None)
-        if not self.background:
-            with gate.foreground():
-                return self._forward_rows(live, None)
-        gate.background_begin()
-        try:
-            return self._forward_rows(live, gate.background_step)
-        finally:
-            gate.background_end()
+        with gate.holding(self.rank) as step:
+            # the most urgent rank never yields: nothing can be waiting ahead of it
+            return self._forward_rows(live, step if self.rank > 0 else None)
 
     def _forward_rows(
         self, live: list[_Pending], yield_device: Callable[[], None] | None

@@ -1,9 +1,10 @@
 """Worker pools: a model's batchers on every device, requests to the least loaded.
 
-Each pool has two batchers per device: interactive work (a client waiting on its
-connection) and background work (async jobs). Both share the device's ``DeviceGate``
-with every other pool on that device, so background batches yield the device at their
-step boundaries while interactive work runs (``service.batching``).
+Each pool has one batcher per priority and device (``service.priorities``): interactive
+work (a client waiting on its connection), background work (async jobs) and bulk work
+(a print's steps). All share the device's ``DeviceGate`` with every other pool on that
+device, ranked in that order, so a batch yields the device at its step boundaries while
+more urgent work runs (``service.batching``).
 
 This module is where torch meets the generic batcher: out-of-memory errors split
 batches, and the batcher's errors become API errors. Each model's entry point
@@ -34,7 +35,7 @@ from service.config import Settings
 from service.errors import DeadlineExceeded, Overloaded, RejectedByModel, ShuttingDown
 from service.metrics import Metrics
 from service.model_types import BatchJob
-from service.priorities import BACKGROUND, INTERACTIVE, PRIORITIES
+from service.priorities import INTERACTIVE, PRIORITIES, rank
 
 ModelT = TypeVar("ModelT")
 JobT = TypeVar("JobT", bound=BatchJob)
@@ -62,8 +63,8 @@ def _job_cost(job: BatchJob) -> float:
 
 
 class WorkerPool(Generic[ModelT, JobT]):
-    """The batchers of one model: per device, one for interactive and one for background
-    work; ``submit`` picks the least loaded device.
+    """The batchers of one model: per device, one for each priority (interactive,
+    background and bulk work); ``submit`` picks the least loaded device.
 
     Args:
         gates: one ``DeviceGate`` per device, shared by every pool on that device (a
@@ -100,7 +101,7 @@ class WorkerPool(Generic[ModelT, JobT]):
                     cost=_job_cost,
                     max_batch_cost=settings.max_batch_pixels,
                     gate=gates[device],
-                    background=priority == BACKGROUND,
+                    rank=rank(priority),
                 )
                 for priority in PRIORITIES
             }

@@ -175,6 +175,24 @@ def test_reruns_are_identical(model):
     assert torch.equal(first, second)
 
 
+def test_the_base_pauses_between_its_passes_and_paints_the_same(model):
+    """``pause`` is called between every two passes of the base (where a service lets
+    other work in) and changes nothing painted; the other steps have no passes."""
+    session = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
+    pauses = []
+    steps = [step for phase in session.phases() for step in phase]
+    base = steps[0]
+    paused = session.run_step(model, base, pause=lambda: pauses.append(len(pauses)))
+    assert torch.equal(paused, session.run_step(model, base))
+    assert len(pauses) == model.resolve_passes(None, session.options.preset).passes - 1 > 0
+    session.accept(base, paused)
+    for step in steps[1:]:
+        session.accept(step, session.run_step(model, step, pause=lambda: pauses.append(-1)))
+    assert -1 not in pauses
+    alone = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
+    assert torch.equal(session.result(), alone.run(model))
+
+
 def test_the_steps_run_in_phases_and_the_tiles_count_their_pixels():
     session = PrintStylization(_photo(100, 160), [_style()], base_side=64, tile_side=40)
     phases = session.phases()
