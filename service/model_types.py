@@ -7,7 +7,7 @@ or a worker never reads a model attribute by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Hashable, Sequence
 from typing import Any, Protocol, Unpack
 
 from torch import Tensor
@@ -67,9 +67,8 @@ class PrintSession(Protocol):
 
     def phases(self) -> list[list[Step]]: ...
 
-    def run_step(self, model: Any, step: Step, pause: Callable[[], None] | None = None) -> Tensor:
-        """Compute ``step`` on ``model`` (a worker thread); writes nothing. ``pause()`` is
-        called where a step made of several passes (the base) may wait for other work."""
+    def run_step(self, model: Any, step: Step) -> Tensor:
+        """Compute ``step`` on ``model`` (a worker thread); writes nothing."""
         ...
 
     def accept(self, step: Step, result: Tensor) -> None:

@@ -10,9 +10,10 @@ Interactive work goes first: the job store claims its jobs first and counts only
 background jobs against a key's ``max_jobs`` (``service.jobs``). Every worker pool keeps
 one batcher per priority on each device, and the device's gate ranks their forwards in
 the order of :data:`PRIORITIES` (``service.batching.DeviceGate``): a forward waits for
-at most one step of a less urgent one, which pauses at its step boundaries while more
-urgent work runs and then resumes where it stopped. So a small job waits for one step of
-a print (a tile, or a pass of its base), never for the print.
+at most one step of a less urgent one, which pauses at its step boundaries (and between
+the layers of its networks inside a step, ``models.control.pausing``) while more urgent
+work runs, and then resumes where it stopped. So a small job waits for one tile of a
+print or one layer of its base, never for the print.
 
 The CPU work of bulk work outside its forwards (building a print's plan, taking its
 tiles in, encoding its picture) runs on :func:`off_loop_as_bulk`'s threads, whose OS

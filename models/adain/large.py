@@ -78,7 +78,6 @@ from models.adain.whitening import (
     symmetric_power,
     wct_affine,
 )
-from models.control import StepControl
 from models.decoder import Decoder
 from models.devices import to_host
 from models.images import fit_longer_side, to_uint8
@@ -101,12 +100,7 @@ class TilingModel(Protocol):
     def decoder(self, level: str) -> Decoder: ...
 
     def stylize(
-        self,
-        content: Tensor,
-        styles: Sequence[Tensor],
-        *,
-        control: StepControl | None = None,
-        **keywords: Unpack[StyleKeywords],
+        self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> Tensor: ...
 
 
@@ -374,23 +368,14 @@ class PrintStylization:
         return sum(len(phase) for phase in self._phases)
 
     # ------------------------------------------------------------------ running
-    def run_step(
-        self, model: TilingModel, step: Step, pause: Callable[[], None] | None = None
-    ) -> Tensor:
+    def run_step(self, model: TilingModel, step: Step) -> Tensor:
         """Compute ``step`` on ``model`` (on any thread: it reads what earlier phases set
         and writes nothing). Returns the base ``(1, 3, h, w)``, the octave's map
-        ``[M | t]`` ``(64, 65)`` or the tiles ``(T, 3, th, tw)``.
-
-        ``pause()``, if given, is called between the passes of the base (the one step
-        made of several passes: the preset's whole pyramid at ``BASE_SIDE``), where the
-        step may wait for other work; it changes nothing computed."""
+        ``[M | t]`` ``(64, 65)`` or the tiles ``(T, 3, th, tw)``."""
         if step.kind == "base":
             # the base is luma already where colour is preserved
             options = replace(self.options, preserve_color=False)
-            control = None if pause is None else _BetweenPasses(pause)
-            return model.stylize(
-                self.base_photo, self.styles, control=control, **options.keywords()
-            )
+            return model.stylize(self.base_photo, self.styles, **options.keywords())
         if step.kind == "statistics":
             return self._affine_map(model, step.octave)
         return self._run_tiles(model, step)
@@ -492,17 +477,6 @@ class PrintStylization:
             alpha=self.options.alpha,
             photos=torch.stack(photos) if photos else None,
         )
-
-
-class _BetweenPasses:
-    """A step control that calls ``pause()`` between two passes and keeps every row."""
-
-    def __init__(self, pause: Callable[[], None]) -> None:
-        self._pause = pause
-
-    def __call__(self, done: int, total: int) -> None:
-        if 0 < done < total:
-            self._pause()
 
 
 def _as_float(image: Tensor) -> Tensor:

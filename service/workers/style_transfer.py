@@ -13,7 +13,7 @@ from models.adain.large import Step
 from models.adain.options import StyleOptions
 from models.adain.presets import PresetName
 from models.adain.video import stylize_chunk
-from models.control import StepControl, pause_hook, wanted_rows
+from models.control import StepControl, wanted_rows
 from models.devices import to_host
 from models.temporal import StageBlend
 from service.model_types import PrintSession, StyleTransferModel
@@ -139,11 +139,10 @@ def _run_print_step(
     model: StyleTransferModel, job: PrintStep, control: StepControl | None
 ) -> list[torch.Tensor]:
     """One print-size step as a one-step batch: ``control`` is asked before and after it
-    (a step that is no longer wanted does not run, or its result is dropped); the base,
-    a step of several passes, pauses between them where ``control`` has a pause hook."""
+    (a step that is no longer wanted does not run, or its result is dropped)."""
     if _dropped(wanted_rows(control, 0, 1)):
         return []
-    result = job.session.run_step(model, job.step, pause_hook(control))
+    result = job.session.run_step(model, job.step)
     return [] if _dropped(wanted_rows(control, 1, 1)) else [result]
 
 

@@ -268,9 +268,7 @@ class FakePrintSession:
     def phases(self) -> list[list[Step]]:
         return self._phases
 
-    def run_step(
-        self, model: Any, step: Step, pause: Callable[[], None] | None = None
-    ) -> torch.Tensor:
+    def run_step(self, model: Any, step: Step) -> torch.Tensor:
         assert isinstance(model, FakeStyleTransfer)
         if step.kind != "base":
             model._wait_while_held()

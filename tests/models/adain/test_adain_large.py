@@ -22,6 +22,7 @@ from models.adain.options import StyleOptions
 from models.adain.pipeline import StyleTransfer
 from models.adain.presets import MIN_STYLE_SIDE, octave_sizes, style_at
 from models.adain.whitening import CovarianceStats, wct_affine
+from models.control import pausing
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -175,22 +176,17 @@ def test_reruns_are_identical(model):
     assert torch.equal(first, second)
 
 
-def test_the_base_pauses_between_its_passes_and_paints_the_same(model):
-    """``pause`` is called between every two passes of the base (where a service lets
-    other work in) and changes nothing painted; the other steps have no passes."""
-    session = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
+def test_a_print_paused_between_layers_paints_the_same(model):
+    """A print whose steps run inside ``pausing`` (as a service's bulk forwards do) stops
+    at the networks' pause points, in its base's passes, and paints the same pixels."""
     pauses = []
-    steps = [step for phase in session.phases() for step in phase]
-    base = steps[0]
-    paused = session.run_step(model, base, pause=lambda: pauses.append(len(pauses)))
-    assert torch.equal(paused, session.run_step(model, base))
-    assert len(pauses) == model.resolve_passes(None, session.options.preset).passes - 1 > 0
-    session.accept(base, paused)
-    for step in steps[1:]:
-        session.accept(step, session.run_step(model, step, pause=lambda: pauses.append(-1)))
-    assert -1 not in pauses
+    session = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
+    with pausing(lambda: pauses.append(1)):
+        paused = session.run(model)
     alone = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
-    assert torch.equal(session.result(), alone.run(model))
+    assert torch.equal(paused, alone.run(model))
+    # more pause points than passes: the base's passes pause between their layers
+    assert len(pauses) > model.resolve_passes(None, session.options.preset).passes
 
 
 def test_the_steps_run_in_phases_and_the_tiles_count_their_pixels():
