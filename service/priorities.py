@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -62,15 +63,16 @@ def rank(priority: str) -> int:
 
 def lower_this_thread(nice: int) -> None:
     """Lower the calling thread's OS priority by ``nice`` (Linux: a thread's own nice
-    value, which the threads it starts later inherit, e.g. its OpenMP team). Elsewhere, or
-    where the OS refuses, the thread keeps its priority."""
-    if nice <= 0 or not hasattr(os, "setpriority"):
+    value, which the threads it starts later inherit, e.g. its OpenMP team; the thread
+    pools of low-priority work call it as their initializer). Elsewhere, or where the OS
+    refuses, the thread keeps its priority."""
+    if nice <= 0 or not sys.platform.startswith("linux"):
         return
     thread = threading.get_native_id()
     try:
         os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + nice)
-    except OSError as exc:  # pragma: no cover - a platform without per-thread nice
-        logger.warning("could not lower a bulk thread's priority: %s", exc)
+    except OSError as exc:
+        logger.warning("could not lower a thread's priority: %s", exc)
 
 
 _bulk_threads = ThreadPoolExecutor(

@@ -61,6 +61,11 @@ class StylizeWork(Work):
         return max(self.content.shape[-2:]) > BASE_SIDE
 
     @property
+    def bulk(self) -> bool:
+        """A print is bulk work (``service.priorities``)."""
+        return self.print_size
+
+    @property
     def unit(self) -> str:
         """AdaIN passes; a print-size job counts tiles (its base and each octave's
         statistics count one tile each)."""

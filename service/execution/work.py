@@ -149,6 +149,13 @@ class Work(ABC):
     encodes_images: ClassVar[bool] = False
 
     @property
+    def bulk(self) -> bool:
+        """Whether the work is bulk work (``service.priorities.BULK``: a print): its
+        payload is encoded on the low-priority bulk threads, and it sends its items
+        with ``bulk=True``."""
+        return False
+
+    @property
     @abstractmethod
     def unit(self) -> str:
         """What one progress step is, for clients."""

@@ -191,6 +191,7 @@ def test_a_small_job_waits_for_one_step_of_a_print_not_for_the_print(tmp_path, p
     assert len(print_steps) == 1 + -(-HEIGHT // FAKE_BAND_ROWS) and small_steps
     assert print_steps[:2] == [0, 1]  # the base and the band that was running
     assert all(index > small_steps[-1] for index in print_steps[2:])
+    assert [name[: len("bulk-cpu")] for name in model.print_threads] == ["bulk-cpu"]
 
 
 def test_masks_above_the_base_are_refused(client_factory, photo):
