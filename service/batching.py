@@ -19,8 +19,8 @@ another owner's request by about one batch, never by the whole backlog.
 
 Priority: batchers of one device share a :class:`DeviceGate`, each with its ``rank``
 (0 the most urgent). A forward yields the device at each step boundary while a more
-urgent forward runs or waits: a request waits for at most one step of a less urgent
-batch, which then resumes where it paused. Inside a step it may yield too, through its
+urgent forward runs or waits, or a more urgent batcher has items queued: a request
+waits for at most one step of a less urgent batch, which then resumes where it paused. Inside a step it may yield too, through its
 control's ``pause`` hook (``models.control.pause_hook``), which the worker pool calls
 between the layers of the model's networks (``service.workers.pool``): a long step (a
 print's base, a whole pyramid at 1024 px) then holds the device one layer at a time.
