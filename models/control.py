@@ -6,11 +6,19 @@ the batch got and answers which rows are still wanted; the computation then cont
 those rows alone, so work nobody waits for stops within one step while the rest of the
 batch goes on unchanged. This only works because every row is independent: its noise
 comes from its own seed (:func:`models.diffusion.random.randn`) and no layer mixes rows.
+
+Pause points are finer: the networks call :func:`pause_point` between their layers, and
+a thread inside :func:`pausing` waits there while its ``pause()`` says so (a forward
+that yields the device to more urgent work, ``service.batching.DeviceGate``). One step
+of a long pass (a pyramid's relu3_1 pass at 512 px takes a second on a CPU) then holds
+the device for one layer at a time. Waiting at a pause point changes nothing computed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol
 
 import torch
@@ -44,6 +52,38 @@ def image_hook(control: StepControl | None) -> ShowImages | None:
     """``control``'s ``show`` hook (see :data:`ShowImages`), or ``None`` when it has none."""
     show = getattr(control, "show", None)
     return show if callable(show) else None
+
+
+def pause_hook(control: StepControl | None) -> Callable[[], None] | None:
+    """``control``'s ``pause`` hook, or ``None`` when it has none: a control with a
+    ``pause`` attribute that is not ``None`` may be called ``pause()`` at points *inside*
+    one of its steps where the computation may wait (e.g. for more urgent work on the
+    device) before it goes on. Waiting there changes nothing computed."""
+    pause = getattr(control, "pause", None)
+    return pause if callable(pause) else None
+
+
+_this_thread = threading.local()
+
+
+@contextlib.contextmanager
+def pausing(pause: Callable[[], None] | None) -> Iterator[None]:
+    """Within the block, every :func:`pause_point` reached on this thread calls
+    ``pause()`` (nothing when ``None``); the thread's earlier setting comes back after."""
+    previous = getattr(_this_thread, "pause", None)
+    _this_thread.pause = pause
+    try:
+        yield
+    finally:
+        _this_thread.pause = previous
+
+
+def pause_point() -> None:
+    """A point between two layers of a network where the calling thread may wait, if it
+    runs inside :func:`pausing` (a thread-local look-up otherwise)."""
+    pause = getattr(_this_thread, "pause", None)
+    if pause is not None:
+        pause()
 
 
 class _ConvertedImages:

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
+from models.control import pause_point
 from models.devices import index_safe_slices
 from models.vgg import (
     LEVELS,
@@ -34,6 +35,14 @@ from models.vgg import (
     level_stride,
     load_sequential,
 )
+
+
+def _through(layers: nn.Sequential, x: Tensor) -> Tensor:
+    """``layers(x)``, with a pause point (:func:`models.control.pause_point`) before each."""
+    for layer in layers:
+        pause_point()
+        x = layer(x)
+    return x
 
 
 class Decoder(nn.Module):
@@ -105,7 +114,7 @@ class Decoder(nn.Module):
         parts = self._slices(features)
         if len(parts) > 1:
             return torch.cat([self(features[part]) for part in parts])
-        return self._to_rgb(self.layers[:-2](features))
+        return self._to_rgb(_through(self.layers[:-2], features))
 
     def forward_linear(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
         """``self(M f + t)`` for a per-sample linear map ``M`` and shift ``t`` applied at every
@@ -151,7 +160,7 @@ class Decoder(nn.Module):
             else:
                 outputs.append(F.conv2d(inputs[row], folded_weight, folded_bias))
         output = torch.cat(outputs) if per_image else outputs[0]
-        return output if first_is_last else self._to_rgb(rest[:-2](output))
+        return output if first_is_last else self._to_rgb(_through(rest[:-2], output))
 
     def folded_first_conv(self, matrix: Tensor, shift: Tensor) -> tuple[Tensor, Tensor]:
         """The first convolution's weight and bias with ``f -> M f + t`` folded in (the

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from models.control import pause_point
 from models.devices import index_safe_slices
 
 #: The feature levels, shallow to deep.
@@ -195,6 +196,7 @@ class VGGEncoder(nn.Module):
         features: dict[str, Tensor] = {}
         by_index = {self.level_index[level]: level for level in wanted}
         for index, module in enumerate(self.layers[: stop + 1]):
+            pause_point()  # where a forward may wait for more urgent work
             x = module(x)
             if index in by_index:
                 features[by_index[index]] = x

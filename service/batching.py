@@ -17,10 +17,13 @@ ready, the one holding the owner served least recently goes first, and a batch i
 filled round-robin across the owners in its group, so one owner's backlog delays
 another owner's request by about one batch, never by the whole backlog.
 
-Priority: a batcher made with ``background=True`` and a :class:`DeviceGate` shared with
-the foreground batchers of the same device yields the device at each step boundary
-while a foreground forward runs: a foreground request waits for at most one step of a
-background batch, and the background batch then resumes where it paused.
+Priority: batchers of one device share a :class:`DeviceGate`, each with its ``rank``
+(0 the most urgent). A forward yields the device at each step boundary while a more
+urgent forward runs or waits, or a more urgent batcher has items queued: a request
+waits for at most one step of a less urgent batch, which then resumes where it paused. Inside a step it may yield too, through its
+control's ``pause`` hook (``models.control.pause_hook``), which the worker pool calls
+between the layers of the model's networks (``service.workers.pool``): a long step (a
+print's base, a whole pyramid at 1024 px) then holds the device one layer at a time.
 
 Failure policy:
 
@@ -135,62 +138,91 @@ PreviewCallback = Callable[[int, int, Callable[[], Any]], None]
 
 
 class DeviceGate:
-    """Step-level priority on one device: foreground forwards before background steps.
+    """Step-level priority on one device between forwards of ranked work.
 
-    A foreground forward (``with gate.foreground():``) waits only for the background
-    step in progress to end. A background forward holds the device between
-    :meth:`background_begin` and :meth:`background_end` and, at each step boundary,
-    calls :meth:`background_step`, which gives the device up and waits while any
-    foreground forward is active. Foreground forwards of different models may run
-    together, as may background ones; a paused background batch keeps its state (its
-    latents or features) and continues from the step where it stopped.
+    Every forward has a rank, 0 the most urgent (``service.priorities.PRIORITIES`` gives
+    the service's three). A forward holds the device between :meth:`begin` and
+    :meth:`end` and, at each of its step boundaries, calls :meth:`step`, which gives the
+    device up while any more urgent forward is active or waits for it, and takes it back
+    once none is. So a forward waits for at most one step of each less urgent forward in
+    progress (they pause at their next boundary), and never waits for a less urgent one
+    to end. Forwards of the same rank (of different models) may run together; a paused
+    forward keeps its state (its latents or features) and continues from the step where
+    it stopped.
+
+    The rule a forward of rank ``r`` runs by: no forward of a rank below ``r`` is active
+    or waiting, and none of a rank above ``r`` holds the device. A batcher with items of
+    rank ``r`` queued counts as a waiting forward too (:meth:`expect`): a less urgent
+    forward does not start its next step while a batch that will want the device is
+    being formed, so it cannot take the device between two batches of more urgent work.
     """
 
     def __init__(self) -> None:
         self._changed = threading.Condition()
-        self._foreground = 0
-        self._background = 0
-        #: background forwards paused at a step boundary (for tests and metrics)
+        #: per rank: forwards begun and not ended (running, paused or waiting to begin)
+        self._wanting: dict[int, int] = {}
+        #: per rank: forwards holding the device now
+        self._holding: dict[int, int] = {}
+        #: per rank: batchers with work queued or in a forward (:meth:`expect`)
+        self._expected: dict[int, int] = {}
+        #: forwards paused at a step boundary (for tests and metrics)
         self.paused = 0
 
-    @property
-    def foreground_waiting(self) -> int:
-        """Foreground forwards active or waiting for a background step to end."""
-        return self._foreground
-
-    @contextlib.contextmanager
-    def foreground(self) -> Iterator[None]:
+    def waiting(self, rank: int) -> int:
+        """Forwards of ``rank`` begun and not ended (running, paused or waiting)."""
         with self._changed:
-            self._foreground += 1
-            self._changed.wait_for(lambda: self._background == 0)
-        try:
-            yield
-        finally:
-            with self._changed:
-                self._foreground -= 1
-                self._changed.notify_all()
+            return self._wanting.get(rank, 0)
 
-    def background_begin(self) -> None:
-        with self._changed:
-            self._changed.wait_for(lambda: self._foreground == 0)
-            self._background += 1
+    def _clear(self, rank: int) -> bool:
+        """Whether a forward of ``rank`` may hold the device (the class's rule)."""
+        urgent = (self._wanting, self._expected)
+        more_urgent = any(n for counts in urgent for other, n in counts.items() if other < rank)
+        less_urgent = any(n for other, n in self._holding.items() if other > rank)
+        return not more_urgent and not less_urgent
 
-    def background_step(self) -> None:
-        """Between two steps: yield to any foreground forward, then go on."""
+    def expect(self, rank: int, expected: bool) -> None:
+        """A batcher of ``rank`` has items queued or in a forward (``expected``), or no
+        longer has: while it has, forwards of a higher rank pause at their steps."""
         with self._changed:
-            if self._foreground == 0:
+            self._expected[rank] = self._expected.get(rank, 0) + (1 if expected else -1)
+            self._changed.notify_all()
+
+    def begin(self, rank: int) -> None:
+        """Wait for the device, then hold it for a forward of ``rank``."""
+        with self._changed:
+            self._wanting[rank] = self._wanting.get(rank, 0) + 1
+            self._changed.notify_all()  # less urgent forwards pause at their next step
+            self._changed.wait_for(lambda: self._clear(rank))
+            self._holding[rank] = self._holding.get(rank, 0) + 1
+
+    def step(self, rank: int) -> None:
+        """Between two steps of a forward of ``rank``: give the device to any more urgent
+        forward, wait until none is left, then go on."""
+        with self._changed:
+            if self._clear(rank):
                 return
-            self._background -= 1
+            self._holding[rank] -= 1
             self.paused += 1
             self._changed.notify_all()
-            self._changed.wait_for(lambda: self._foreground == 0)
+            self._changed.wait_for(lambda: self._clear(rank))
             self.paused -= 1
-            self._background += 1
+            self._holding[rank] += 1
 
-    def background_end(self) -> None:
+    def end(self, rank: int) -> None:
+        """The forward of ``rank`` ended: the device is free for the others."""
         with self._changed:
-            self._background -= 1
+            self._holding[rank] -= 1
+            self._wanting[rank] -= 1
             self._changed.notify_all()
+
+    @contextlib.contextmanager
+    def holding(self, rank: int) -> Iterator[Callable[[], None]]:
+        """``begin(rank)`` ... ``end(rank)``; gives the forward its step boundary call."""
+        self.begin(rank)
+        try:
+            yield partial(self.step, rank)
+        finally:
+            self.end(rank)
 
 
 @dataclass(eq=False)
@@ -221,7 +253,8 @@ class BatchControl:
 
     Called as ``control(done, total)`` (the ``models.control.StepControl`` contract)
     before step ``done`` of ``total`` and once with ``done == total`` at the end. A
-    background forward first yields the device to foreground work (``gate``). It then
+    ranked forward first yields the device to more urgent work (:class:`DeviceGate`),
+    as :meth:`pause` does at any other point inside a step. It then
     reports the progress of every item still computed, counts one unit of work per item
     per step started, and answers the positions (in the batch as it is now) of the items
     still wanted, or ``None`` when all are.
@@ -242,6 +275,8 @@ class BatchControl:
         self._observer = observer
         self._yield_device = yield_device
         self.rows: list[int] = list(range(len(self._pending)))
+        #: The pause hook (``models.control.pause_hook``): installed for ranked forwards.
+        self.pause: Callable[[], None] | None = yield_device
         #: The pictures hook: installed only when an item asked for previews.
         self.show: Callable[[int, int, Callable[[], Sequence[Any]]], None] | None = None
         if any(pending.on_preview is not None for pending in self._pending):
@@ -325,10 +360,9 @@ class Batcher(Generic[ItemT, ResultT]):
         cost: an item's share of ``max_batch_cost`` (e.g. its pixels); 0 if unset.
         max_batch_cost: most total cost in one forward (a memory budget); a single
             item over it still runs alone.
-        gate: the device's :class:`DeviceGate`; with ``background`` the forward yields
-            the device at each step while foreground forwards run, without it the
-            forward runs as foreground work.
-        background: whether this batcher's work is background work.
+        gate: the device's :class:`DeviceGate`, shared with the device's other batchers.
+        rank: this batcher's rank at the gate (0 the most urgent): its forwards yield the
+            device at each step while a more urgent forward runs or waits.
     """
 
     def __init__(
@@ -346,7 +380,7 @@ class Batcher(Generic[ItemT, ResultT]):
         cost: Callable[[ItemT], float] | None = None,
         max_batch_cost: float = math.inf,
         gate: DeviceGate | None = None,
-        background: bool = False,
+        rank: int = 0,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
@@ -354,6 +388,8 @@ class Batcher(Generic[ItemT, ResultT]):
             raise ValueError(f"max_wait_s must be >= 0, got {max_wait_s}")
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        if rank < 0:
+            raise ValueError(f"rank must be >= 0, got {rank}")
         if not max_batch_cost > 0:
             raise ValueError(f"max_batch_cost must be > 0, got {max_batch_cost}")
         self._forward = forward
@@ -367,7 +403,8 @@ class Batcher(Generic[ItemT, ResultT]):
         self._clock = clock
         self._observer = observer or _NullObserver()
         self._gate = gate
-        self.background = background
+        self.rank = rank
+        self._expected = False  # whether this batcher's work is announced to the gate
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._groups: dict[Hashable, deque[_Pending]] = {}
         self._served: dict[str, int] = {}  # owner -> when it was last served
@@ -448,6 +485,7 @@ class Batcher(Generic[ItemT, ResultT]):
         )
         self._groups.setdefault(key, deque()).append(pending)
         self._set_queued(self._queued + 1)
+        self._announce()
         self._wakeup.set()
         try:
             return await asyncio.wait_for(pending.future, timeout_s)
@@ -462,6 +500,15 @@ class Batcher(Generic[ItemT, ResultT]):
     def _set_queued(self, value: int) -> None:
         self._queued = value
         self._observer.queue_depth(value)
+
+    def _announce(self) -> None:
+        """Tell the gate whether this batcher has work, queued or in a forward (called
+        where that may change, never between a batch's leaving the queue and its
+        forward's start, so that the device is not given away in between)."""
+        expected = self._queued + self._in_flight > 0
+        if self._gate is not None and expected != self._expected:
+            self._expected = expected
+            self._gate.expect(self.rank, expected)
 
     def _retry_after_estimate(self) -> float:
         batches_ahead = math.ceil(self._queued / self.max_batch_size) + 1
@@ -478,6 +525,7 @@ class Batcher(Generic[ItemT, ResultT]):
             self._observer.cancelled(reason, "queued")
             if not group:
                 del self._groups[pending.key]
+            self._announce()
 
     def _drop_expired(self, now: float) -> None:
         for key in list(self._groups):
@@ -489,6 +537,7 @@ class Batcher(Generic[ItemT, ResultT]):
                 self._groups[key] = kept
             else:
                 del self._groups[key]
+        self._announce()
 
     def _is_full(self, group: deque[_Pending]) -> bool:
         return (
@@ -553,6 +602,7 @@ class Batcher(Generic[ItemT, ResultT]):
                     await self._forward_resilient(batch)
                 finally:
                     self._in_flight -= len(batch)
+                    self._announce()
                 continue
             if self._closing and not self._groups:
                 return
@@ -566,14 +616,9 @@ class Batcher(Generic[ItemT, ResultT]):
         gate = self._gate
         if gate is None:
             return self._forward_rows(live, None)
-        if not self.background:
-            with gate.foreground():
-                return self._forward_rows(live, None)
-        gate.background_begin()
-        try:
-            return self._forward_rows(live, gate.background_step)
-        finally:
-            gate.background_end()
+        with gate.holding(self.rank) as step:
+            # the most urgent rank never yields: nothing can be waiting ahead of it
+            return self._forward_rows(live, step if self.rank > 0 else None)
 
     def _forward_rows(
         self, live: list[_Pending], yield_device: Callable[[], None] | None

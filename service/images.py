@@ -15,7 +15,6 @@ import contextlib
 import ctypes
 import io
 import logging
-import os
 import sys
 import threading
 import time
@@ -31,6 +30,7 @@ from PIL import Image, UnidentifiedImageError
 
 from models.images import Decode, fit_longer_side, sniff
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
+from service.priorities import lower_this_thread
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
 ACCEPTED_FORMATS = ("PNG", "JPEG", "WEBP", "GIF", "BMP")
@@ -85,7 +85,7 @@ class DecodeSlots:
         self._pool = ThreadPoolExecutor(
             max_workers=slots,
             thread_name_prefix="large-decode",
-            initializer=_lower_thread_priority,
+            initializer=lower_this_thread,
             initargs=(niceness,),
         )
         self._lock = threading.Lock()
@@ -231,16 +231,6 @@ def return_freed_memory() -> None:
     in the process, so a flood of uploads would leave its RSS near the flood's peak."""
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
-
-
-def _lower_thread_priority(niceness: int) -> None:
-    """Raise the calling thread's nice value (Linux: per thread; elsewhere a no-op)."""
-    if niceness and hasattr(os, "setpriority") and sys.platform.startswith("linux"):
-        try:
-            tid = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + niceness)
-        except OSError:
-            logger.warning("could not lower the priority of a decode thread")
 
 
 def output_size(

@@ -10,7 +10,8 @@ Exported series:
 * ``atelier_batch_size{model, device}`` and ``atelier_forward_duration_seconds{model,
   device}``: one observation per batched forward.
 * ``atelier_queue_depth{model, device, priority}``: items waiting in each batcher
-  (``interactive``: requests a client waits for; ``background``: async jobs).
+  (``interactive``: requests a client waits for; ``background``: async jobs; ``bulk``:
+  print steps).
 * ``atelier_jobs_queued{model}``: jobs waiting in the job store for a worker (read from
   the store at each scrape: the figure workers scale on).
 * ``atelier_jobs_total{model, outcome}``: jobs a worker of this process ended

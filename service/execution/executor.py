@@ -54,7 +54,7 @@ from service.jobs.records import JobRecord, JobResult, new_job_id, off_loop_if_l
 from service.jobs.store import JobStore, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
 from service.keys import Caller
-from service.priorities import BACKGROUND, INTERACTIVE
+from service.priorities import BACKGROUND, INTERACTIVE, off_loop_as_bulk
 
 T = TypeVar("T")
 
@@ -285,7 +285,9 @@ class Executor:
     ) -> tuple[JobRecord, bool]:
         """Store the job; ``here``: a job this request waits for, which this process's
         runner runs at once when it has room (``JobRunner.create``)."""
-        if work.encodes_images:  # images to encode, a clip to copy
+        if work.bulk:  # a print's photo: CPU work that takes what the forwards leave
+            payload = await off_loop_as_bulk(_encode_and_trim, work)
+        elif work.encodes_images:  # images to encode, a clip to copy
             payload = await run_in_threadpool(_encode_and_trim, work)
         else:
             payload = work.to_payload()

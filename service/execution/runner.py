@@ -49,6 +49,7 @@ from service.jobs.previews import PREVIEW_CHECKPOINT, wants_previews
 from service.jobs.records import (
     CANCELLED,
     FAILED,
+    OFF_LOOP_BYTES,
     SUCCEEDED,
     JobRecord,
     JobResult,
@@ -66,7 +67,7 @@ from service.jobs.store import (
     work_topic,
 )
 from service.metrics import Metrics
-from service.priorities import BACKGROUND, INTERACTIVE
+from service.priorities import BACKGROUND, INTERACTIVE, off_loop_as_bulk
 from service.workers.pool import AnyWorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")
@@ -285,7 +286,7 @@ class JobRunner:
             if record.cancel_requested:
                 raise asyncio.CancelledError(ASKED)
             if work is None:
-                work = await off_loop_if_large(len(claim.payload), work_from_payload, claim.payload)
+                work = await self._decode(claim)
             timeout = None
             if record.deadline_at is not None:
                 timeout = record.deadline_at - time.time()  # set by a replica's clock too
@@ -331,6 +332,16 @@ class JobRunner:
             self._running.pop(record.id, None)
             self._room[running.model].set()
             self.metrics.jobs.labels(running.model, outcome).inc()
+
+    @staticmethod
+    async def _decode(claim: Claim) -> Work:
+        """The claimed job's work. A background job's large payload (a print's photo) is
+        decoded on the low-priority bulk threads: nobody waits on a connection for it,
+        and the forwards running meanwhile go first; an interactive job's on a thread."""
+        payload, record = claim.payload, claim.record
+        if record.priority == BACKGROUND and len(payload) > OFF_LOOP_BYTES:
+            return await off_loop_as_bulk(work_from_payload, payload)
+        return await off_loop_if_large(len(payload), work_from_payload, payload)
 
     async def _store_result(self, job_id: str, result: JobResult) -> str:
         if result.size > self.max_result_bytes:

@@ -1,7 +1,10 @@
 """Style-transfer work: one photo stylised, at once or by print-size steps.
 
 A photo above the base (``models.adain.presets.BASE_SIDE``) is painted by print-size
-steps, each a batcher item of its own, ``STEPS_IN_FLIGHT`` at a time. The 8-bit
+steps, each a batcher item of its own, ``STEPS_IN_FLIGHT`` at a time. A print is bulk
+work (``service.priorities``): its steps yield the device to every other forward, and
+its CPU work outside them (its plan, taking its tiles in, encoding its picture) runs on
+the low-priority bulk threads. The 8-bit
 images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
 :func:`~models.images.from_png`), as the video work's styles do.
 """
@@ -21,6 +24,7 @@ from models.images import encode_image, from_png, mask_from_rgb, to_float, to_pn
 from service.execution.work import RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
+from service.priorities import off_loop_as_bulk
 from service.workers.pool import WorkerPool, all_or_nothing
 from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
 
@@ -55,6 +59,11 @@ class StylizeWork(Work):
     def print_size(self) -> bool:
         """Larger than the base: painted by print-size steps (``models.adain.large``)."""
         return max(self.content.shape[-2:]) > BASE_SIDE
+
+    @property
+    def bulk(self) -> bool:
+        """A print is bulk work (``service.priorities``)."""
+        return self.print_size
 
     @property
     def unit(self) -> str:
@@ -112,9 +121,11 @@ class StylizeWork(Work):
         else:
             image = await context.submit(pool, self.job(), 0)
         parameters = {**self.request_parameters, **pool.provenance()}
-        data, media_type = await asyncio.to_thread(
-            partial(encode_image, quality=self.quality), image, self.format, parameters
-        )
+        encode = partial(encode_image, image, self.format, parameters, quality=self.quality)
+        if self.print_size:
+            data, media_type = await off_loop_as_bulk(encode)
+        else:
+            data, media_type = await asyncio.to_thread(encode)
         return JobResult([data], media_type, {"parameters": parameters})
 
     async def _run_print_size(
@@ -123,19 +134,23 @@ class StylizeWork(Work):
         """Every step of a print-size stylisation through the pool's batcher, phase by
         phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
         counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
-        session = await asyncio.to_thread(
-            partial(pool.model.print_stylization, **self.options.keywords()),
+        session = await off_loop_as_bulk(
+            pool.model.print_stylization,
             self.content,
             [to_float(style)[None] for style in self.styles],
+            **self.options.keywords(),
         )
         done = 0
         for phase in session.phases():
             for start in range(0, len(phase), STEPS_IN_FLIGHT):
                 group = phase[start : start + STEPS_IN_FLIGHT]
-                steps = [context.submit(pool, PrintStep(session, step), None) for step in group]
+                steps = [
+                    context.submit(pool, PrintStep(session, step), None, bulk=True)
+                    for step in group
+                ]
                 results = await all_or_nothing(*steps)
                 for step, result in zip(group, results, strict=True):
-                    await asyncio.to_thread(session.accept, step, result)
+                    await off_loop_as_bulk(session.accept, step, result)
                 done += len(group)
                 context.report(done, session.steps)
         return session.result()

@@ -34,6 +34,7 @@ from service.errors import DeadlineExceeded
 from service.execution.previews import Previews
 from service.jobs.records import JobResult
 from service.model_types import BatchJob
+from service.priorities import BULK
 from service.workers.pool import AnyWorkerPool, WorkerPool
 
 JobT = TypeVar("JobT", bound=BatchJob)
@@ -104,11 +105,15 @@ class RunContext:
     previews: Previews | None = None
     started: float = field(default_factory=time.monotonic)
 
-    async def submit(self, pool: WorkerPool[Any, JobT], job: JobT, part: int | None) -> Tensor:
+    async def submit(
+        self, pool: WorkerPool[Any, JobT], job: JobT, part: int | None, *, bulk: bool = False
+    ) -> Tensor:
         """``job`` through ``pool`` with this run's priority and owner and what is left of
         its deadline now. As part ``part`` of the work, its progress (each step, through
         its batch's step control) and previews report as that part's; ``None``: one of
         the items a work sends in turn, which counts them itself (:meth:`report`).
+        ``bulk``: ``job`` is a step of bulk work (a print's), which runs at ``BULK``
+        whatever this run's priority (``service.priorities``).
 
         Raises:
             DeadlineExceeded: the deadline passed before ``job`` was sent."""
@@ -117,7 +122,7 @@ class RunContext:
             raise DeadlineExceeded("the job's deadline passed")
         return await pool.submit(
             job,
-            priority=self.priority,
+            priority=BULK if bulk else self.priority,
             timeout_s=left,
             on_progress=None
             if part is None or self.progress is None
@@ -142,6 +147,13 @@ class Work(ABC):
     #: Whether :meth:`to_payload` encodes images (or copies a clip): CPU work that the
     #: executor does on a thread, then gives the freed memory back.
     encodes_images: ClassVar[bool] = False
+
+    @property
+    def bulk(self) -> bool:
+        """Whether the work is bulk work (``service.priorities.BULK``: a print): its
+        payload is encoded on the low-priority bulk threads, and it sends its items
+        with ``bulk=True``."""
+        return False
 
     @property
     @abstractmethod

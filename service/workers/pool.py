@@ -1,9 +1,12 @@
 """Worker pools: a model's batchers on every device, requests to the least loaded.
 
-Each pool has two batchers per device: interactive work (a client waiting on its
-connection) and background work (async jobs). Both share the device's ``DeviceGate``
-with every other pool on that device, so background batches yield the device at their
-step boundaries while interactive work runs (``service.batching``).
+Each pool has one batcher per priority and device (``service.priorities``): interactive
+work (a client waiting on its connection), background work (async jobs) and bulk work
+(a print's steps). All share the device's ``DeviceGate`` with every other pool on that
+device, ranked in that order, so a batch yields the device at its step boundaries while
+more urgent work runs (``service.batching``), and between two layers of its networks
+inside a step (the control's pause hook at the models' pause points,
+``models.control.pausing``): a long pass holds the device for one layer at a time.
 
 This module is where torch meets the generic batcher: out-of-memory errors split
 batches, and the batcher's errors become API errors. Each model's entry point
@@ -19,7 +22,7 @@ from typing import Any, Generic, TypeAlias, TypeVar
 
 import torch
 
-from models.control import StepControl
+from models.control import StepControl, pause_hook, pausing
 from service.batching import (
     DEADLINE,
     Batcher,
@@ -34,7 +37,7 @@ from service.config import Settings
 from service.errors import DeadlineExceeded, Overloaded, RejectedByModel, ShuttingDown
 from service.metrics import Metrics
 from service.model_types import BatchJob
-from service.priorities import BACKGROUND, INTERACTIVE, PRIORITIES
+from service.priorities import INTERACTIVE, PRIORITIES, rank
 
 ModelT = TypeVar("ModelT")
 JobT = TypeVar("JobT", bound=BatchJob)
@@ -61,9 +64,18 @@ def _job_cost(job: BatchJob) -> float:
     return job.cost()
 
 
+def _pausing_between_layers(
+    run: RunBatch[ModelT, JobT], model: ModelT, jobs: list[JobT], control: StepControl
+) -> list[torch.Tensor]:
+    """``run(model, jobs, control)`` whose networks' pause points call the control's
+    pause hook (a forward of a less urgent batcher: it yields the device there too)."""
+    with pausing(pause_hook(control)):
+        return run(model, jobs, control)
+
+
 class WorkerPool(Generic[ModelT, JobT]):
-    """The batchers of one model: per device, one for interactive and one for background
-    work; ``submit`` picks the least loaded device.
+    """The batchers of one model: per device, one for each priority (interactive,
+    background and bulk work); ``submit`` picks the least loaded device.
 
     Args:
         gates: one ``DeviceGate`` per device, shared by every pool on that device (a
@@ -89,7 +101,7 @@ class WorkerPool(Generic[ModelT, JobT]):
         self.batchers: dict[str, dict[str, Batcher[JobT, torch.Tensor]]] = {
             device: {
                 priority: Batcher(
-                    partial(run, model),
+                    partial(_pausing_between_layers, run, model),
                     max_batch_size=settings.max_batch_size,
                     max_wait_s=settings.max_batch_wait_ms / 1000.0,
                     queue_size=settings.queue_size,
@@ -100,7 +112,7 @@ class WorkerPool(Generic[ModelT, JobT]):
                     cost=_job_cost,
                     max_batch_cost=settings.max_batch_pixels,
                     gate=gates[device],
-                    background=priority == BACKGROUND,
+                    rank=rank(priority),
                 )
                 for priority in PRIORITIES
             }

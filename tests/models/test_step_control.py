@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
+import threading
+
 import pytest
 import torch
 
 from models.adain import StyleTransfer
 from models.adain.presets import PRESETS
-from models.control import converted_images, image_hook
+from models.control import converted_images, image_hook, pause_hook, pause_point, pausing
 from models.diffusion import SAMPLERS, Regions, get_schedule, regional_denoiser
 from models.dit.pipeline import TextToImage
 
@@ -180,6 +183,53 @@ def test_a_control_without_a_hook_is_shown_nothing(style_model):
     control.show = None  # a hook switched off
     assert image_hook(control) is None
     assert converted_images(control, lambda x: x) is control
+
+
+def test_pause_points_call_the_pause_of_their_own_thread_and_block_only():
+    """``pause_point`` calls the ``pause`` of the innermost ``pausing`` block of the
+    calling thread; the outer one comes back after it; other threads and code outside
+    any block are not paused."""
+    calls: list[str] = []
+    pause_point()  # outside any block: nothing
+    with pausing(lambda: calls.append("outer")):
+        pause_point()
+        with pausing(lambda: calls.append("inner")):
+            pause_point()
+            other = threading.Thread(target=pause_point)
+            other.start()
+            other.join()
+        pause_point()
+        with pausing(None):
+            pause_point()
+    pause_point()
+    assert calls == ["outer", "inner", "outer"]
+
+
+def test_stylize_waits_at_pause_points_between_layers_and_gives_the_same_images(style_model):
+    """Each pass of a pyramid stops between the layers of its encoder and decoder (a
+    forward that yields there holds the device one layer at a time), and pausing changes
+    no pixel."""
+    generator = torch.Generator().manual_seed(3)
+    content = torch.rand(2, 3, 96, 128, generator=generator)
+    style = torch.rand(1, 3, 64, 64, generator=generator)
+    passes = []
+
+    def count(done: int, total: int) -> None:
+        passes.append(len(pauses))
+
+    pauses: list[int] = []
+    with pausing(lambda: pauses.append(1)):
+        paused = style_model.stylize(content, [style], preset="quality", control=count)
+    torch.testing.assert_close(paused, style_model.stylize(content, [style], preset="quality"))
+    between = [later - earlier for earlier, later in itertools.pairwise(passes)]
+    assert len(between) == PRESETS["quality"].passes and min(between) > 2
+
+
+def test_a_control_without_a_pause_hook_has_none():
+    control = DropAt(at=-1, drop=set(), batch=1)
+    assert pause_hook(control) is None and pause_hook(None) is None
+    control.pause = lambda: None
+    assert pause_hook(control) is control.pause
 
 
 @pytest.mark.parametrize("sampler", sorted(SAMPLERS))

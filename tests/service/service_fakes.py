@@ -148,6 +148,8 @@ class FakeStyleTransfer(Stepper):
         self.style_scales: list[float] = []
         self.gate: threading.Event | None = None
         self.entered = threading.Event()
+        #: The threads print-size stylisations were planned on.
+        self.print_threads: list[str] = []
         #: Frames of clips stylised so far, and how many before ``hold`` is heeded.
         self.frames_seen = 0
         self.frames_before_hold = int(os.environ.get("REPLICA_FRAMES_BEFORE_HOLD", "0"))
@@ -239,6 +241,7 @@ class FakeStyleTransfer(Stepper):
         options = StyleOptions(**keywords)
         self.presets.append(options.preset)
         self.style_scales.append(options.style_scale)
+        self.print_threads.append(threading.current_thread().name)
         return FakePrintSession(content)
 
 

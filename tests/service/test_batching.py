@@ -430,14 +430,14 @@ def test_a_background_batch_yields_to_foreground_work_between_its_steps():
         return list(items)
 
     async def scenario():
-        background = _make(background_forward, max_wait_s=0.0, gate=gate, background=True)
+        background = _make(background_forward, max_wait_s=0.0, gate=gate, rank=1)
         foreground = _make(foreground_forward, max_wait_s=0.0, gate=gate)
         background.start()
         foreground.start()
         slow = asyncio.ensure_future(background.submit("b"))
         await _thread_event(background_paused)  # background is inside step 1
         fast = asyncio.ensure_future(foreground.submit("f"))
-        await _thread_until(lambda: gate.foreground_waiting == 1)
+        await _thread_until(lambda: gate.waiting(0) == 1)
         resume_steps.set()  # step 1 ends; step 2 must wait for the foreground forward
         results = await asyncio.gather(fast, slow)
         await background.close()
@@ -446,6 +446,151 @@ def test_a_background_batch_yields_to_foreground_work_between_its_steps():
 
     assert asyncio.run(scenario()) == ["f", "b"]
     assert order == ["bg0", "bg1", "fg", "bg2", "bg3"]
+
+
+class SteppedForward:
+    """A forward of ``steps`` steps that records ``(name, step)`` in ``order``; it stops
+    inside step ``hold_at`` (``inside`` set) until ``resume`` is set. With ``passes``, each
+    step is that many passes with the control's ``pause`` hook called between them (as a
+    print's base), and ``(name, step, pass)`` is recorded instead."""
+
+    def __init__(self, name, order, *, steps, hold_at=None, passes=0):
+        self.name, self.order = name, order
+        self.steps, self.hold_at, self.passes = steps, hold_at, passes
+        self.inside, self.resume = threading.Event(), threading.Event()
+        self.pauses: list = []
+
+    def __call__(self, items, control):
+        for step in range(self.steps):
+            control(step, self.steps)
+            for part in range(max(1, self.passes)):
+                if part:
+                    self.pauses.append(control.pause)
+                    control.pause()
+                self.order.append((self.name, step, part) if self.passes else (self.name, step))
+                if step == self.hold_at and part == 0:
+                    self.inside.set()
+                    assert self.resume.wait(10)
+        control(self.steps, self.steps)
+        return list(items)
+
+
+def _ranked(gate, *forwards):
+    """A started batcher per forward on ``gate``, ranked in the order given."""
+    batchers = [
+        _make(forward, max_wait_s=0.0, gate=gate, rank=rank)
+        for rank, forward in enumerate(forwards)
+    ]
+    for batcher in batchers:
+        batcher.start()
+    return batchers
+
+
+def test_a_forward_waits_for_one_step_of_each_less_urgent_forward_in_progress():
+    """Three ranks on one device: a background forward that arrives inside a bulk step
+    runs after that step, before the next; an interactive one that arrives inside the
+    background forward's step runs before both go on; the bulk one resumes last."""
+    gate = DeviceGate()
+    order: list = []
+    interactive = SteppedForward("interactive", order, steps=1)
+    background = SteppedForward("background", order, steps=3, hold_at=0)
+    bulk = SteppedForward("bulk", order, steps=3, hold_at=1)
+
+    async def scenario():
+        batchers = _ranked(gate, interactive, background, bulk)
+        print_step = asyncio.ensure_future(batchers[2].submit("print"))
+        await _thread_event(bulk.inside)  # bulk is inside its step 1
+        small = asyncio.ensure_future(batchers[1].submit("small"))
+        await _thread_until(lambda: gate.waiting(1) == 1)
+        assert order == [("bulk", 0), ("bulk", 1)]  # nothing ran beside the bulk step
+        bulk.resume.set()  # step 1 ends; step 2 waits for the background forward
+        await _thread_event(background.inside)
+        assert gate.paused == 1
+        urgent = asyncio.ensure_future(batchers[0].submit("urgent"))
+        await _thread_until(lambda: gate.waiting(0) == 1)
+        background.resume.set()
+        results = await asyncio.gather(urgent, small, print_step)
+        for batcher in batchers:
+            await batcher.close()
+        return results
+
+    assert asyncio.run(scenario()) == ["urgent", "small", "print"]
+    assert order == [
+        *[("bulk", 0), ("bulk", 1)],
+        ("background", 0),
+        ("interactive", 0),
+        *[("background", 1), ("background", 2)],
+        ("bulk", 2),
+    ]
+    assert gate.paused == 0 and gate.waiting(0) == gate.waiting(1) == gate.waiting(2) == 0
+
+
+def test_a_step_made_of_passes_yields_between_them_through_the_pause_hook():
+    """One bulk step of three passes (a print's base): a background forward that arrives
+    inside its first pass runs before its second; the most urgent rank has no hook."""
+    gate = DeviceGate()
+    order: list = []
+    background = SteppedForward("background", order, steps=1)
+    base = SteppedForward("bulk", order, steps=1, hold_at=0, passes=3)
+    seen_hooks = []
+
+    def interactive(items, control):
+        seen_hooks.append(control.pause)
+        return list(items)
+
+    async def scenario():
+        batchers = _ranked(gate, interactive, background, base)
+        step = asyncio.ensure_future(batchers[2].submit("base"))
+        await _thread_event(base.inside)
+        small = asyncio.ensure_future(batchers[1].submit("small"))
+        await _thread_until(lambda: gate.waiting(1) == 1)
+        base.resume.set()
+        results = await asyncio.gather(small, step, batchers[0].submit("urgent"))
+        for batcher in batchers:
+            await batcher.close()
+        return results
+
+    assert asyncio.run(scenario()) == ["small", "base", "urgent"]
+    assert order == [("bulk", 0, 0), ("background", 0), ("bulk", 0, 1), ("bulk", 0, 2)]
+    assert all(pause is not None for pause in base.pauses) and seen_hooks == [None]
+
+
+def test_queued_work_keeps_a_less_urgent_forward_from_its_next_step():
+    """A background item still waiting for companions (its batch not yet formed) already
+    stops the bulk forward at its next step: the device is not given away between two
+    background batches. Once the background batcher has nothing left, the bulk resumes."""
+    gate = DeviceGate()
+    order: list = []
+    bulk = SteppedForward("bulk", order, steps=3, hold_at=0)
+
+    def background(items, control):
+        order.append(("background", tuple(items)))
+        return list(items)
+
+    async def scenario():
+        quick = _make(background, max_batch_size=2, max_wait_s=HOUR, gate=gate, rank=1)
+        slow = _make(bulk, max_wait_s=0.0, gate=gate, rank=2)
+        quick.start()
+        slow.start()
+        print_step = asyncio.ensure_future(slow.submit("print"))
+        await _thread_event(bulk.inside)
+        [first] = await _queue(quick, ["a"])  # waits an hour for a companion
+        bulk.resume.set()
+        await _thread_until(lambda: gate.paused == 1)  # the bulk stopped before step 1
+        assert order == [("bulk", 0)]
+        second = asyncio.ensure_future(quick.submit("b"))  # the batch is full: it runs
+        results = await asyncio.gather(first, second, print_step)
+        await quick.close()
+        await slow.close()
+        return results
+
+    assert asyncio.run(scenario()) == ["a", "b", "print"]
+    assert order == [("bulk", 0), ("background", ("a", "b")), ("bulk", 1), ("bulk", 2)]
+
+
+def test_a_rank_below_zero_is_refused():
+    with pytest.raises(ValueError, match="rank"):
+        _make(RecordingForward(), gate=DeviceGate(), rank=-1)
 
 
 def test_a_deadline_cancel_is_counted_as_a_deadline():

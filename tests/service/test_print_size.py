@@ -169,6 +169,31 @@ def test_cancel_stops_a_print_size_job_at_its_next_step(tmp_path, photo):
         assert final["progress"]["step"] < 1 + bands
 
 
+def test_a_small_job_waits_for_one_step_of_a_print_not_for_the_print(tmp_path, photo):
+    """A print's steps are bulk work: a small async job sent while one of them runs waits
+    for that step alone, and the print's next steps (one of them queued already) go
+    after it."""
+    with _held_job(tmp_path, photo[0]) as (client, fakes, job, hold):
+        model = fakes.adain["cpu"]
+        batchers = client.app.state.pools["adain"].batchers["cpu"]
+        # the base ran; the first band runs (held) and the second waits behind it
+        wait_until(lambda: len(model.steps_by) == 1 and batchers["bulk"].load == 2)
+        assert batchers["background"].load == 0
+        small = _post(client, corpus.png(64, 48), size=64, headers=ASYNC).json()
+        gate = batchers["background"]._gate
+        wait_until(lambda: gate.waiting(1) == 1)  # its forward waits for the band in progress
+        hold.unlink()
+        assert _done(client, small["id"])["state"] == "succeeded"
+        assert _done(client, job["id"])["state"] == "succeeded"
+    kinds = [kind for kind, _ in model.steps_by]
+    small_steps = [index for index, kind in enumerate(kinds) if kind == "background"]
+    print_steps = [index for index, kind in enumerate(kinds) if kind == "print"]
+    assert len(print_steps) == 1 + -(-HEIGHT // FAKE_BAND_ROWS) and small_steps
+    assert print_steps[:2] == [0, 1]  # the base and the band that was running
+    assert all(index > small_steps[-1] for index in print_steps[2:])
+    assert [name[: len("bulk-cpu")] for name in model.print_threads] == ["bulk-cpu"]
+
+
 def test_masks_above_the_base_are_refused(client_factory, photo):
     client = client_factory(max_side=2048)
     files = [

@@ -210,7 +210,7 @@ def test_a_waiting_keys_job_takes_the_device_from_another_keys_batch(client_fact
     bob_job = f"/v1/jobs/{other.json()['id']}"
     wait_until(lambda: client.get(bob_job, headers=bob).json()["state"] == "running")
     gate = client.app.state.pools["dit"].batchers["cpu"]["interactive"]._gate
-    wait_until(lambda: gate.foreground_waiting == 1)  # bob's forward waits for the device
+    wait_until(lambda: gate.waiting(0) == 1)  # bob's forward waits for the device
     model.step_gate.release(2)  # busy's steps 0 and 1; the device is bob's between them
     wait_until(lambda: client.get(bob_job, headers=bob).json()["state"] == "succeeded")
     first = client.get(f"/v1/jobs/{backlog[0].json()['id']}", headers=_bearer(busy)).json()

@@ -22,6 +22,7 @@ from models.adain.options import StyleOptions
 from models.adain.pipeline import StyleTransfer
 from models.adain.presets import MIN_STYLE_SIDE, octave_sizes, style_at
 from models.adain.whitening import CovarianceStats, wct_affine
+from models.control import pausing
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -173,6 +174,25 @@ def test_reruns_are_identical(model):
     first = PrintStylization(content, [_style(7)], base_side=48, tile_side=23).run(model)
     second = PrintStylization(content, [_style(7)], base_side=48, tile_side=23).run(model)
     assert torch.equal(first, second)
+
+
+def test_a_print_paused_between_layers_paints_the_same(model):
+    """A print whose steps run inside ``pausing`` (as a service's bulk forwards do) stops
+    at pause points inside every step (the base's passes between their layers; a tile
+    step and an octave's statistics between their pieces) and paints the same pixels."""
+    pauses: dict[str, int] = {}
+    session = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
+    for step in [step for phase in session.phases() for step in phase]:
+        with pausing(lambda kind=step.kind: pauses.update({kind: pauses.get(kind, 0) + 1})):
+            result = session.run_step(model, step)
+        session.accept(step, result)
+    alone = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
+    assert torch.equal(session.result(), alone.run(model))
+    steps = {kind: sum(step.kind == kind for phase in session.phases() for step in phase)
+             for kind in pauses}  # fmt: skip
+    # more pause points than passes in the base; at least two in every other step
+    assert pauses["base"] > model.resolve_passes(None, session.options.preset).passes
+    assert pauses["statistics"] >= steps["statistics"] and pauses["tiles"] >= 2 * steps["tiles"]
 
 
 def test_the_steps_run_in_phases_and_the_tiles_count_their_pixels():

@@ -208,7 +208,7 @@ def test_a_waiting_client_runs_between_the_steps_of_an_async_batch(client_factor
     )
     waiting.start()
     gate = client.app.state.pools["dit"].batchers["cpu"]["interactive"]._gate
-    wait_until(lambda: gate.foreground_waiting == 1)  # the request waits for the step in flight
+    wait_until(lambda: gate.waiting(0) == 1)  # the request waits for the step in flight
     model.step_gate.release()  # background step 0 ends; at step 1 it yields
     waiting.join(10)
     for _ in range(10):
