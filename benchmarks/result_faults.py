@@ -8,10 +8,10 @@ loopback port)
     1. Idle: ``--small-jobs`` small async stylizes (96 px noise photo, 64 px style),
        ``--small-concurrency`` at a time; each job's seconds from its submit to
        ``succeeded`` as its client polls (every 0.1 s).
-    2. Big: ``--big-count`` prints of a ``--big-side`` px photo (a smooth random field,
-       so the upload is small and the painted result is not) submitted as jobs at once,
-       and the same small jobs again while they are painted and stored; ``/readyz`` is
-       polled every 0.2 s throughout.
+    2. Big: ``--big-count`` prints of a ``--big-side`` px photo, ``--big-aspect`` as high
+       as it is wide (a smooth random field, so the upload is small and the painted result
+       is not), submitted as jobs at once, and the same small jobs again while they are
+       painted and stored; ``/readyz`` is polled every 0.2 s throughout.
     3. Reads: every print's result downloaded through its ``result_url`` by
        ``--result-readers`` clients at once, streamed to nothing, and the last MB of each
        read again with ``Range``, over and over while the small jobs run a third time.
@@ -50,12 +50,12 @@ def _noise_png(side: int, seed: int) -> bytes:
     return buffer.getvalue()
 
 
-def smooth_photo(side: int, seed: int) -> bytes:
-    """A ``side`` x ``3/4 side`` JPEG of a random field upsampled from 48 x 36 px: a
+def smooth_photo(side: int, seed: int, aspect: float = 0.75) -> bytes:
+    """A ``side`` x ``aspect * side`` JPEG of a random field upsampled from 48 x 36 px: a
     photo of a few MB whatever its size, which a painting fills with texture."""
     rng = np.random.default_rng(seed)
     small = Image.fromarray(rng.integers(0, 256, (36, 48, 3), np.uint8))
-    photo = small.resize((side, side * 3 // 4), Image.Resampling.BICUBIC)
+    photo = small.resize((side, round(side * aspect)), Image.Resampling.BICUBIC)
     buffer = io.BytesIO()
     photo.save(buffer, "JPEG", quality=90)
     return buffer.getvalue()
@@ -177,7 +177,7 @@ async def _big_results(args: argparse.Namespace, store: str):
         "job_results_max_bytes": str(args.big_count * 200 * 1024 * 1024),
         "job_timeout_s": "7200",
     }
-    photo = smooth_photo(args.big_side, seed=3)
+    photo = smooth_photo(args.big_side, seed=3, aspect=args.big_aspect)
     with _store(store) as store_settings:
         settings |= store_settings
         with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:

@@ -557,6 +557,7 @@ FLAGS = FlagGroup(
         "--full-rounds": (10, "disk-full: reads and syncs timed, idle and full"),
         "--big-count": (20, "big-results: prints painted and stored"),
         "--big-side": (8192, "big-results: the prints' longer side"),
+        "--big-aspect": (0.75, "big-results: the prints' shorter side over the longer"),
         "--small-jobs": (50, "big-results: small jobs, idle and beside the prints"),
         "--small-concurrency": (4, "big-results: small jobs in flight at once"),
         "--result-readers": (4, "big-results: results downloaded at once"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass, field
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -16,11 +18,13 @@ from models.things.scenes import (
     subset_pool,
 )
 from models.things.splits import SPLITS, check_split
+from models.things.vocab import Thing
 
 #: Seed stream tag, so that a ThingsDataset never replays a ShapesDataset's draws.
 _STREAM = 0x7415
 
 
+@dataclass
 class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
     """Captioned things (and, for ``shapes_share`` of the items, captioned shapes).
 
@@ -44,29 +48,24 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
         in ``[0, 1]``.
     """
 
-    def __init__(
-        self,
-        split: str = "train",
-        *,
-        seed: int = 0,
-        length: int = 1_000_000,
-        image_size: int = CANVAS,
-        shapes_share: float = SHAPES_SHARE,
-        things: int | None = None,
-    ) -> None:
-        self.split = check_split(split)
-        if length < 1:
-            raise ValueError(f"length must be >= 1, got {length}")
-        if image_size < 8:
-            raise ValueError(f"image_size must be >= 8, got {image_size}")
-        if not 0.0 <= shapes_share <= 1.0:
-            raise ValueError(f"shapes_share must be in [0, 1], got {shapes_share}")
-        self.seed = seed
-        self.length = length
-        self.image_size = image_size
-        self.shapes_share = shapes_share
-        self.things = things
-        self.pool = subset_pool(things)
+    split: str = "train"
+    _: KW_ONLY
+    seed: int = 0
+    length: int = 1_000_000
+    image_size: int = CANVAS
+    shapes_share: float = SHAPES_SHARE
+    things: int | None = None
+    pool: tuple[Thing, ...] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        check_split(self.split)
+        if self.length < 1:
+            raise ValueError(f"length must be >= 1, got {self.length}")
+        if self.image_size < 8:
+            raise ValueError(f"image_size must be >= 8, got {self.image_size}")
+        if not 0.0 <= self.shapes_share <= 1.0:
+            raise ValueError(f"shapes_share must be in [0, 1], got {self.shapes_share}")
+        self.pool = subset_pool(self.things)
 
     def __len__(self) -> int:
         return self.length
@@ -86,13 +85,3 @@ class ThingsDataset(Dataset[tuple[torch.Tensor, str]]):
                 image[None], size=(self.image_size,) * 2, mode="bilinear", antialias=True
             )[0].clamp_(0.0, 1.0)
         return image, scene.caption
-
-    def extra_repr(self) -> str:
-        return (
-            f"split={self.split!r}, seed={self.seed}, length={self.length}, "
-            f"image_size={self.image_size}, shapes_share={self.shapes_share}, "
-            f"things={self.things}"
-        )
-
-    def __repr__(self) -> str:
-        return f"ThingsDataset({self.extra_repr()})"

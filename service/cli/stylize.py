@@ -31,6 +31,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from models import video
 from models.adain import StyleTransfer
 from models.adain.options import StyleOptions
 from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS, styles_side
@@ -39,15 +40,6 @@ from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
 from models.hub import WeightsNotFoundError
 from models.images import SUFFIXES, check_output_side, mask_from_rgb, save_image, to_float
-from models.video import (
-    VideoError,
-    assemble,
-    encode_segment,
-    fit_size,
-    frame_chunks,
-    looks_like_video,
-    probe,
-)
 from service.cli import remote
 from service.cli.common import add_where_to_run
 from service.cli.serve import tune_glibc_malloc
@@ -139,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    if looks_like_video(data):
+    if video.looks_like_video(data):
         return run_video(args, data)
     del data
     args.size = DEFAULT_SIZE if args.size is None else args.size
@@ -234,8 +226,8 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
     """Stylise a clip chunk by chunk (``models.adain.video``) with a frame progress bar;
     write it in its own container, audio copied, the parameters in its metadata."""
     try:
-        info = probe(data)
-    except VideoError as exc:
+        info = video.probe(data)
+    except video.VideoError as exc:
         print(f"error: {args.content}: {exc}", file=sys.stderr)
         return 2
     if args.output.suffix.lower() not in (info.suffix(), *_ALIASES.get(info.suffix(), ())):
@@ -251,7 +243,7 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
     model = _load_model(args)
     if model is None:
         return 1
-    size = fit_size(info, args.size)
+    size = video.fit_size(info, args.size)
     try:
         limits = image_limits(args, max(size))
         styles = [
@@ -260,10 +252,10 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
         ]
         options = style_options(args)
         segments = []
-        chunks = frame_chunks(data, CHUNK_FRAMES, size=size)
+        chunks = video.frame_chunks(data, CHUNK_FRAMES, size=size)
         with tqdm(total=info.frames, unit="frame", disable=None, file=sys.stderr) as bar:
             for frames, _ in stylize_clip(model, chunks, styles, options):
-                segments.append(encode_segment(frames, info))
+                segments.append(video.encode_segment(frames, info))
                 bar.update(frames.shape[0])
     except (OSError, ValueError, ServiceError) as exc:  # VideoError is a ValueError
         print(f"error: {exc.message if isinstance(exc, ServiceError) else exc}", file=sys.stderr)
@@ -277,7 +269,9 @@ def run_video(args: argparse.Namespace, data: bytes) -> int:
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
     with args.output.open("wb") as out:
-        assemble(segments, data, info, {"comment": json.dumps(parameters, sort_keys=True)}, out)
+        video.assemble(
+            segments, data, info, {"comment": json.dumps(parameters, sort_keys=True)}, out
+        )
     print(args.output)
     return 0
 

@@ -36,13 +36,7 @@ from service.errors import (
     json_error_responses,
 )
 from service.jobs.blobs import PackedSource
-from service.jobs.records import (
-    JobRecord,
-    JobResult,
-    pack,
-    read_layout,
-    unpack,
-)
+from service.jobs.records import JobRecord, JobResult, pack, read_layout, unpack
 from service.jobs.store import JobStore, job_topic
 from service.routes.deps import CallerDep, DrainDep, FeedsDep, StoreDep, app_owned
 
