@@ -67,7 +67,7 @@ from service.jobs.store import (
     work_topic,
 )
 from service.metrics import Metrics
-from service.priorities import BACKGROUND, INTERACTIVE, off_loop_as_bulk
+from service.priorities import BACKGROUND, BULK, INTERACTIVE, off_loop_as_bulk
 from service.workers.pool import AnyWorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")
@@ -114,6 +114,7 @@ class JobRunner:
         lease_s: the lease taken on each claimed job.
         progress_interval_s: least time between two progress writes of a job.
         max_batch_size, queue_size: the pools' batcher bounds (claims stay within them).
+        bulk_jobs_per_device: bulk jobs (prints) run at once per device of a model.
         max_result_bytes: a result larger than this fails its job (result_too_large).
     """
 
@@ -126,6 +127,7 @@ class JobRunner:
     progress_interval_s: float
     max_batch_size: int
     queue_size: int
+    bulk_jobs_per_device: int
     max_result_bytes: int
     _running: dict[str, _Running] = field(default_factory=dict, init=False)
     _claiming: bool = field(default=False, init=False)
@@ -160,9 +162,10 @@ class JobRunner:
         """The priorities this worker can take another job of ``model`` for; and, when
         background work is at its bound, the keys it runs background work of (a job of
         any other key may still be claimed, up to a second batch, and run promoted), or
-        ``None`` when there is no such room."""
+        ``None`` when there is no such room. Bulk jobs (prints) have room of their own,
+        ``bulk_jobs_per_device`` per device, whatever the background work."""
         devices = len(self.pools[model].devices)
-        items = {INTERACTIVE: 0, BACKGROUND: 0}
+        items = {INTERACTIVE: 0, BACKGROUND: 0, BULK: 0}
         background_owners = set()
         for running in self._running.values():
             if running.model == model:
@@ -173,11 +176,12 @@ class JobRunner:
         if items[INTERACTIVE] < self.queue_size * devices:
             free.append(INTERACTIVE)
         batch = self.max_batch_size * devices
+        bulk = (BULK,) if items[BULK] < self.bulk_jobs_per_device * devices else ()
         if items[BACKGROUND] < batch:
-            return (*free, BACKGROUND), None
+            return (*free, BACKGROUND, *bulk), None
         if items[BACKGROUND] < 2 * batch:
-            return tuple(free), frozenset(background_owners)
-        return tuple(free), None
+            return (*free, *bulk), frozenset(background_owners)
+        return (*free, *bulk), None
 
     async def _claim(self, model: str) -> tuple[Claim | None, bool] | None:
         """The next job and whether it runs promoted; ``None`` when there is no room."""
@@ -335,11 +339,11 @@ class JobRunner:
 
     @staticmethod
     async def _decode(claim: Claim) -> Work:
-        """The claimed job's work. A background job's large payload (a print's photo) is
+        """The claimed job's work. An async job's large payload (a print's photo) is
         decoded on the low-priority bulk threads: nobody waits on a connection for it,
         and the forwards running meanwhile go first; an interactive job's on a thread."""
         payload, record = claim.payload, claim.record
-        if record.priority == BACKGROUND and len(payload) > OFF_LOOP_BYTES:
+        if record.priority != INTERACTIVE and len(payload) > OFF_LOOP_BYTES:
             return await off_loop_as_bulk(work_from_payload, payload)
         return await off_loop_if_large(len(payload), work_from_payload, payload)
 
