@@ -91,6 +91,10 @@ class _Running:
     #: one-batch bound: it runs as interactive work, taking the device from the other
     #: keys' background batch at its next step.
     promoted: bool = False
+    #: A bulk job (a print) holding one of the device's bulk slots: from its claim until
+    #: its forwards are done (``RunContext.done_with_device``), not while its result is
+    #: encoded and stored, so that the next print's painting overlaps that CPU work.
+    bulk_slot: bool = False
     task: asyncio.Task[None] | None = None
     progress: Progress | None = None
     write_pending: bool = False
@@ -162,21 +166,24 @@ class JobRunner:
         """The priorities this worker can take another job of ``model`` for; and, when
         background work is at its bound, the keys it runs background work of (a job of
         any other key may still be claimed, up to a second batch, and run promoted), or
-        ``None`` when there is no such room. Bulk jobs (prints) have room of their own,
-        ``bulk_jobs_per_device`` per device, whatever the background work."""
+        ``None`` when there is no such room. Bulk jobs (prints) have room of their own:
+        ``bulk_jobs_per_device`` slots per device (:attr:`_Running.bulk_slot`), whatever
+        the background work."""
         devices = len(self.pools[model].devices)
         items = {INTERACTIVE: 0, BACKGROUND: 0, BULK: 0}
         background_owners = set()
+        slots_held = 0
         for running in self._running.values():
             if running.model == model:
                 items[running.priority] += running.parts
+                slots_held += running.bulk_slot
                 if running.priority == BACKGROUND:
                     background_owners.add(running.owner)
         free = []
         if items[INTERACTIVE] < self.queue_size * devices:
             free.append(INTERACTIVE)
         batch = self.max_batch_size * devices
-        bulk = (BULK,) if items[BULK] < self.bulk_jobs_per_device * devices else ()
+        bulk = (BULK,) if slots_held < self.bulk_jobs_per_device * devices else ()
         if items[BACKGROUND] < batch:
             return (*free, BACKGROUND, *bulk), None
         if items[BACKGROUND] < 2 * batch:
@@ -216,7 +223,14 @@ class JobRunner:
                 claim, promoted = next_job
                 if claim is not None:
                     record = claim.record
-                    running = _Running(model, record.priority, record.parts, record.owner, promoted)
+                    running = _Running(
+                        model,
+                        record.priority,
+                        record.parts,
+                        record.owner,
+                        promoted,
+                        bulk_slot=record.priority == BULK,
+                    )
                     self._begin(running, claim)
                 if claim is None or not claim.more:  # a job queued from now on announces itself
                     await work_arrived.wait(self.lease_s / 3)
@@ -312,6 +326,7 @@ class JobRunner:
                     owner=record.owner,
                     checkpoint=StoreCheckpoint(self.store, record.id, self.worker),
                     previews=previews,
+                    on_device_done=partial(self._free_bulk_slot, running),
                 ),
             )
         except asyncio.CancelledError as exc:
@@ -336,6 +351,12 @@ class JobRunner:
             self._running.pop(record.id, None)
             self._room[running.model].set()
             self.metrics.jobs.labels(running.model, outcome).inc()
+
+    def _free_bulk_slot(self, running: _Running) -> None:
+        """A bulk job's forwards are done: its slot goes to the next print."""
+        if running.bulk_slot:
+            running.bulk_slot = False
+            self._room[running.model].set()
 
     @staticmethod
     async def _decode(claim: Claim) -> Work:

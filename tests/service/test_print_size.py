@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from PIL import Image
 from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, wait_until
 
 from service.app import create_app
+from service.execution import stylize as stylize_execution
 
 pytestmark = pytest.mark.timeout(60)
 WIDTH, HEIGHT = 1100, 300  # above the 1024 px base: painted by print-size steps
@@ -217,6 +219,37 @@ def test_a_replica_paints_bulk_jobs_per_device_prints_at_once(tmp_path, photo, p
         assert [_done(client, job["id"])["state"] for job in (first, second, small)] == [
             "succeeded"
         ] * 3
+
+
+def test_the_next_print_is_painted_while_the_last_ones_result_is_encoded(
+    client_factory, photo, monkeypatch
+):
+    """A print holds its bulk slot while it is painted, not while its picture is encoded
+    and stored: with one slot, the second print runs while the first one's encoding is
+    held."""
+    encoding, release = threading.Event(), threading.Event()
+    encode = stylize_execution.encode_image
+
+    def held_encode(*args: Any, **keywords: Any) -> tuple[bytes, str]:
+        encoding.set()
+        release.wait(30)
+        return encode(*args, **keywords)
+
+    monkeypatch.setattr(stylize_execution, "encode_image", held_encode)
+    client = client_factory(max_side=2048, bulk_jobs_per_device=1)
+    first = _post(client, photo[0], headers=ASYNC).json()
+    wait_until(encoding.is_set)
+    second = _post(client, photo[0], headers=ASYNC).json()
+
+    def state(job: dict[str, Any]) -> str:
+        return str(client.get(f"/v1/jobs/{job['id']}").json()["state"])
+
+    try:
+        wait_until(lambda: state(second) == "running")
+        assert state(first) == "running"  # still encoding
+    finally:
+        release.set()
+    assert [_done(client, job["id"])["state"] for job in (first, second)] == ["succeeded"] * 2
 
 
 def test_masks_above_the_base_are_refused(client_factory, photo):
