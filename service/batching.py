@@ -19,8 +19,8 @@ another owner's request by about one batch, never by the whole backlog.
 
 Priority: batchers of one device share a :class:`DeviceGate`, each with its ``rank``
 (0 the most urgent). A forward yields the device at each step boundary while a more
-urgent forward runs or waits: a request waits for at most one step of a less urgent
-batch, which then resumes where it paused. Inside a step it may yield too, through its
+urgent forward runs or waits, or a more urgent batcher has items queued: a request
+waits for at most one step of a less urgent batch, which then resumes where it paused. Inside a step it may yield too, through its
 control's ``pause`` hook (``models.control.pause_hook``), which the worker pool calls
 between the layers of the model's networks (``service.workers.pool``): a long step (a
 print's base, a whole pyramid at 1024 px) then holds the device one layer at a time.
@@ -151,7 +151,10 @@ class DeviceGate:
     it stopped.
 
     The rule a forward of rank ``r`` runs by: no forward of a rank below ``r`` is active
-    or waiting, and none of a rank above ``r`` holds the device.
+    or waiting, and none of a rank above ``r`` holds the device. A batcher with items of
+    rank ``r`` queued counts as a waiting forward too (:meth:`expect`): a less urgent
+    forward does not start its next step while a batch that will want the device is
+    being formed, so it cannot take the device between two batches of more urgent work.
     """
 
     def __init__(self) -> None:
@@ -160,6 +163,8 @@ class DeviceGate:
         self._wanting: dict[int, int] = {}
         #: per rank: forwards holding the device now
         self._holding: dict[int, int] = {}
+        #: per rank: batchers with work queued or in a forward (:meth:`expect`)
+        self._expected: dict[int, int] = {}
         #: forwards paused at a step boundary (for tests and metrics)
         self.paused = 0
 
@@ -170,9 +175,17 @@ class DeviceGate:
 
     def _clear(self, rank: int) -> bool:
         """Whether a forward of ``rank`` may hold the device (the class's rule)."""
-        return not any(count for other, count in self._wanting.items() if other < rank) and not any(
-            count for other, count in self._holding.items() if other > rank
-        )
+        urgent = (self._wanting, self._expected)
+        more_urgent = any(n for counts in urgent for other, n in counts.items() if other < rank)
+        less_urgent = any(n for other, n in self._holding.items() if other > rank)
+        return not more_urgent and not less_urgent
+
+    def expect(self, rank: int, expected: bool) -> None:
+        """A batcher of ``rank`` has items queued or in a forward (``expected``), or no
+        longer has: while it has, forwards of a higher rank pause at their steps."""
+        with self._changed:
+            self._expected[rank] = self._expected.get(rank, 0) + (1 if expected else -1)
+            self._changed.notify_all()
 
     def begin(self, rank: int) -> None:
         """Wait for the device, then hold it for a forward of ``rank``."""
@@ -391,6 +404,7 @@ class Batcher(Generic[ItemT, ResultT]):
         self._observer = observer or _NullObserver()
         self._gate = gate
         self.rank = rank
+        self._expected = False  # whether this batcher's work is announced to the gate
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
         self._groups: dict[Hashable, deque[_Pending]] = {}
         self._served: dict[str, int] = {}  # owner -> when it was last served
@@ -471,6 +485,7 @@ class Batcher(Generic[ItemT, ResultT]):
         )
         self._groups.setdefault(key, deque()).append(pending)
         self._set_queued(self._queued + 1)
+        self._announce()
         self._wakeup.set()
         try:
             return await asyncio.wait_for(pending.future, timeout_s)
@@ -485,6 +500,15 @@ class Batcher(Generic[ItemT, ResultT]):
     def _set_queued(self, value: int) -> None:
         self._queued = value
         self._observer.queue_depth(value)
+
+    def _announce(self) -> None:
+        """Tell the gate whether this batcher has work, queued or in a forward (called
+        where that may change, never between a batch's leaving the queue and its
+        forward's start, so that the device is not given away in between)."""
+        expected = self._queued + self._in_flight > 0
+        if self._gate is not None and expected != self._expected:
+            self._expected = expected
+            self._gate.expect(self.rank, expected)
 
     def _retry_after_estimate(self) -> float:
         batches_ahead = math.ceil(self._queued / self.max_batch_size) + 1
@@ -501,6 +525,7 @@ class Batcher(Generic[ItemT, ResultT]):
             self._observer.cancelled(reason, "queued")
             if not group:
                 del self._groups[pending.key]
+            self._announce()
 
     def _drop_expired(self, now: float) -> None:
         for key in list(self._groups):
@@ -512,6 +537,7 @@ class Batcher(Generic[ItemT, ResultT]):
                 self._groups[key] = kept
             else:
                 del self._groups[key]
+        self._announce()
 
     def _is_full(self, group: deque[_Pending]) -> bool:
         return (
@@ -576,6 +602,7 @@ class Batcher(Generic[ItemT, ResultT]):
                     await self._forward_resilient(batch)
                 finally:
                     self._in_flight -= len(batch)
+                    self._announce()
                 continue
             if self._closing and not self._groups:
                 return

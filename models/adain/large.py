@@ -78,6 +78,7 @@ from models.adain.whitening import (
     symmetric_power,
     wct_affine,
 )
+from models.control import pause_point
 from models.decoder import Decoder
 from models.devices import to_host
 from models.images import fit_longer_side, to_uint8
@@ -448,6 +449,7 @@ class PrintStylization:
         octave = self._octaves[index]
         rows, columns = grid_neighbourhoods(octave.size)
         grid = octave_grid_features(model, self._start(octave, rows, columns)[None])
+        pause_point()
         side = max(octave.size)
         styles = [
             _octave_style_statistics(model, style, side, self.options.style_scale)
@@ -463,6 +465,7 @@ class PrintStylization:
         height, width = octave.size
         starts, photos = [], []
         for tile in step.tiles:
+            pause_point()  # the start images are most of a tile's work on a CPU
             rows = reflect_index(torch.arange(tile.top - HALO, tile.bottom + HALO), height)
             columns = reflect_index(torch.arange(tile.left - HALO, tile.right + HALO), width)
             starts.append(self._start(octave, rows, columns))
@@ -588,7 +591,9 @@ def octave_tiles(
                 mapped[index, :, -1] = mapped[index, :, -3]
         return mapped
 
+    pause_point()  # between the pieces of the pass: where a forward may wait
     mapped = features(starts)
+    pause_point()
     weight, bias = decoder.folded_first_conv(alpha * matrix, alpha * shift)
     out = F.conv2d(mapped, weight, bias)
     if photos is not None and alpha < 1.0:  # the anchor's share, (1 - alpha) f(photo)

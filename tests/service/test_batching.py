@@ -555,6 +555,39 @@ def test_a_step_made_of_passes_yields_between_them_through_the_pause_hook():
     assert all(pause is not None for pause in base.pauses) and seen_hooks == [None]
 
 
+def test_queued_work_keeps_a_less_urgent_forward_from_its_next_step():
+    """A background item still waiting for companions (its batch not yet formed) already
+    stops the bulk forward at its next step: the device is not given away between two
+    background batches. Once the background batcher has nothing left, the bulk resumes."""
+    gate = DeviceGate()
+    order: list = []
+    bulk = SteppedForward("bulk", order, steps=3, hold_at=0)
+
+    def background(items, control):
+        order.append(("background", tuple(items)))
+        return list(items)
+
+    async def scenario():
+        quick = _make(background, max_batch_size=2, max_wait_s=HOUR, gate=gate, rank=1)
+        slow = _make(bulk, max_wait_s=0.0, gate=gate, rank=2)
+        quick.start()
+        slow.start()
+        print_step = asyncio.ensure_future(slow.submit("print"))
+        await _thread_event(bulk.inside)
+        [first] = await _queue(quick, ["a"])  # waits an hour for a companion
+        bulk.resume.set()
+        await _thread_until(lambda: gate.paused == 1)  # the bulk stopped before step 1
+        assert order == [("bulk", 0)]
+        second = asyncio.ensure_future(quick.submit("b"))  # the batch is full: it runs
+        results = await asyncio.gather(first, second, print_step)
+        await quick.close()
+        await slow.close()
+        return results
+
+    assert asyncio.run(scenario()) == ["a", "b", "print"]
+    assert order == [("bulk", 0), ("background", ("a", "b")), ("bulk", 1), ("bulk", 2)]
+
+
 def test_a_rank_below_zero_is_refused():
     with pytest.raises(ValueError, match="rank"):
         _make(RecordingForward(), gate=DeviceGate(), rank=-1)

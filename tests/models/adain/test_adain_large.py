@@ -178,15 +178,21 @@ def test_reruns_are_identical(model):
 
 def test_a_print_paused_between_layers_paints_the_same(model):
     """A print whose steps run inside ``pausing`` (as a service's bulk forwards do) stops
-    at the networks' pause points, in its base's passes, and paints the same pixels."""
-    pauses = []
+    at pause points inside every step (the base's passes between their layers; a tile
+    step and an octave's statistics between their pieces) and paints the same pixels."""
+    pauses: dict[str, int] = {}
     session = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
-    with pausing(lambda: pauses.append(1)):
-        paused = session.run(model)
+    for step in [step for phase in session.phases() for step in phase]:
+        with pausing(lambda kind=step.kind: pauses.update({kind: pauses.get(kind, 0) + 1})):
+            result = session.run_step(model, step)
+        session.accept(step, result)
     alone = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
-    assert torch.equal(paused, alone.run(model))
-    # more pause points than passes: the base's passes pause between their layers
-    assert len(pauses) > model.resolve_passes(None, session.options.preset).passes
+    assert torch.equal(session.result(), alone.run(model))
+    steps = {kind: sum(step.kind == kind for phase in session.phases() for step in phase)
+             for kind in pauses}  # fmt: skip
+    # more pause points than passes in the base; at least two in every other step
+    assert pauses["base"] > model.resolve_passes(None, session.options.preset).passes
+    assert pauses["statistics"] >= steps["statistics"] and pauses["tiles"] >= 2 * steps["tiles"]
 
 
 def test_the_steps_run_in_phases_and_the_tiles_count_their_pixels():
