@@ -36,11 +36,10 @@ def _post(client, content: bytes, headers=None, **fields):
 
 
 def _done(client, job_id: str) -> dict:
+    """The job's JSON once it is final (one read per look: a queued job may start
+    running between two reads)."""
     wait_until(
-        lambda: (
-            client.get(f"/v1/jobs/{job_id}").json()["state"] != "running"
-            and client.get(f"/v1/jobs/{job_id}").json()["state"] != "queued"
-        )
+        lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("queued", "running")
     )
     return client.get(f"/v1/jobs/{job_id}").json()
 
