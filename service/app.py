@@ -373,6 +373,7 @@ def create_app(
             progress_interval_s=settings.job_progress_interval_s,
             max_batch_size=settings.max_batch_size,
             queue_size=settings.queue_size,
+            bulk_jobs_per_device=settings.bulk_jobs_per_device,
             max_result_bytes=settings.job_results_max_bytes,
         )
         await runner.start()

@@ -3,17 +3,22 @@
 * ``INTERACTIVE``: a client waits for the answer on its open connection (a synchronous
   request, whether it runs here at once or through the queue);
 * ``BACKGROUND``: an async job (``Prefer: respond-async``), answered later;
-* ``BULK``: the steps of a print (``models.adain.large``), whatever its request's
-  priority: long work made of many short steps, which yields to every other forward.
+* ``BULK``: a print (``models.adain.large``; ``Work.bulk``): an async job of long work
+  made of many short steps, which yields to every other forward.
 
-Interactive work goes first: the job store claims its jobs first and counts only
-background jobs against a key's ``max_jobs`` (``service.jobs``). Every worker pool keeps
-one batcher per priority on each device, and the device's gate ranks their forwards in
-the order of :data:`PRIORITIES` (``service.batching.DeviceGate``): a forward waits for
-at most one step of a less urgent one, which pauses at its step boundaries (and between
-the layers of its networks inside a step, ``models.control.pausing``) while more urgent
-work runs, and then resumes where it stopped. So a small job waits for one tile of a
-print or one layer of its base, never for the print.
+Interactive work goes first: a worker claims interactive jobs first, then background
+ones, then bulk ones, and runs at most ``bulk_jobs_per_device`` bulk jobs per device at
+once (each holds its picture in memory: a replica takes another print only when one
+finishes, and small jobs are claimed beside it). A key's ``max_jobs`` counts its async
+jobs, background and bulk (:data:`ASYNC_PRIORITIES`; ``service.jobs``).
+
+Every worker pool keeps one batcher per priority on each device, and the device's gate
+ranks their forwards in the order of :data:`PRIORITIES` (``service.batching.DeviceGate``):
+a forward waits for at most one step of a less urgent one, which pauses at its step
+boundaries (and between the layers of its networks inside a step,
+``models.control.pausing``) while more urgent work runs, and then resumes where it
+stopped. So a small job waits for one tile of a print or one layer of its base, never
+for the print.
 
 The CPU work of bulk work outside its forwards (building a print's plan, taking its
 tiles in, encoding its picture) runs on :func:`off_loop_as_bulk`'s threads, whose OS
@@ -22,11 +27,11 @@ leaves. Bulk forwards themselves keep the normal OS priority, because more urgen
 forwards wait for their step to end.
 
 Which priority a piece of work runs at is decided in one place, the executor
-(``service.execution``), which marks a print's steps as bulk
-(``RunContext.submit(..., bulk=True)``). The names live here, below the job store, the
-worker pools and the executor, because all three speak of them and none of them may
-import another for them: the store and the pools are independent layers that only the
-executor joins. Job records carry ``INTERACTIVE`` or ``BACKGROUND`` only.
+(``service.execution``): a job's record carries it (a print's job is queued as ``BULK``),
+and a print's steps are sent as bulk (``RunContext.submit(..., bulk=True)``). The names
+live here, below the job store, the worker pools and the executor, because all three
+speak of them and none of them may import another for them: the store and the pools are
+independent layers that only the executor joins.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ from typing import Any, TypeVar
 INTERACTIVE, BACKGROUND, BULK = "interactive", "background", "bulk"
 #: Every priority, the most urgent first (a forward's rank is its index here).
 PRIORITIES = (INTERACTIVE, BACKGROUND, BULK)
+#: The priorities of async jobs (``Prefer: respond-async``): what a key's ``max_jobs``
+#: counts and ``GET /v1/jobs`` lists. A bulk job is an async job whose work is bulk.
+ASYNC_PRIORITIES = (BACKGROUND, BULK)
 #: How much lower (a ``nice`` increment) bulk work's CPU threads run than the service.
 BULK_NICE = 10
 #: Threads for bulk work's CPU work outside its forwards (two prints may overlap).

@@ -54,7 +54,7 @@ from service.jobs.records import JobRecord, JobResult, new_job_id, off_loop_if_l
 from service.jobs.store import JobStore, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
 from service.keys import Caller
-from service.priorities import BACKGROUND, INTERACTIVE, off_loop_as_bulk
+from service.priorities import BACKGROUND, BULK, INTERACTIVE, off_loop_as_bulk
 
 T = TypeVar("T")
 
@@ -236,7 +236,8 @@ class Executor:
         """Store ``work`` as a background job, with the job deadline."""
         settings = self.settings
         timeout = settings.video_job_timeout_s if work.long else settings.job_timeout_s
-        record = self._record(work, BACKGROUND, time.time() + timeout, submission)
+        priority = BULK if work.bulk else BACKGROUND
+        record = self._record(work, priority, time.time() + timeout, submission)
         job, _ = await self._create(record, work, submission, here=False)
         self._handed_off()
         return Accepted(job)

@@ -67,7 +67,7 @@ from service.jobs.store import (
     work_topic,
 )
 from service.metrics import Metrics
-from service.priorities import BACKGROUND, INTERACTIVE, off_loop_as_bulk
+from service.priorities import BACKGROUND, BULK, INTERACTIVE, off_loop_as_bulk
 from service.workers.pool import AnyWorkerPool
 
 logger = logging.getLogger("atelier.jobs.runner")
@@ -91,6 +91,10 @@ class _Running:
     #: one-batch bound: it runs as interactive work, taking the device from the other
     #: keys' background batch at its next step.
     promoted: bool = False
+    #: A bulk job (a print) holding one of the device's bulk slots: from its claim until
+    #: its forwards are done (``RunContext.done_with_device``), not while its result is
+    #: encoded and stored, so that the next print's painting overlaps that CPU work.
+    bulk_slot: bool = False
     task: asyncio.Task[None] | None = None
     progress: Progress | None = None
     write_pending: bool = False
@@ -114,6 +118,7 @@ class JobRunner:
         lease_s: the lease taken on each claimed job.
         progress_interval_s: least time between two progress writes of a job.
         max_batch_size, queue_size: the pools' batcher bounds (claims stay within them).
+        bulk_jobs_per_device: bulk jobs (prints) run at once per device of a model.
         max_result_bytes: a result larger than this fails its job (result_too_large).
     """
 
@@ -126,6 +131,7 @@ class JobRunner:
     progress_interval_s: float
     max_batch_size: int
     queue_size: int
+    bulk_jobs_per_device: int
     max_result_bytes: int
     _running: dict[str, _Running] = field(default_factory=dict, init=False)
     _claiming: bool = field(default=False, init=False)
@@ -160,24 +166,29 @@ class JobRunner:
         """The priorities this worker can take another job of ``model`` for; and, when
         background work is at its bound, the keys it runs background work of (a job of
         any other key may still be claimed, up to a second batch, and run promoted), or
-        ``None`` when there is no such room."""
+        ``None`` when there is no such room. Bulk jobs (prints) have room of their own:
+        ``bulk_jobs_per_device`` slots per device (:attr:`_Running.bulk_slot`), whatever
+        the background work."""
         devices = len(self.pools[model].devices)
-        items = {INTERACTIVE: 0, BACKGROUND: 0}
+        items = {INTERACTIVE: 0, BACKGROUND: 0, BULK: 0}
         background_owners = set()
+        slots_held = 0
         for running in self._running.values():
             if running.model == model:
                 items[running.priority] += running.parts
+                slots_held += running.bulk_slot
                 if running.priority == BACKGROUND:
                     background_owners.add(running.owner)
         free = []
         if items[INTERACTIVE] < self.queue_size * devices:
             free.append(INTERACTIVE)
         batch = self.max_batch_size * devices
+        bulk = (BULK,) if slots_held < self.bulk_jobs_per_device * devices else ()
         if items[BACKGROUND] < batch:
-            return (*free, BACKGROUND), None
+            return (*free, BACKGROUND, *bulk), None
         if items[BACKGROUND] < 2 * batch:
-            return tuple(free), frozenset(background_owners)
-        return tuple(free), None
+            return (*free, *bulk), frozenset(background_owners)
+        return (*free, *bulk), None
 
     async def _claim(self, model: str) -> tuple[Claim | None, bool] | None:
         """The next job and whether it runs promoted; ``None`` when there is no room."""
@@ -212,7 +223,14 @@ class JobRunner:
                 claim, promoted = next_job
                 if claim is not None:
                     record = claim.record
-                    running = _Running(model, record.priority, record.parts, record.owner, promoted)
+                    running = _Running(
+                        model,
+                        record.priority,
+                        record.parts,
+                        record.owner,
+                        promoted,
+                        bulk_slot=record.priority == BULK,
+                    )
                     self._begin(running, claim)
                 if claim is None or not claim.more:  # a job queued from now on announces itself
                     await work_arrived.wait(self.lease_s / 3)
@@ -308,6 +326,7 @@ class JobRunner:
                     owner=record.owner,
                     checkpoint=StoreCheckpoint(self.store, record.id, self.worker),
                     previews=previews,
+                    on_device_done=partial(self._free_bulk_slot, running),
                 ),
             )
         except asyncio.CancelledError as exc:
@@ -333,13 +352,19 @@ class JobRunner:
             self._room[running.model].set()
             self.metrics.jobs.labels(running.model, outcome).inc()
 
+    def _free_bulk_slot(self, running: _Running) -> None:
+        """A bulk job's forwards are done: its slot goes to the next print."""
+        if running.bulk_slot:
+            running.bulk_slot = False
+            self._room[running.model].set()
+
     @staticmethod
     async def _decode(claim: Claim) -> Work:
-        """The claimed job's work. A background job's large payload (a print's photo) is
+        """The claimed job's work. An async job's large payload (a print's photo) is
         decoded on the low-priority bulk threads: nobody waits on a connection for it,
         and the forwards running meanwhile go first; an interactive job's on a thread."""
         payload, record = claim.payload, claim.record
-        if record.priority == BACKGROUND and len(payload) > OFF_LOOP_BYTES:
+        if record.priority != INTERACTIVE and len(payload) > OFF_LOOP_BYTES:
             return await off_loop_as_bulk(work_from_payload, payload)
         return await off_loop_if_large(len(payload), work_from_payload, payload)
 

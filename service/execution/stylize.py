@@ -118,6 +118,7 @@ class StylizeWork(Work):
     ) -> JobResult:
         if self.print_size:  # painted in tiles: no previews
             image = await self._run_print_size(pool, context)
+            context.done_with_device()
         else:
             image = await context.submit(pool, self.job(), 0)
         parameters = {**self.request_parameters, **pool.provenance()}

@@ -95,7 +95,8 @@ class RunContext:
     sink), when it runs as one; ``owner``: the API key it runs for; ``checkpoint``: the
     job's, when it runs as one (a long work saves its progress there, and resumes);
     ``previews``: the job's live previews, when it was asked for them (a kind of work that
-    has none ignores it)."""
+    has none ignores it); ``on_device_done``: called once the work's forwards are over
+    (:meth:`done_with_device`)."""
 
     priority: str
     timeout_s: float | None
@@ -103,6 +104,7 @@ class RunContext:
     owner: str
     checkpoint: Checkpoint | None = None
     previews: Previews | None = None
+    on_device_done: Callable[[], None] | None = None
     started: float = field(default_factory=time.monotonic)
 
     async def submit(
@@ -130,6 +132,12 @@ class RunContext:
             owner=self.owner,
             on_preview=None if self.previews is None else self.previews.watcher(part),
         )
+
+    def done_with_device(self) -> None:
+        """The work sends no more items: what is left is CPU work on its result (encoding
+        it), so a bulk job's slot goes to the next print (``JobRunner``)."""
+        if self.on_device_done is not None:
+            self.on_device_done()
 
     def report(self, done: int, total: int) -> None:
         """``done`` of the ``total`` items that the work sends in turn are done."""

@@ -26,7 +26,7 @@ from service.errors import (
     WorkerLost,
 )
 from service.jobs.records import RUNNING, JobRecord
-from service.priorities import BACKGROUND
+from service.priorities import ASYNC_PRIORITIES, BACKGROUND
 
 #: The size a result (or checkpoint) read is given time for (a print-size PNG is tens
 #: of MB): the breaker's timeout grows with the bytes a call moves.
@@ -98,9 +98,10 @@ def admit(
     Raises:
         Refused: the owner's or everyone's unfinished jobs, or the queued inputs, are full.
     """
-    if priority == BACKGROUND and held.mine >= owner_max_jobs:
+    counted = priority in ASYNC_PRIORITIES
+    if counted and held.mine >= owner_max_jobs:
         raise refusal(limits, "key_max_jobs", held.mine)
-    if priority == BACKGROUND and held.everyone >= limits.max_jobs:
+    if counted and held.everyone >= limits.max_jobs:
         raise refusal(limits, "max_jobs", held.everyone)
     bound = limits.inputs_max_bytes
     full = (held.input_bytes >= bound) if size is None else (held.input_bytes + size > bound)

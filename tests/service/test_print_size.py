@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from PIL import Image
 from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, wait_until
 
 from service.app import create_app
+from service.execution import stylize as stylize_execution
 
 pytestmark = pytest.mark.timeout(60)
 WIDTH, HEIGHT = 1100, 300  # above the 1024 px base: painted by print-size steps
@@ -34,26 +36,25 @@ def _post(client, content: bytes, headers=None, **fields):
 
 
 def _done(client, job_id: str) -> dict:
+    """The job's JSON once it is final (one read per look: a queued job may start
+    running between two reads)."""
     wait_until(
-        lambda: (
-            client.get(f"/v1/jobs/{job_id}").json()["state"] != "running"
-            and client.get(f"/v1/jobs/{job_id}").json()["state"] != "queued"
-        )
+        lambda: client.get(f"/v1/jobs/{job_id}").json()["state"] not in ("queued", "running")
     )
     return client.get(f"/v1/jobs/{job_id}").json()
 
 
 @contextlib.contextmanager
 def _held_job(
-    tmp_path: Path, content: bytes
+    tmp_path: Path, content: bytes, **settings: Any
 ) -> Iterator[tuple[TestClient, Fakes, dict[str, Any], Path]]:
-    """A print-size job of ``content`` on a 2048-px server whose fake model waits while
-    the hold file exists: yields the client, the fakes, the job (its 202 body) and the
-    hold file (unlink it to let the job go on)."""
+    """A print-size job of ``content`` on a 2048-px server (and ``settings``) whose fake
+    model waits while the hold file exists: yields the client, the fakes, the job (its 202
+    body) and the hold file (unlink it to let the job go on)."""
     hold = tmp_path / "hold"
     hold.touch()
     fakes = Fakes(hold=hold)
-    app = create_app(make_settings(max_side=2048), model_entries=fakes.entries())
+    app = create_app(make_settings(max_side=2048, **settings), model_entries=fakes.entries())
     with TestClient(app, raise_server_exceptions=False) as client:
         yield client, fakes, _post(client, content, headers=ASYNC).json(), hold
 
@@ -192,6 +193,62 @@ def test_a_small_job_waits_for_one_step_of_a_print_not_for_the_print(tmp_path, p
     assert print_steps[:2] == [0, 1]  # the base and the band that was running
     assert all(index > small_steps[-1] for index in print_steps[2:])
     assert [name[: len("bulk-cpu")] for name in model.print_threads] == ["bulk-cpu"]
+
+
+@pytest.mark.parametrize("per_device", [1, 2])
+def test_a_replica_paints_bulk_jobs_per_device_prints_at_once(tmp_path, photo, per_device):
+    """Each print holds its picture in memory: a replica runs ``bulk_jobs_per_device``
+    at once; another print waits in the queue (for any replica) while a small job sent
+    after it is claimed beside the running one."""
+    with _held_job(tmp_path, photo[0], bulk_jobs_per_device=per_device) as held:
+        client, fakes, first, hold = held
+        wait_until(lambda: len(fakes.adain["cpu"].steps_by) >= 1)  # the first print runs
+        second = _post(client, photo[0], headers=ASYNC).json()
+        small = _post(client, corpus.png(64, 48), size=64, headers=ASYNC).json()
+
+        def state(job: dict[str, Any]) -> str:
+            return str(client.get(f"/v1/jobs/{job['id']}").json()["state"])
+
+        wait_until(lambda: state(small) == "running")
+        if per_device == 2:
+            wait_until(lambda: state(second) == "running")
+        else:
+            assert state(second) == "queued" and state(first) == "running"
+        hold.unlink()
+        assert [_done(client, job["id"])["state"] for job in (first, second, small)] == [
+            "succeeded"
+        ] * 3
+
+
+def test_the_next_print_is_painted_while_the_last_ones_result_is_encoded(
+    client_factory, photo, monkeypatch
+):
+    """A print holds its bulk slot while it is painted, not while its picture is encoded
+    and stored: with one slot, the second print runs while the first one's encoding is
+    held."""
+    encoding, release = threading.Event(), threading.Event()
+    encode = stylize_execution.encode_image
+
+    def held_encode(*args: Any, **keywords: Any) -> tuple[bytes, str]:
+        encoding.set()
+        release.wait(30)
+        return encode(*args, **keywords)
+
+    monkeypatch.setattr(stylize_execution, "encode_image", held_encode)
+    client = client_factory(max_side=2048, bulk_jobs_per_device=1)
+    first = _post(client, photo[0], headers=ASYNC).json()
+    wait_until(encoding.is_set)
+    second = _post(client, photo[0], headers=ASYNC).json()
+
+    def state(job: dict[str, Any]) -> str:
+        return str(client.get(f"/v1/jobs/{job['id']}").json()["state"])
+
+    try:
+        wait_until(lambda: state(second) == "running")
+        assert state(first) == "running"  # still encoding
+    finally:
+        release.set()
+    assert [_done(client, job["id"])["state"] for job in (first, second)] == ["succeeded"] * 2
 
 
 def test_masks_above_the_base_are_refused(client_factory, photo):

@@ -102,7 +102,7 @@ local function finish(id, state, err, result, has_result, budget, step, total, r
   local inkey = p .. 'in:' .. id
   redis.call('DECRBY', p .. 'inbytes', tonumber(redis.call('HGET', key, 'input_bytes') or '0') or 0)
   redis.call('DEL', inkey, p .. 'ckpt:' .. id)  -- a final job needs no checkpoints
-  if f[2] == 'background' then
+  if f[2] ~= 'interactive' then  -- an async job: background or bulk
     redis.call('HINCRBY', p .. 'unfinished', f[3], -1)
     redis.call('HINCRBY', p .. 'unfinished', '', -1)
   end
@@ -145,7 +145,7 @@ if idem ~= '' then
   end
 end
 local size = tonumber(ARGV[16])
-if prio == 'background' then
+if prio ~= 'interactive' then  -- an async job: background or bulk
   local mine = tonumber(redis.call('HGET', p .. 'unfinished', owner) or '0') or 0
   if mine >= owner_max then return {'refused', 'key_max_jobs', tostring(mine)} end
   local all = tonumber(redis.call('HGET', p .. 'unfinished', '') or '0') or 0
@@ -160,7 +160,7 @@ redis.call('HSET', key, unpack(fields))
 redis.call('HSET', key, 'created_at', tostring(now), 'input_bytes', size)
 redis.call('SET', p .. 'in:' .. id, payload)
 redis.call('INCRBY', p .. 'inbytes', size)
-if prio == 'background' then
+if prio ~= 'interactive' then  -- an async job: background or bulk
   redis.call('HINCRBY', p .. 'unfinished', owner, 1)
   redis.call('HINCRBY', p .. 'unfinished', '', 1)
   redis.call('ZADD', p .. 'owner:' .. owner, now, id)
@@ -219,7 +219,8 @@ for i = first_priority, #ARGV do
         redis.call('ZREM', p .. 'deadlines', id)
         changed('job:' .. id)
         local more = redis.call('EXISTS', p .. 'owners:' .. model .. ':interactive',
-                                p .. 'owners:' .. model .. ':background')
+                                p .. 'owners:' .. model .. ':background',
+                                p .. 'owners:' .. model .. ':bulk')
         return {redis.call('GET', p .. 'in:' .. id), redis.call('HGETALL', key), more}
       end
     end

@@ -42,7 +42,7 @@ from service.jobs.records import (
 )
 from service.jobs.roles import JobQueue
 from service.jobs.sqlite_store.connection import COLUMNS, SqliteBackend, db_value
-from service.priorities import BACKGROUND
+from service.priorities import ASYNC_PRIORITIES
 
 _UNFINISHED = (QUEUED, RUNNING)
 _BLOB_COLUMNS = "id, kind, data, file, checksum"
@@ -61,11 +61,11 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         total, mine, in_bytes = (
             (self._db if db is None else db)
             .execute(
-                "SELECT COUNT(*) FILTER (WHERE priority = ?),"
-                " COUNT(*) FILTER (WHERE priority = ? AND owner = ?),"
+                "SELECT COUNT(*) FILTER (WHERE priority IN (?, ?)),"
+                " COUNT(*) FILTER (WHERE priority IN (?, ?) AND owner = ?),"
                 " COALESCE(SUM(input_bytes), 0)"
                 " FROM jobs WHERE state IN (?, ?)",
-                (BACKGROUND, BACKGROUND, owner, *_UNFINISHED),
+                (*ASYNC_PRIORITIES, *ASYNC_PRIORITIES, owner, *_UNFINISHED),
             )
             .fetchone()
         )
@@ -227,8 +227,8 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     def _jobs_of(self, owner: str, limit: int) -> list[JobRecord]:
         rows = self._db.execute(
-            "SELECT * FROM jobs WHERE owner = ? AND priority = ? ORDER BY seq DESC LIMIT ?",
-            (owner, BACKGROUND, limit * 2),
+            "SELECT * FROM jobs WHERE owner = ? AND priority IN (?, ?) ORDER BY seq DESC LIMIT ?",
+            (owner, *ASYNC_PRIORITIES, limit * 2),
         ).fetchall()
         return [self._record(r) for r in rows if not self._expired(r)][:limit]
 

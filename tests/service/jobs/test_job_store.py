@@ -35,7 +35,7 @@ from service.jobs.store import (
     StoreLimits,
     job_topic,
 )
-from service.priorities import BACKGROUND, INTERACTIVE
+from service.priorities import BACKGROUND, BULK, INTERACTIVE
 
 pytestmark = pytest.mark.timeout(60)
 LEASE = 0.3
@@ -531,3 +531,34 @@ def test_every_pooled_connection_recovers_when_redis_comes_back(own_redis):
             await store.close()
 
     assert asyncio.run(scenario()) == {}
+
+
+def test_bulk_jobs_are_async_jobs_claimed_only_when_asked_for(open_store):
+    """A print's job is queued as ``BULK``: it counts against its key's ``max_jobs`` and
+    is listed with the key's jobs like a background job, but a claim takes it only when
+    it names ``BULK`` (a worker with a free bulk slot), after the other priorities; while
+    it waits, a claim says more work is queued. Finishing it frees its key's room."""
+
+    async def scenario():
+        store = await open_store(StoreLimits(max_jobs=10))
+        created = []
+        for priority in (BULK, BULK, BACKGROUND):
+            job, _ = await store.create(_job("alice", priority=priority), b"x", owner_max_jobs=3)
+            created.append(job.id)
+        with pytest.raises(Refused) as full:
+            await store.create(_job("alice", priority=BULK), b"x", owner_max_jobs=3)
+        listed = {job.id for job in await store.jobs_of("alice", 10)}
+        without = await store.claim("w", "dit", (INTERACTIVE, BACKGROUND), LEASE)
+        nothing = await store.claim("w", "dit", (INTERACTIVE, BACKGROUND), LEASE)
+        bulk = await store.claim("w", "dit", (INTERACTIVE, BACKGROUND, BULK), LEASE)
+        assert await store.finish(bulk.record.id, SUCCEEDED, result=b"done")
+        again, _ = await store.create(_job("alice", priority=BULK), b"x", owner_max_jobs=3)
+        return created, full.value.limit, listed, without, nothing, bulk, again
+
+    created, full, listed, without, nothing, bulk, again = run(open_store, scenario)
+    assert full == "key_max_jobs"
+    assert set(created) <= listed
+    assert without.record.id == created[2] and without.more  # the bulk jobs still wait
+    assert nothing is None
+    assert bulk.record.id == created[0] and bulk.record.priority == BULK and bulk.more
+    assert again.priority == BULK
