@@ -364,18 +364,7 @@ def create_app(
         pools = build_pools(loaded, entries, settings, metrics, statuses)
         for pool in pools.values():
             pool.start()
-        runner = JobRunner(
-            store,
-            pools,
-            metrics,
-            worker=worker_name(),
-            lease_s=settings.job_lease_s,
-            progress_interval_s=settings.job_progress_interval_s,
-            max_batch_size=settings.max_batch_size,
-            queue_size=settings.queue_size,
-            bulk_jobs_per_device=settings.bulk_jobs_per_device,
-            max_result_bytes=settings.job_results_max_bytes,
-        )
+        runner = JobRunner(store, pools, metrics, settings, worker=worker_name())
         await runner.start()
         reaper = asyncio.get_running_loop().create_task(
             reap_forever(store, settings.job_lease_s / 3)

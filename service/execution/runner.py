@@ -41,6 +41,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import Any
 
+from service.config import Settings
 from service.errors import InternalError, ResultTooLarge, ServiceError, StorageFull
 from service.execution.kinds import work_from_payload
 from service.execution.previews import Previews
@@ -114,25 +115,21 @@ class JobRunner:
         store: the job store.
         pools: this process's worker pools by model name.
         metrics: where job outcomes are counted.
+        settings: the service's settings: the lease taken on each claimed job
+            (``job_lease_s``), the least time between two progress writes of a job
+            (``job_progress_interval_s``), the pools' batcher bounds that claims stay
+            within (``max_batch_size``, ``queue_size``), the prints painted at once per
+            device (``bulk_jobs_per_device``), the largest result (``job_results_max_bytes``:
+            past it a job fails with result_too_large).
         worker: this worker's name (unique per process).
-        lease_s: the lease taken on each claimed job.
-        progress_interval_s: least time between two progress writes of a job.
-        max_batch_size, queue_size: the pools' batcher bounds (claims stay within them).
-        bulk_jobs_per_device: bulk jobs (prints) run at once per device of a model.
-        max_result_bytes: a result larger than this fails its job (result_too_large).
     """
 
     store: JobStore
     pools: Mapping[str, AnyWorkerPool]
     metrics: Metrics
+    settings: Settings
     _: KW_ONLY
     worker: str
-    lease_s: float
-    progress_interval_s: float
-    max_batch_size: int
-    queue_size: int
-    bulk_jobs_per_device: int
-    max_result_bytes: int
     _running: dict[str, _Running] = field(default_factory=dict, init=False)
     _claiming: bool = field(default=False, init=False)
     _tasks: list[asyncio.Task[None]] = field(default_factory=list, init=False)
@@ -157,7 +154,7 @@ class JobRunner:
         self._claiming = True
         loop = self._loop = asyncio.get_running_loop()
         with contextlib.suppress(StoreUnavailable):
-            await self.store.publish_models(self.worker, self.details(), self.lease_s)
+            await self.store.publish_models(self.worker, self.details(), self.settings.job_lease_s)
         self._tasks = [loop.create_task(self._claim_loop(model)) for model in self.pools]
         self._tasks.append(loop.create_task(self._heartbeat()))
 
@@ -180,10 +177,10 @@ class JobRunner:
                 if running.priority == BACKGROUND:
                     background_owners.add(running.owner)
         free = []
-        if items[INTERACTIVE] < self.queue_size * devices:
+        if items[INTERACTIVE] < self.settings.queue_size * devices:
             free.append(INTERACTIVE)
-        batch = self.max_batch_size * devices
-        bulk = (BULK,) if slots_held < self.bulk_jobs_per_device * devices else ()
+        batch = self.settings.max_batch_size * devices
+        bulk = (BULK,) if slots_held < self.settings.bulk_jobs_per_device * devices else ()
         if items[BACKGROUND] < batch:
             return (*free, BACKGROUND, *bulk), None
         if items[BACKGROUND] < 2 * batch:
@@ -196,12 +193,14 @@ class JobRunner:
         if not priorities and busy_owners is None:
             return None
         if priorities:
-            claim = await self.store.claim(self.worker, model, priorities, self.lease_s)
+            claim = await self.store.claim(
+                self.worker, model, priorities, self.settings.job_lease_s
+            )
             if claim is not None or busy_owners is None:
                 return claim, False
         assert busy_owners is not None
         claim = await self.store.claim(
-            self.worker, model, (BACKGROUND,), self.lease_s, skip_owners=busy_owners
+            self.worker, model, (BACKGROUND,), self.settings.job_lease_s, skip_owners=busy_owners
         )
         return claim, claim is not None
 
@@ -233,7 +232,7 @@ class JobRunner:
                     )
                     self._begin(running, claim)
                 if claim is None or not claim.more:  # a job queued from now on announces itself
-                    await work_arrived.wait(self.lease_s / 3)
+                    await work_arrived.wait(self.settings.job_lease_s / 3)
 
     async def create(
         self,
@@ -266,7 +265,7 @@ class JobRunner:
                 payload,
                 owner_max_jobs=owner_max_jobs,
                 idempotency=idempotency,
-                run_by=(self.worker, self.lease_s),
+                run_by=(self.worker, self.settings.job_lease_s),
             )
         except BaseException:
             self._forget(record.id, model)
@@ -369,10 +368,10 @@ class JobRunner:
         return await off_loop_if_large(len(payload), work_from_payload, payload)
 
     async def _store_result(self, job_id: str, result: JobResult) -> str:
-        if result.size > self.max_result_bytes:
+        if result.size > self.settings.job_results_max_bytes:
             message = (
                 f"the result is {result.size} bytes, over job_results_max_bytes = "
-                f"{self.max_result_bytes}"
+                f"{self.settings.job_results_max_bytes}"
             )
             await self._finish(job_id, FAILED, error=ResultTooLarge(message).as_dict())
             return FAILED
@@ -420,7 +419,7 @@ class JobRunner:
         """Cancel the job's task when somebody asks (any replica's DELETE)."""
         with self.store.hub.watch(cancel_topic(job_id)) as asked:
             while True:
-                if await asked.wait(self.lease_s / 3):
+                if await asked.wait(self.settings.job_lease_s / 3):
                     with contextlib.suppress(StoreUnavailable):
                         record = await self.store.get(job_id)
                         if (record is None or record.cancel_requested) and running.task:
@@ -438,7 +437,9 @@ class JobRunner:
         if running is None or running.write_pending:
             return
         running.write_pending = True
-        delay = max(0.0, running.last_write + self.progress_interval_s - time.monotonic())
+        delay = max(
+            0.0, running.last_write + self.settings.job_progress_interval_s - time.monotonic()
+        )
         self._loop.call_later(delay, lambda: asyncio.ensure_future(self._progress_now(job_id)))
 
     async def _progress_now(self, job_id: str) -> None:
@@ -491,10 +492,14 @@ class JobRunner:
     # ----------------------------------------------------------------- heartbeat
     async def _heartbeat(self) -> None:
         while True:
-            await asyncio.sleep(self.lease_s / 3)
+            await asyncio.sleep(self.settings.job_lease_s / 3)
             try:
-                await self.store.publish_models(self.worker, self.details(), self.lease_s)
-                cancelled, lost = await self.store.renew(self.worker, self.running, self.lease_s)
+                await self.store.publish_models(
+                    self.worker, self.details(), self.settings.job_lease_s
+                )
+                cancelled, lost = await self.store.renew(
+                    self.worker, self.running, self.settings.job_lease_s
+                )
             except StoreUnavailable:
                 continue
             for job_id in cancelled:
