@@ -175,6 +175,8 @@ async def _big_results(args: argparse.Namespace, store: str):
     settings = {
         "max_side": str(args.big_side),
         "job_results_max_bytes": str(args.big_count * 200 * 1024 * 1024),
+        # a queued print's input is its decoded photo (a PNG of tens of MB at 8192 px)
+        "job_inputs_max_bytes": str(args.big_count * 200 * 1024 * 1024),
         "job_timeout_s": "7200",
     }
     photo = smooth_photo(args.big_side, seed=3, aspect=args.big_aspect)
@@ -194,7 +196,8 @@ async def _big_results(args: argparse.Namespace, store: str):
                     response = await client.post(
                         "/v1/stylize", files=files, data=data, headers=ASYNC
                     )
-                    response.raise_for_status()
+                    if response.status_code != 202:
+                        raise RuntimeError(f"print refused: {response.status_code} {response.text}")
                     big_ids.append(response.json()["id"])
                 loaded = await _small_jobs(client, args)
                 finals = [await _finished(client, job_id, limit_s=7200) for job_id in big_ids]
