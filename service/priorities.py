@@ -3,32 +3,34 @@
 * ``INTERACTIVE``: a client waits for the answer on its open connection (a synchronous
   request, whether it runs here at once or through the queue);
 * ``BACKGROUND``: an async job (``Prefer: respond-async``), answered later;
-* ``BULK``: a print (``models.adain.large``; ``Work.bulk``): an async job of long work
-  made of many short steps, which yields to every other forward.
+* ``BULK``: a print (``models.adain.large``) or a clip (``models.adain.video``;
+  ``Work.bulk``): an async job of long work made of many short steps (tiles, chunks),
+  which yields to every other forward.
 
 Interactive work goes first: a worker claims interactive jobs first, then background
 ones, then bulk ones, and runs at most ``bulk_jobs_per_device`` bulk jobs per device at
-once (each holds its picture in memory: a replica takes another print only when one
-finishes, and small jobs are claimed beside it). A key's ``max_jobs`` counts its async
-jobs, background and bulk (:data:`ASYNC_PRIORITIES`; ``service.jobs``).
+once (each holds its picture or its clip's segments in memory: a replica takes another
+print or clip only when one is painted, and small jobs are claimed beside it). A key's
+``max_jobs`` counts its async jobs, background and bulk (:data:`ASYNC_PRIORITIES`;
+``service.jobs``).
 
 Every worker pool keeps one batcher per priority on each device, and the device's gate
 ranks their forwards in the order of :data:`PRIORITIES` (``service.batching.DeviceGate``):
 a forward waits for at most one step of a less urgent one, which pauses at its step
 boundaries (and between the layers of its networks inside a step,
 ``models.control.pausing``) while more urgent work runs, and then resumes where it
-stopped. So a small job waits for one tile of a print or one layer of its base, never
-for the print.
+stopped. So a small job waits for one tile of a print, one layer of its base or of a
+clip's chunk, never for the print or the clip.
 
 The CPU work of bulk work outside its forwards (building a print's plan, taking its
-tiles in, encoding its picture) runs on :func:`off_loop_as_bulk`'s threads, whose OS
+tiles in, encoding its picture; decoding a clip, its motion, encoding its segments) runs on :func:`off_loop_as_bulk`'s threads, whose OS
 priority is lowered by :data:`BULK_NICE`: on a busy CPU they take what the other work
 leaves. Bulk forwards themselves keep the normal OS priority, because more urgent
 forwards wait for their step to end.
 
 Which priority a piece of work runs at is decided in one place, the executor
-(``service.execution``): a job's record carries it (a print's job is queued as ``BULK``),
-and a print's steps are sent as bulk (``RunContext.submit(..., bulk=True)``). The names
+(``service.execution``): a job's record carries it (a print's or a clip's job is queued
+as ``BULK``), and their steps are sent as bulk (``RunContext.submit(..., bulk=True)``). The names
 live here, below the job store, the worker pools and the executor, because all three
 speak of them and none of them may import another for them: the store and the pools are
 independent layers that only the executor joins.

@@ -36,6 +36,9 @@ from models.temporal import BLEND_STRENGTH, FrameMotion, StageBlend, shrink
 #: Frames per chunk: one batch through the model, one encoded segment, one checkpoint.
 CHUNK_FRAMES = 8
 
+#: How :func:`walk_clip` runs its CPU work off the event loop: ``await off_loop(f, *args)``.
+OffLoop = Callable[..., Awaitable[Any]]
+
 
 @dataclass
 class ClipState:
@@ -142,17 +145,19 @@ async def walk_clip(
     state: ClipState | None = None,
     *,
     strength: float = BLEND_STRENGTH,
+    off_loop: OffLoop = asyncio.to_thread,
 ) -> AsyncGenerator[tuple[Tensor, ClipState], None]:
     """The one walk over a clip's chunks (:func:`models.video.frame_chunks`), in order:
-    each chunk is decoded and its motions estimated off the event loop, then
+    each chunk is decoded and its motions estimated off the event loop (by ``off_loop``:
+    a thread of asyncio's default pool, or the service's low-priority bulk threads), then
     ``paint(frames, blend)`` paints it with the clip's :class:`~models.temporal.StageBlend`
     of ``strength`` (:func:`stylize_chunk` here, or the chunk sent to a worker pool), and
     it is yielded as its stylised frames ``(n, 3, H, W)`` uint8 with the clip's state
     after it. ``state``: where a stopped run got to (its chunks then start there)."""
     state = state or ClipState()
     estimator = FlowEstimator()
-    while (frames := await asyncio.to_thread(next, chunks, None)) is not None:
-        motions = await asyncio.to_thread(frame_motions, frames, state.last_input, estimator)
+    while (frames := await off_loop(next, chunks, None)) is not None:
+        motions = await off_loop(frame_motions, frames, state.last_input, estimator)
         blend = StageBlend(strength, carried=state.carried)
         blend.begin(motions)
         stylised = await paint(frames, blend)

@@ -4,8 +4,16 @@ The clip (the upload's bytes, kept as the job's input) is decoded ``CHUNK_FRAMES
 at a time (:func:`models.video.frame_chunks`) and walked by the clip loop the CLI uses too
 (:func:`models.adain.video.walk_clip`); here each chunk is one batcher item
 (:class:`~service.workers.style_transfer.VideoChunk`, one batch on a GPU) and its output is
-encoded as a segment of the clip's own codec (:func:`models.video.encode_segment`). Memory holds one chunk of frames, the upload and
-the encoded segments (the result's size), never the decoded clip.
+encoded as a segment of the clip's own codec (:func:`models.video.encode_segment`).
+Memory holds one chunk of frames, the upload and the encoded segments (the result's
+size), never the decoded clip.
+
+A clip is bulk work (``service.priorities``), as a print is: its job is queued as
+``BULK`` (it takes one of a worker's ``bulk_jobs_per_device`` slots until its last chunk
+is painted), its chunks yield the device to every other forward, between the layers of
+the networks too, and its CPU work outside them (decoding, motion, encoding the
+segments, the state, the final remux) runs on the low-priority bulk threads. A small
+job sent while a clip is painted waits for one layer of a chunk, not for the clip.
 
 After each chunk the segment and then the clip's state
 (:class:`~models.adain.video.ClipState`) are saved as the job's checkpoints (in the job
@@ -22,7 +30,6 @@ copied unchanged and the parameters in the container's metadata
 
 from __future__ import annotations
 
-import asyncio
 import io
 import json
 import logging
@@ -42,6 +49,7 @@ from service.errors import BadVideo
 from service.execution.work import Checkpoint, RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
+from service.priorities import off_loop_as_bulk
 from service.workers.pool import WorkerPool
 from service.workers.style_transfer import StylizeItem, VideoChunk
 
@@ -75,6 +83,12 @@ class StylizeVideoWork(Work):
     styles: tuple[torch.Tensor, ...]
     options: StyleOptions
     request_parameters: dict[str, Any]
+
+    @property
+    def bulk(self) -> bool:
+        """A clip is bulk work (``service.priorities``), as a print is: many chunks, each a
+        short forward that yields the device to every other one."""
+        return True
 
     @property
     def unit(self) -> str:
@@ -117,19 +131,22 @@ class StylizeVideoWork(Work):
         styles = [to_float(style)[None] for style in self.styles]
 
         async def paint(frames: torch.Tensor, blend: StageBlend) -> torch.Tensor:
-            return await context.submit(pool, VideoChunk(frames, styles, self.options, blend), None)
+            chunk = VideoChunk(frames, styles, self.options, blend)
+            return await context.submit(pool, chunk, None, bulk=True)
 
         chunks = frame_chunks(self.video, CHUNK_FRAMES, size=self.size, start=start.frames_done)
         saving = checkpoint is not None
-        async for stylised, state in walk_clip(_decoded(chunks), paint, start):
-            segment = await asyncio.to_thread(encode_segment, stylised, self.info)
+        walk = walk_clip(_decoded(chunks), paint, start, off_loop=off_loop_as_bulk)
+        async for stylised, state in walk:
+            segment = await off_loop_as_bulk(encode_segment, stylised, self.info)
             segments.append(segment)
             if saving and checkpoint is not None:
                 saving = await _save(checkpoint, len(segments) - 1, segment, state)
             context.report(state.frames_done, self.info.frames)
+        context.done_with_device()
         parameters = {**self.request_parameters, **pool.provenance()}
         metadata = {"comment": json.dumps(parameters, sort_keys=True)}
-        data = await asyncio.to_thread(_assemble, segments, self.video, self.info, metadata)
+        data = await off_loop_as_bulk(_assemble, segments, self.video, self.info, metadata)
         fields = {
             "parameters": parameters,
             "frames": self.info.frames,
@@ -163,7 +180,7 @@ async def _resume(checkpoint: Checkpoint | None) -> tuple[ClipState, list[bytes]
     saved = await checkpoint.load(STATE)
     if saved is None:
         return ClipState(), []
-    state = await asyncio.to_thread(ClipState.from_bytes, saved)
+    state = await off_loop_as_bulk(ClipState.from_bytes, saved)
     segments = []
     for index in range(-(-state.frames_done // CHUNK_FRAMES)):
         segment = await checkpoint.load(segment_name(index))
@@ -180,5 +197,5 @@ async def _save(checkpoint: Checkpoint, index: int, segment: bytes, state: ClipS
     in this run) when the store did not take one: a state never names a missing segment."""
     if not await checkpoint.save(segment_name(index), segment):
         return False
-    data = await asyncio.to_thread(state.to_bytes)
+    data = await off_loop_as_bulk(state.to_bytes)
     return await checkpoint.save(STATE, data)

@@ -114,7 +114,7 @@ class RunContext:
         its deadline now. As part ``part`` of the work, its progress (each step, through
         its batch's step control) and previews report as that part's; ``None``: one of
         the items a work sends in turn, which counts them itself (:meth:`report`).
-        ``bulk``: ``job`` is a step of bulk work (a print's), which runs at ``BULK``
+        ``bulk``: ``job`` is a step of bulk work (a print's tile, a clip's chunk), which runs at ``BULK``
         whatever this run's priority (``service.priorities``).
 
         Raises:
@@ -135,7 +135,7 @@ class RunContext:
 
     def done_with_device(self) -> None:
         """The work sends no more items: what is left is CPU work on its result (encoding
-        it), so a bulk job's slot goes to the next print (``JobRunner``)."""
+        it), so a bulk job's slot goes to the next print or clip (``JobRunner``)."""
         if self.on_device_done is not None:
             self.on_device_done()
 
@@ -158,9 +158,9 @@ class Work(ABC):
 
     @property
     def bulk(self) -> bool:
-        """Whether the work is bulk work (``service.priorities.BULK``: a print): its
-        payload is encoded on the low-priority bulk threads, and it sends its items
-        with ``bulk=True``."""
+        """Whether the work is bulk work (``service.priorities.BULK``: a print, a clip):
+        its job is queued as ``BULK``, its payload is encoded on the low-priority bulk
+        threads, and it sends its items with ``bulk=True``."""
         return False
 
     @property

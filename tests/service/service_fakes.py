@@ -152,6 +152,8 @@ class FakeStyleTransfer(Stepper):
         self.print_threads: list[str] = []
         #: Frames of clips stylised so far, and how many before ``hold`` is heeded.
         self.frames_seen = 0
+        #: The threads each chunk of a clip was painted on (a batcher's: its priority).
+        self.chunk_threads: list[str] = []
         self.frames_before_hold = int(os.environ.get("REPLICA_FRAMES_BEFORE_HOLD", "0"))
 
     warmed_up = False
@@ -227,6 +229,7 @@ class FakeStyleTransfer(Stepper):
         if self.frames_seen >= self.frames_before_hold:
             self._wait_while_held()
         self.frames_seen += content.shape[0]
+        self.chunk_threads.append(threading.current_thread().name)
         self.batch_sizes.append(content.shape[0])
         mean = styles[0].mean(dim=(2, 3))[:, :, None, None]
         frames = torch.lerp(1.0 - content, mean.expand_as(content), alpha * 0.5)

@@ -18,13 +18,15 @@ import numpy as np
 import pytest
 import torch
 from api_headers import ASYNC
+from fastapi.testclient import TestClient
 from PIL import Image
-from service_fakes import FakeStyleTransfer, make_settings, wait_until
+from service_fakes import Fakes, FakeStyleTransfer, make_settings, wait_until
 
 from models.adain.options import StyleOptions
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.images import to_float
 from models.video import encode_segment, frame_chunks, probe
+from service.app import create_app
 from service.execution.video import StylizeVideoWork, segment_name
 from service.execution.work import Checkpoint, RunContext
 from service.metrics import Metrics
@@ -130,6 +132,42 @@ def test_a_cancelled_clip_stops_at_its_next_chunk(client_factory, fakes, clip, t
     job = _finished(client, accepted["id"])
     assert job["state"] == "cancelled"
     assert fake.frames_seen <= 2 * CHUNK_FRAMES  # at most the chunk that was waiting ran
+
+
+def test_a_clip_is_bulk_work_that_takes_turns_with_a_print(tmp_path, clip):
+    """A clip is bulk work, as a print is: with one bulk slot per device, a clip sent
+    while a print is painted waits in the queue, a small job sent after it is claimed
+    beside the print, and the clip's chunks run on the bulk batcher (whose forwards yield
+    the device to every other one)."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    fakes = Fakes(hold=hold)
+    settings = make_settings(max_side=2048, bulk_jobs_per_device=1)
+    app = create_app(settings, model_entries=fakes.entries())
+    photo = corpus.png(1100, 300)  # above the 1024 px base: a print
+    with TestClient(app, raise_server_exceptions=False) as client:
+        files = [("content", ("p.png", photo, "image/png")), ("style", corpus.png(32, 32))]
+        held = client.post("/v1/stylize", files=files, data={"size": "1100"}, headers=ASYNC)
+        model = fakes.adain["cpu"]
+        wait_until(lambda: len(model.steps_by) >= 1)  # the print runs; its next step waits
+        video = _post(client, clip, headers=ASYNC).json()
+        files = [
+            ("content", ("s.png", corpus.png(64, 48), "image/png")),
+            ("style", corpus.png(32, 32)),
+        ]
+        small = client.post("/v1/stylize", files=files, data={"size": "64"}, headers=ASYNC)
+
+        def state(job_id: str) -> str:
+            return str(client.get(f"/v1/jobs/{job_id}").json()["state"])
+
+        try:
+            wait_until(lambda: state(small.json()["id"]) == "running")
+            assert state(video["id"]) == "queued" and state(held.json()["id"]) == "running"
+        finally:
+            hold.unlink()
+        finals = [_finished(client, job_id) for job_id in (held.json()["id"], video["id"])]
+        assert [final["state"] for final in finals] == ["succeeded"] * 2
+    assert model.chunk_threads and all("-bulk" in name for name in model.chunk_threads)
 
 
 # ------------------------------------------------------------------ bad input
