@@ -140,10 +140,11 @@ class Settings(BaseSettings):
     """Leases a job may lose (its worker died) before it fails with worker_lost instead of
     running again."""
     bulk_jobs_per_device: Count = 1
-    """Bulk jobs (prints above print_size_above) a worker paints at once per device: each
-    holds its picture in memory while it is painted, so a replica takes another print only
-    when one is painted (its encoding and storing overlap the next); the rest wait in the
-    queue for any replica, and small jobs are claimed beside them."""
+    """Bulk jobs (prints above print_size_above, and clips) a worker paints at once per
+    device: each holds its picture (a clip: its segments) in memory while it is painted,
+    so a replica takes another only when one is painted (its encoding and storing overlap
+    the next); the rest wait in the queue for any replica, and small jobs are claimed
+    beside them."""
     job_progress_interval_s: float = Field(default=0.2, ge=0.0)
     """Least time between two progress writes of a job to the store."""
     max_event_streams: Count = 1024
