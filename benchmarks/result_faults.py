@@ -23,6 +23,14 @@ loopback port)
     the writes); the server's peak RSS growth while the results are read (target < 300 MB:
     results streamed, not held) and, for information, while the prints are painted and
     stored; every result's size as its job's ``file_bytes`` says, and the ranges right.
+
+``clip-beside`` (SQLite)
+    The same small jobs idle, then while a clip is stylised: a ``--clip-seconds`` 24 fps
+    H.264 MP4 made here (a textured gradient panning, ``--clip-height`` rows at 16:9),
+    sent as a job; the small jobs start once its first chunk is painted. Figures: the
+    small jobs' p95 over idle (target < 1.5x, as beside prints: a clip is bulk work whose
+    chunks yield the device), whether the clip was still being painted when the small
+    jobs were done (else the figure is partly idle), and the clip's own seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import io
 import statistics
 import time
 
+import av
 import httpx
 import numpy as np
 from job_faults import ASYNC, _finished, redis_running
@@ -245,6 +254,78 @@ async def _big_results(args: argparse.Namespace, store: str):
     return result, checks
 
 
-SCENARIOS = {"big-results": big_results, "big-results-redis": big_results_redis}
+def panning_clip(seconds: float, height: int, fps: int = 24) -> bytes:
+    """An H.264 MP4 of ``seconds`` at ``fps``: a smooth random field panning across a
+    ``16/9 * height`` x ``height`` frame (the motion a clip's blend follows)."""
+    width = round(height * 16 / 9 / 2) * 2
+    frames = round(seconds * fps)
+    rng = np.random.default_rng(5)
+    small = Image.fromarray(rng.integers(0, 256, (9, 32, 3), np.uint8))
+    field = np.asarray(small.resize((width + 4 * frames, height), Image.Resampling.BICUBIC))
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as container:
+        stream = container.add_stream("libx264", rate=fps)
+        stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
+        for index in range(frames):
+            frame = av.VideoFrame.from_ndarray(
+                np.ascontiguousarray(field[:, 4 * index : 4 * index + width]), format="rgb24"
+            )
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode())
+    return buffer.getvalue()
+
+
+async def clip_beside(args: argparse.Namespace):
+    """See the module's text."""
+    name = "clip-beside (sqlite)"
+    clip = panning_clip(args.clip_seconds, args.clip_height)
+    settings = {"video_job_timeout_s": "7200"}
+    with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
+        async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+            await _small_jobs(client, args)  # warm-up
+            idle = await _small_jobs(client, args)
+            files = [("content", ("clip.mp4", clip)), ("style", ("s.png", _noise_png(64, 9)))]
+            sent = time.monotonic()
+            response = await client.post("/v1/stylize", files=files, headers=ASYNC)
+            if response.status_code != 202:
+                raise RuntimeError(f"clip refused: {response.status_code} {response.text}")
+            clip_id = response.json()["id"]
+            while (job := (await client.get(f"/v1/jobs/{clip_id}")).json())["state"] in (
+                "queued",
+                "running",
+            ) and job["progress"]["step"] == 0:
+                await asyncio.sleep(0.1)
+            beside = await _small_jobs(client, args)
+            still_painted = (await client.get(f"/v1/jobs/{clip_id}")).json()["state"] == "running"
+            final = await _finished(client, clip_id, limit_s=7200)
+            clip_s = time.monotonic() - sent
+    ratio = p95(beside) / p95(idle)
+    result = {
+        "scenario": name,
+        "clip_seconds": args.clip_seconds,
+        "clip_height": args.clip_height,
+        "clip_bytes": len(clip),
+        "clip_state": final["state"],
+        "clip_painted_s": round(clip_s, 1),
+        "clip_still_painted_after_small_jobs": still_painted,
+        "small_idle_p95_s": round(p95(idle), 3),
+        "small_beside_clip_p95_s": round(p95(beside), 3),
+        "small_beside_clip_median_s": round(statistics.median(beside), 3),
+    }
+    checks = [
+        Check(name, "clip succeeded", final["state"], "succeeded", final["state"] == "succeeded"),
+        Check(name, "clip painted through the small jobs", str(still_painted), "True",
+              still_painted),
+        Check(name, "small jobs' p95 beside the clip, over idle", f"{ratio:.2f}x", "< 1.5x",
+              ratio < 1.5),
+    ]  # fmt: skip
+    return result, checks
+
+
+SCENARIOS = {
+    "big-results": big_results,
+    "big-results-redis": big_results_redis,
+    "clip-beside": clip_beside,
+}
 
 __all__ = ["SCENARIOS"]

@@ -561,6 +561,8 @@ FLAGS = FlagGroup(
         "--small-jobs": (50, "big-results: small jobs, idle and beside the prints"),
         "--small-concurrency": (4, "big-results: small jobs in flight at once"),
         "--result-readers": (4, "big-results: results downloaded at once"),
+        "--clip-seconds": (6.0, "clip-beside: the clip's length (24 fps)"),
+        "--clip-height": (360, "clip-beside: the clip's rows (16:9)"),
     },
 )
 
