@@ -15,6 +15,12 @@ loopback port)
     3. Reads: every print's result downloaded through its ``result_url`` by
        ``--result-readers`` clients at once, streamed to nothing, and the last MB of each
        read again with ``Range``, over and over while the small jobs run a third time.
+       The readers run in a process of their own, its nice raised by ``READERS_NICE``:
+       a download's bytes are parsed and hashed on the client's machine, not the
+       server's, and within the benchmark's process they held up the small jobs' own
+       polling loop (the figure then measured the benchmark's client). The bytes read
+       and the server's CPU seconds over the phase are reported, beside its CPU seconds
+       for the idle round of small jobs: the difference is what the reads cost it.
 
     Figures: the store's breaker openings (``/readyz`` turning 503; target 0); the small
     jobs' p95 over idle while the prints are painted and stored, and while the results
@@ -41,8 +47,11 @@ import base64
 import contextlib
 import hashlib
 import io
+import multiprocessing
+import os
 import statistics
 import time
+from typing import Any
 
 import av
 import httpx
@@ -100,7 +109,10 @@ async def _small_jobs(client: httpx.AsyncClient, args: argparse.Namespace) -> li
             sent = time.monotonic()
             files = [("content", ("c.png", content)), ("style", ("s.png", style))]
             response = await client.post(
-                "/v1/stylize", files=files, data={"size": "96", "seed": str(index)}, headers=ASYNC
+                "/v1/stylize",
+                files=files,
+                data={"size": "96", "seed": str(index)},
+                headers=ASYNC,
             )
             if response.status_code != 202:
                 raise RuntimeError(f"small job refused: {response.status_code} {response.text}")
@@ -115,40 +127,85 @@ async def _small_jobs(client: httpx.AsyncClient, args: argparse.Namespace) -> li
 
 async def _read_result(client: httpx.AsyncClient, job_id: str) -> tuple[int, str, bool]:
     """(bytes, SHA-256, whether the last MB read with Range is the same bytes)."""
-    digest, size, tail = hashlib.sha256(), 0, b""
+    digest, size, tail = hashlib.sha256(), 0, bytearray()
     async with client.stream("GET", f"/v1/jobs/{job_id}/result") as response:
         response.raise_for_status()
+        tail_from = int(response.headers["content-length"]) - TAIL_BYTES
         async for chunk in response.aiter_bytes():
             digest.update(chunk)
+            if size + len(chunk) > tail_from:
+                tail += chunk[max(0, tail_from - size) :]
             size += len(chunk)
-            tail = (tail + chunk)[-1024 * 1024 :]
-    start = max(0, size - len(tail))
+    start = size - len(tail)
     ranged = await client.get(
         f"/v1/jobs/{job_id}/result", headers={"Range": f"bytes={start}-{size - 1}"}
     )
-    return size, digest.hexdigest(), ranged.status_code == 206 and ranged.content == tail
+    return (
+        size,
+        digest.hexdigest(),
+        ranged.status_code == 206 and ranged.content == tail,
+    )
+
+
+#: The end of each result read again with ``Range``.
+TAIL_BYTES = 1024 * 1024
+#: How much lower (a ``nice`` increment) the readers' process runs than the benchmark.
+READERS_NICE = 10
+
+
+def _reader_process(url: str, job_ids: list[str], readers: int, stop: Any, out: Any) -> None:
+    """The readers' process (see the module's text): ``out`` gets ``({job id: the first
+    read of it}, the bytes read in all, None)`` once ``stop`` is set and each was read,
+    or ``({}, 0, the error that stopped them)``."""
+    os.nice(READERS_NICE)
+    try:
+        out.put((*asyncio.run(_read_until(url, job_ids, readers, stop)), None))
+    except Exception as exc:  # noqa: BLE001 (handed to the parent, which raises it)
+        out.put(({}, 0, f"the readers failed: {exc!r}"))
+
+
+async def _read_until(
+    url: str, job_ids: list[str], readers: int, stop: Any
+) -> tuple[dict[str, tuple[int, str, bool]], int]:
+    first: dict[str, tuple[int, str, bool]] = {}
+    read = 0
+
+    async def reader(index: int) -> None:
+        nonlocal read
+        while not stop.is_set() or len(first) < len(job_ids):
+            for job_id in job_ids[index::readers]:
+                outcome = await _read_result(client, job_id)
+                first.setdefault(job_id, outcome)
+                read += outcome[0]
+
+    async with httpx.AsyncClient(base_url=url, timeout=600) as client:
+        await asyncio.gather(*(reader(index) for index in range(readers)))
+    return first, read
 
 
 async def _reads_beside_small_jobs(
     client: httpx.AsyncClient, finals: list[dict], args: argparse.Namespace
-) -> tuple[list[tuple[int, str, bool]], list[float]]:
-    """Every result read by ``--result-readers`` clients, over and over until a round of
-    small jobs run meanwhile is done: (the first read of each, the small jobs' seconds)."""
-    first: dict[str, tuple[int, str, bool]] = {}
-    done = asyncio.Event()
-
-    count = min(args.result_readers, len(finals))
-
-    async def reader(index: int) -> None:
-        while not done.is_set() or len(first) < len(finals):
-            for final in finals[index::count]:
-                first.setdefault(final["id"], await _read_result(client, final["id"]))
-
-    readers = [asyncio.create_task(reader(index)) for index in range(count)]
-    beside = await _small_jobs(client, args)
-    done.set()
-    await asyncio.gather(*readers)
-    return [first[final["id"]] for final in finals], beside
+) -> tuple[list[tuple[int, str, bool]], list[float], int]:
+    """Every result read by ``--result-readers`` clients of a process of their own, over
+    and over until a round of small jobs run meanwhile is done: (the first read of each,
+    the small jobs' seconds, the bytes read in all)."""
+    ids = [final["id"] for final in finals]
+    spawn = multiprocessing.get_context("spawn")
+    stop, out = spawn.Event(), spawn.Queue()
+    readers = min(args.result_readers, len(ids))
+    process = spawn.Process(
+        target=_reader_process, args=(str(client.base_url), ids, readers, stop, out)
+    )
+    process.start()
+    try:
+        beside = await _small_jobs(client, args)
+    finally:
+        stop.set()
+    first, read, error = await asyncio.to_thread(out.get)
+    process.join()
+    if error is not None:
+        raise RuntimeError(error)
+    return [first[job_id] for job_id in ids], beside, read
 
 
 def _result_bytes(final: dict) -> int:
@@ -194,13 +251,18 @@ async def _big_results(args: argparse.Namespace, store: str):
         with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
             async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
                 await _small_jobs(client, args)  # warm-up
+                idling = Footprint(server.pid)
                 idle = await _small_jobs(client, args)
+                idle_cpu_s = idling.cpu_s()
                 watch = Watch(server.url)
                 watching = asyncio.create_task(watch.run())
                 painting = Footprint(server.pid)
                 big_ids = []
                 for index in range(args.big_count):
-                    files = [("content", ("p.jpg", photo)), ("style", ("s.png", _noise_png(64, 9)))]
+                    files = [
+                        ("content", ("p.jpg", photo)),
+                        ("style", ("s.png", _noise_png(64, 9))),
+                    ]
                     data = {"size": str(args.big_side), "seed": str(index)}
                     response = await client.post(
                         "/v1/stylize", files=files, data=data, headers=ASYNC
@@ -212,8 +274,8 @@ async def _big_results(args: argparse.Namespace, store: str):
                 finals = [await _finished(client, job_id, limit_s=7200) for job_id in big_ids]
                 painting_growth = painting.growth_mb()
                 reading = Footprint(server.pid)
-                reads, beside_reads = await _reads_beside_small_jobs(client, finals, args)
-                reading_growth = reading.growth_mb()
+                reads, beside_reads, read = await _reads_beside_small_jobs(client, finals, args)
+                reading_growth, reading_cpu_s = reading.growth_mb(), reading.cpu_s()
                 watch.stopped = True
                 await watching
     states = [final["state"] for final in finals]
@@ -237,6 +299,9 @@ async def _big_results(args: argparse.Namespace, store: str):
         "small_beside_reads_p95_s": round(p95(beside_reads), 3),
         "rss_growth_painting_mb": round(painting_growth),
         "rss_growth_reading_mb": round(reading_growth),
+        "read_mb": round(read / 2**20),
+        "server_cpu_s_small_jobs_idle": round(idle_cpu_s, 1),
+        "server_cpu_s_small_jobs_and_reads": round(reading_cpu_s, 1),
     }
     checks = [
         Check(name, "prints succeeded", f"{states.count('succeeded')}/{len(states)}", "all",
@@ -268,7 +333,8 @@ def panning_clip(seconds: float, height: int, fps: int = 24) -> bytes:
         stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
         for index in range(frames):
             frame = av.VideoFrame.from_ndarray(
-                np.ascontiguousarray(field[:, 4 * index : 4 * index + width]), format="rgb24"
+                np.ascontiguousarray(field[:, 4 * index : 4 * index + width]),
+                format="rgb24",
             )
             container.mux(stream.encode(frame))
         container.mux(stream.encode())
@@ -284,7 +350,10 @@ async def clip_beside(args: argparse.Namespace):
         async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
             await _small_jobs(client, args)  # warm-up
             idle = await _small_jobs(client, args)
-            files = [("content", ("clip.mp4", clip)), ("style", ("s.png", _noise_png(64, 9)))]
+            files = [
+                ("content", ("clip.mp4", clip)),
+                ("style", ("s.png", _noise_png(64, 9))),
+            ]
             sent = time.monotonic()
             response = await client.post("/v1/stylize", files=files, headers=ASYNC)
             if response.status_code != 202:
