@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from models.images import (
+    _rgb8_array,
     encode_image,
     fit_longer_side,
     from_png,
@@ -81,6 +82,16 @@ def test_eight_bit_pixels_are_the_rounded_float_pixels(mode):
     out = pil_to_uint8(image)
     assert out.dtype == torch.uint8 and out.shape == (3, 7, 9)
     assert torch.equal(out, to_uint8(pil_to_tensor(image)))
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK"])
+def test_eight_bit_pixels_converted_in_strips_are_the_whole_images(mode):
+    """Strips of rows (the last one short) give the pixels one whole conversion gives."""
+    image = _image_of_mode(mode, seed=len(mode) + 1)
+    white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+    whole = np.array(Image.alpha_composite(white, image.convert("RGBA")).convert("RGB"))
+    for rows in (1, 2, 3, image.height):
+        assert np.array_equal(_rgb8_array(image, rows_per_strip=rows), whole)
 
 
 def test_encode_rejects_bad_arguments():
