@@ -94,6 +94,31 @@ def test_eight_bit_pixels_converted_in_strips_are_the_whole_images(mode):
         assert np.array_equal(_rgb8_array(image, rows_per_strip=rows), whole)
 
 
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_a_tensor_copied_into_pillow_in_strips_is_the_whole_array(dtype):
+    """Strips of rows (the last one short) make the image the whole ``(H, W, 3)`` array
+    makes, 8-bit as it is, floats clamped and rounded."""
+    levels = _levels(3, 11, 6, seed=3)
+    image = (levels * 255).round().to(torch.uint8) if dtype == torch.uint8 else levels * 1.2 - 0.1
+    if dtype == torch.float32:
+        image_8bit = (image.clamp(0, 1) * 255.0).round().to(torch.uint8)
+    else:
+        image_8bit = image
+    whole = image_8bit.permute(1, 2, 0).numpy()
+    for rows in (1, 4, 11):
+        assert np.array_equal(np.asarray(tensor_to_pil(image, rows_per_strip=rows)), whole)
+
+
+def test_a_pillow_image_encodes_as_its_tensor_does():
+    image = (_levels(3, 9, 13, seed=4) * 255).round().to(torch.uint8)
+    for fmt in ("png", "jpeg"):
+        assert encode_image(tensor_to_pil(image), fmt, {"a": 1}) == encode_image(
+            image, fmt, {"a": 1}
+        )
+    with pytest.raises(ValueError, match="unknown format"):
+        encode_image(tensor_to_pil(image), "gif")
+
+
 def test_encode_rejects_bad_arguments():
     with pytest.raises(ValueError, match="unknown format"):
         encode_image(torch.rand(3, 4, 4), "gif")
