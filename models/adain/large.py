@@ -117,7 +117,7 @@ CUBIC_A = -0.75
 OCTAVE_LEVEL = "relu1_1"
 #: Rows of an octave's output turned into its residual at once (the photo's rows read
 #: as float32 for them: a strip, never the octave's whole photo).
-RESIDUAL_ROWS_PER_STRIP = 256
+RESIDUAL_ROWS_PER_STRIP = 64
 
 
 # ------------------------------------------------------------------------ the plan
