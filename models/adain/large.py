@@ -39,8 +39,17 @@ whole-map pass cut in pieces, to float rounding, and there is no seam to blend.
 
 Cost and memory: the base costs a fixed ~20 GMAC; each octave one relu1_1 pass (~3.5 kMAC
 a pixel), ``4/3`` of the full-size pixels in all, so the cost per output pixel falls
-towards a constant as the photo grows. Held at once: the photo (8-bit), the octave below's
-residual (float32, a quarter of the pixels), the result (8-bit) and one step's tiles.
+towards a constant as the photo grows. Held at once, at most: the photo (8-bit), the
+octave below's residual (float32, a quarter of the pixels), the result (8-bit) and the
+tiles of the steps in flight; at 8192 x 8192 px, three pictures of 201 MB. Nothing else
+of the picture's size is held whole: the octave below an 8-bit photo is read from it
+where it is needed (:class:`HalfPhoto`; its float32 pixels would be another 201 MB),
+coarser octaves are halved in strips (:func:`halved`), a residual is made in strips,
+and regions are gathered without a copy of the columns they lie in. Measured
+(``benchmarks/print_turns.py --count 1 --side 8192 --aspect 1.0 --bulk-slots 1``, one
+print on a served CPU replica, docs/service.md): the server's peak RSS growth is 774-793
+MB, against 1,307-1,680 MB before these cuts; beyond the three pictures, the base's and
+the tiles' working memory and the service's copies (its payload decoded, its PNG encoded).
 
 A stylisation is a list of phases (:meth:`PrintStylization.phases`), each a list of
 :class:`Step` that may run in any order or at once; a phase needs the one before it
