@@ -39,8 +39,17 @@ whole-map pass cut in pieces, to float rounding, and there is no seam to blend.
 
 Cost and memory: the base costs a fixed ~20 GMAC; each octave one relu1_1 pass (~3.5 kMAC
 a pixel), ``4/3`` of the full-size pixels in all, so the cost per output pixel falls
-towards a constant as the photo grows. Held at once: the photo (8-bit), the octave below's
-residual (float32, a quarter of the pixels), the result (8-bit) and one step's tiles.
+towards a constant as the photo grows. Held at once, at most: the photo (8-bit), the
+octave below's residual (float32, a quarter of the pixels), the result (8-bit) and the
+tiles of the steps in flight; at 8192 x 8192 px, three pictures of 201 MB. Nothing else
+of the picture's size is held whole: the octave below an 8-bit photo is read from it
+where it is needed (:class:`HalfPhoto`; its float32 pixels would be another 201 MB),
+coarser octaves are halved in strips (:func:`halved`), a residual is made in strips,
+and regions are gathered without a copy of the columns they lie in. Measured
+(``benchmarks/print_turns.py --count 1 --side 8192 --aspect 1.0 --bulk-slots 1``, one
+print on a served CPU replica, docs/service.md): the server's peak RSS growth is 774-793
+MB, against 1,307-1,680 MB before these cuts; beyond the three pictures, the base's and
+the tiles' working memory and the service's copies (its payload decoded, its PNG encoded).
 
 A stylisation is a list of phases (:meth:`PrintStylization.phases`), each a list of
 :class:`Step` that may run in any order or at once; a phase needs the one before it
@@ -115,6 +124,9 @@ MIN_TILE_SIDE = 3
 CUBIC_A = -0.75
 #: The level of an octave's pass.
 OCTAVE_LEVEL = "relu1_1"
+#: Rows of an octave's output turned into its residual at once (the photo's rows read
+#: as float32 for them: a strip, never the octave's whole photo).
+RESIDUAL_ROWS_PER_STRIP = 64
 
 
 # ------------------------------------------------------------------------ the plan
@@ -225,10 +237,12 @@ def resample_region(
     row_taps, row_weights = taps(image.shape[-2], size[0], rows)
     column_taps, column_weights = taps(image.shape[-1], size[1], columns)
     low, high = int(column_taps.min()), int(column_taps.max()) + 1
-    source = image[:, :, low:high].float()
     out = torch.zeros(image.shape[0], len(rows), high - low)
     for tap in range(row_taps.shape[1]):
-        out += row_weights[:, tap].float()[:, None] * source.index_select(1, row_taps[:, tap])
+        # rows gathered out of the band of columns where they lie (index_select would
+        # copy the band first: the picture's whole height, 200 MB on an octave's grid)
+        source = image[:, row_taps[:, tap], low:high].float()
+        out += row_weights[:, tap].float()[:, None] * source
     result = torch.zeros(image.shape[0], len(rows), len(columns))
     for tap in range(column_taps.shape[1]):
         picked = out.index_select(2, column_taps[:, tap] - low)
@@ -239,24 +253,112 @@ def resample_region(
 def halve(photo: Tensor, rows_per_strip: int = 256) -> Tensor:
     """``photo`` ``(3, H, W)`` (uint8 in [0, 255] or float in [0, 1]) halved by a 2 x 2
     mean (the partial windows of an odd side averaging what they hold), as float32 in
-    [0, 1], in strips of rows so that no float copy of the whole photo is made."""
+    [0, 1], in strips of ``rows_per_strip`` (even) rows written into the one tensor it
+    returns, so that no float copy of the whole photo is made."""
+    if rows_per_strip % 2:
+        raise ValueError(f"rows_per_strip must be even, got {rows_per_strip}")
     scale = 255.0 if photo.dtype == torch.uint8 else 1.0
-    strips = [
-        F.avg_pool2d(photo[None, :, top : top + rows_per_strip].float(), 2, ceil_mode=True)[0]
-        for top in range(0, photo.shape[-2], rows_per_strip)
-    ]
-    return torch.cat(strips, dim=1).div_(scale)
+    channels, height, width = photo.shape
+    out = torch.empty((channels, -(-height // 2), -(-width // 2)), dtype=torch.float32)
+    for top in range(0, height, rows_per_strip):
+        strip = photo[None, :, top : top + rows_per_strip].float()
+        out[:, top // 2 : (top + rows_per_strip) // 2] = F.avg_pool2d(strip, 2, ceil_mode=True)[0]
+    return out.div_(scale)
 
 
-def pixels_at(photo: Tensor, rows: Tensor, columns: Tensor) -> Tensor:
-    """``photo[:, rows][:, :, columns]`` as RGB float32 in [0, 1] (``photo`` uint8 or
-    float, RGB or one luma channel).
+def halved(photo: Tensor, times: int, out_rows_per_strip: int = 64) -> Tensor:
+    """``photo`` halved ``times`` times by :func:`halve`, bit for bit, in strips of
+    ``out_rows_per_strip`` output rows (each from its ``2^times`` as many input rows), so
+    that no octave between the photo and the result is held whole.
+
+    Shape:
+        - photo: ``(C, H, W)`` uint8 or float; output: ``(C, h, w)`` float32, each side
+          halved (rounding up) ``times`` times.
+    """
+    if times < 1:
+        raise ValueError(f"times must be >= 1, got {times}")
+    channels, height, width = photo.shape
+    for _ in range(times):
+        height, width = -(-height // 2), -(-width // 2)
+    out = torch.empty((channels, height, width), dtype=torch.float32)
+    span = out_rows_per_strip * 2**times  # strips start on multiples of 2^times rows
+    for top in range(0, photo.shape[-2], span):
+        strip = photo[:, top : top + span]
+        for _ in range(times):
+            strip = halve(strip)
+        out[:, top // 2**times : top // 2**times + out_rows_per_strip] = strip
+    return out
+
+
+@dataclass(frozen=True)
+class HalfPhoto:
+    """:func:`halve` of an 8-bit photo, read where it is needed instead of held whole.
+
+    A 2 x 2 mean of 8-bit values is exact in float32 (a sum of at most four integers
+    below 256, divided by 1, 2 or 4), so any part read here is bit for bit that part of
+    ``halve(photo)``, however it is cut. A print's second-finest octave is one of these:
+    its float32 pixels would be as large as the 8-bit photo.
+
+    Shape:
+        - photo: ``(C, H, W)`` uint8; the half: ``(C, ceil(H / 2), ceil(W / 2))``.
+    """
+
+    photo: Tensor
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        channels, height, width = self.photo.shape
+        return channels, -(-height // 2), -(-width // 2)
+
+    def rows(self, top: int, bottom: int) -> Tensor:
+        """Rows ``top:bottom`` of the half, ``(C, n, w)`` float32 in [0, 1]."""
+        return halve(self.photo[:, 2 * top : 2 * bottom])
+
+    def at(self, rows: Tensor, columns: Tensor) -> Tensor:
+        """The half at ``rows`` x ``columns``, ``(C, n, m)`` float32 in [0, 1]: each
+        position's 2 x 2 window of the photo (a partial window at an odd side reads its
+        one row or column twice: the same mean) averaged."""
+
+        def window(index: Tensor, length: int) -> Tensor:
+            pair = torch.stack([2 * index, (2 * index + 1).clamp_max(length - 1)], dim=1)
+            return pair.flatten()
+
+        height, width = self.photo.shape[-2:]
+        rows2, columns2 = window(rows, height), window(columns, width)
+        picked = self.photo[:, rows2[:, None], columns2[None, :]]
+        return F.avg_pool2d(picked[None].float(), 2)[0].div_(255.0)
+
+
+#: An octave's photo: held whole (uint8 or float32), or a :class:`HalfPhoto`.
+OctavePhoto = Tensor | HalfPhoto
+
+
+def octave_photo(photo: Tensor, times: int, *, coarsest: bool) -> OctavePhoto:
+    """The photo of the octave ``times`` halvings below the photo ``(C, H, W)``: a
+    :class:`HalfPhoto` one below an 8-bit photo, unless the base reads it whole (the
+    coarsest); else :func:`halved`."""
+    if times == 1 and not coarsest and photo.dtype == torch.uint8:
+        return HalfPhoto(photo)
+    return halved(photo, times)
+
+
+def photo_rows(photo: OctavePhoto, top: int, bottom: int) -> Tensor:
+    """Rows ``top:bottom`` of an octave's photo as float32 in [0, 1], ``(C, n, w)``."""
+    if isinstance(photo, HalfPhoto):
+        return photo.rows(top, bottom)
+    return _as_float(photo[:, top:bottom])
+
+
+def pixels_at(photo: OctavePhoto, rows: Tensor, columns: Tensor) -> Tensor:
+    """``photo[:, rows][:, :, columns]`` as RGB float32 in [0, 1] (``photo`` uint8,
+    float or a :class:`HalfPhoto`, RGB or one luma channel).
 
     Shape:
         - photo: ``(3 or 1, H, W)``; rows, columns: ``(n,)``, ``(m,)``; output: ``(3, n, m)``.
     """
-    low, high = int(columns.min()), int(columns.max()) + 1  # a tile's columns: a view first
-    picked = photo[:, :, low:high].index_select(1, rows).index_select(2, columns - low).float()
+    if isinstance(photo, HalfPhoto):
+        return photo.at(rows, columns).expand(3, -1, -1)
+    picked = photo[:, rows[:, None], columns[None, :]].float()  # gathered, nothing copied first
     if photo.dtype == torch.uint8:
         picked.div_(255.0)
     return picked.expand(3, -1, -1)
@@ -284,7 +386,9 @@ class Step:
 @dataclass
 class _Octave:
     size: tuple[int, int]
-    photo: Tensor | None  # (C, H, W), C = 3 or 1 (luma): uint8 at full size, float32 below
+    # (C, H, W), C = 3 or 1 (luma): uint8 at full size, a HalfPhoto of it at the octave
+    # below (when that is not the coarsest), float32 below that
+    photo: OctavePhoto | None
     matrix: Tensor | None = None  # (64, 64), float64
     shift: Tensor | None = None  # (64,)
     output: Tensor | None = None  # (3, H, W): float32 below full size, uint8 at it
@@ -339,12 +443,14 @@ class PrintStylization:
         )
         self.weights = convex_weights(options.style_weights, len(self.styles))
         photo = _luma(content) if options.preserve_color else content
-        self._octaves: list[_Octave] = []
-        for octave_size in sizes[::-1]:  # fine to coarse
-            if self._octaves:
-                photo = halve(photo)
-            self._octaves.insert(0, _Octave(octave_size, photo))
-        coarsest = _as_float(photo).expand(3, -1, -1)[None]
+        self._octaves = [_Octave(size, photo)]  # fine to coarse, then reversed
+        for times, octave_size in enumerate(sizes[-2::-1], start=1):
+            below = octave_photo(photo, times, coarsest=times == len(sizes) - 1)
+            self._octaves.append(_Octave(octave_size, below))
+        self._octaves.reverse()
+        whole = self._octaves[0].photo
+        assert isinstance(whole, Tensor)  # the coarsest is held whole: the base reads it
+        coarsest = _as_float(whole).expand(3, -1, -1)[None]
         width, height = fit_longer_side(size[1], size[0], base_side)  # the base's size
         self.base_photo = resize(coarsest, (height, width))  # (1, 3, h, w)
         self._phases: list[list[Step]] = [[Step("base")]]
@@ -412,7 +518,11 @@ class PrintStylization:
         octave = self._octaves[index]
         if index + 1 < len(self._octaves):
             assert octave.output is not None and octave.photo is not None
-            residual = octave.output.sub_(_as_float(octave.photo).expand(3, -1, -1))
+            residual = octave.output
+            for top in range(0, octave.size[0], RESIDUAL_ROWS_PER_STRIP):
+                bottom = top + RESIDUAL_ROWS_PER_STRIP
+                photo = photo_rows(octave.photo, top, bottom).expand(3, -1, -1)
+                residual[:, top:bottom].sub_(photo)
             self._octaves[index + 1].residual_below = residual
             octave.output = None
         octave.photo = None

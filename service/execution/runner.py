@@ -46,6 +46,7 @@ from service.errors import InternalError, ResultTooLarge, ServiceError, StorageF
 from service.execution.kinds import work_from_payload
 from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, RunContext, Work
+from service.images import return_freed_memory
 from service.jobs.previews import PREVIEW_CHECKPOINT, wants_previews
 from service.jobs.records import (
     CANCELLED,
@@ -220,6 +221,7 @@ class JobRunner:
                     await self._room[model].wait()
                     continue
                 claim, promoted = next_job
+                more = claim is not None and claim.more
                 if claim is not None:
                     record = claim.record
                     running = _Running(
@@ -231,7 +233,8 @@ class JobRunner:
                         bulk_slot=record.priority == BULK,
                     )
                     self._begin(running, claim)
-                if claim is None or not claim.more:  # a job queued from now on announces itself
+                del next_job, claim  # the job's input is its task's now (freed once decoded)
+                if not more:  # a job queued from now on announces itself
                     await work_arrived.wait(self.settings.job_lease_s / 3)
 
     async def create(
@@ -285,25 +288,29 @@ class JobRunner:
         self._room[model].set()
 
     def _begin(self, running: _Running, claim: Claim, work: Work | None = None) -> None:
-        """Run the claimed job (``work``: its input, when the caller has it decoded)."""
+        """Run the claimed job (``work``: its input, when the caller has it decoded). The
+        job's task holds its payload only until it is decoded (a print's photo: tens of
+        MB of PNG), so a caller lets the claim go once the job has begun."""
         record = claim.record
         self._running[record.id] = running
+        job_input = claim.payload if work is None else work
         running.task = asyncio.get_running_loop().create_task(
-            self._execute(claim, running, work), name=f"job-{record.id}"
+            self._execute(record, running, job_input), name=f"job-{record.id}"
         )
         running.watchers.append(
             asyncio.get_running_loop().create_task(self._watch_cancel(record.id, running))
         )
 
     # ------------------------------------------------------------------- running
-    async def _execute(self, claim: Claim, running: _Running, work: Work | None) -> None:
-        record = claim.record
+    async def _execute(self, record: JobRecord, running: _Running, job_input: Work | bytes) -> None:
         outcome = FAILED
         try:
             if record.cancel_requested:
                 raise asyncio.CancelledError(ASKED)
-            if work is None:
-                work = await self._decode(claim)
+            work = (
+                job_input if isinstance(job_input, Work) else await self._decode(record, job_input)
+            )
+            del job_input  # a payload's bytes go once decoded
             timeout = None
             if record.deadline_at is not None:
                 timeout = record.deadline_at - time.time()  # set by a replica's clock too
@@ -344,6 +351,9 @@ class JobRunner:
             await self._finish(record.id, FAILED, error=InternalError("internal error").as_dict())
         else:
             outcome = await self._store_result(record.id, result)
+            if record.priority == BULK:  # a print's pictures and bytes went: give them back
+                del result, work
+                await off_loop_as_bulk(return_freed_memory)
         finally:
             for watcher in running.watchers:
                 watcher.cancel()
@@ -358,13 +368,12 @@ class JobRunner:
             self._room[running.model].set()
 
     @staticmethod
-    async def _decode(claim: Claim) -> Work:
+    async def _decode(record: JobRecord, payload: bytes) -> Work:
         """The claimed job's work. An async job's large payload (a print's photo) is
         decoded on the low-priority bulk threads: nobody waits on a connection for it,
         and the forwards running meanwhile go first; an interactive job's on a thread."""
-        payload, record = claim.payload, claim.record
         if record.priority != INTERACTIVE and len(payload) > OFF_LOOP_BYTES:
-            return await off_loop_as_bulk(work_from_payload, payload)
+            return await off_loop_as_bulk(_decode_and_trim, payload)
         return await off_loop_if_large(len(payload), work_from_payload, payload)
 
     async def _store_result(self, job_id: str, result: JobResult) -> str:
@@ -599,3 +608,11 @@ async def reap_forever(store: JobStore, interval_s: float) -> None:
         except Exception:
             logger.exception("reaping jobs failed")
         await asyncio.sleep(interval_s)
+
+
+def _decode_and_trim(payload: bytes) -> Work:
+    """The payload's work; then the decode's freed memory goes back (a print's photo
+    is decoded through a Pillow copy larger than its pixels)."""
+    work = work_from_payload(payload)
+    return_freed_memory()
+    return work

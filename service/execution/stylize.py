@@ -17,11 +17,20 @@ from functools import partial
 from typing import Any, ClassVar
 
 import torch
+from PIL import Image
 
 from models.adain.options import StyleOptions
 from models.adain.presets import BASE_SIDE
-from models.images import encode_image, from_png, mask_from_rgb, to_float, to_png
+from models.images import (
+    encode_image,
+    from_png,
+    mask_from_rgb,
+    tensor_to_pil,
+    to_float,
+    to_png,
+)
 from service.execution.work import RunContext, Work
+from service.images import return_freed_memory
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
 from service.priorities import off_loop_as_bulk
@@ -117,12 +126,17 @@ class StylizeWork(Work):
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> JobResult:
         if self.print_size:  # painted in tiles: no previews
-            image = await self._run_print_size(pool, context)
+            canvas = await self._run_print_size(pool, context)
             context.done_with_device()
+            # the canvas goes once Pillow has its copy: one 8-bit picture is held while
+            # it is compressed, not two
+            image: torch.Tensor | Image.Image = await off_loop_as_bulk(tensor_to_pil, canvas)
+            del canvas
         else:
             image = await context.submit(pool, self.job(), 0)
         parameters = {**self.request_parameters, **pool.provenance()}
         encode = partial(encode_image, image, self.format, parameters, quality=self.quality)
+        del image  # the encode holds it
         if self.print_size:
             data, media_type = await off_loop_as_bulk(encode)
         else:
@@ -154,4 +168,5 @@ class StylizeWork(Work):
                     await off_loop_as_bulk(session.accept, step, result)
                 done += len(group)
                 context.report(done, session.steps)
+            await off_loop_as_bulk(return_freed_memory)  # what the phase's steps freed
         return session.result()

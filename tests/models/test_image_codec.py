@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from models.images import (
+    _rgb8_array,
     encode_image,
     fit_longer_side,
     from_png,
@@ -81,6 +82,41 @@ def test_eight_bit_pixels_are_the_rounded_float_pixels(mode):
     out = pil_to_uint8(image)
     assert out.dtype == torch.uint8 and out.shape == (3, 7, 9)
     assert torch.equal(out, to_uint8(pil_to_tensor(image)))
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK"])
+def test_eight_bit_pixels_converted_in_strips_are_the_whole_images(mode):
+    """Strips of rows (the last one short) give the pixels one whole conversion gives."""
+    image = _image_of_mode(mode, seed=len(mode) + 1)
+    white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+    whole = np.array(Image.alpha_composite(white, image.convert("RGBA")).convert("RGB"))
+    for rows in (1, 2, 3, image.height):
+        assert np.array_equal(_rgb8_array(image, rows_per_strip=rows), whole)
+
+
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
+def test_a_tensor_copied_into_pillow_in_strips_is_the_whole_array(dtype):
+    """Strips of rows (the last one short) make the image the whole ``(H, W, 3)`` array
+    makes, 8-bit as it is, floats clamped and rounded."""
+    levels = _levels(3, 11, 6, seed=3)
+    image = (levels * 255).round().to(torch.uint8) if dtype == torch.uint8 else levels * 1.2 - 0.1
+    if dtype == torch.float32:
+        image_8bit = (image.clamp(0, 1) * 255.0).round().to(torch.uint8)
+    else:
+        image_8bit = image
+    whole = image_8bit.permute(1, 2, 0).numpy()
+    for rows in (1, 4, 11):
+        assert np.array_equal(np.asarray(tensor_to_pil(image, rows_per_strip=rows)), whole)
+
+
+def test_a_pillow_image_encodes_as_its_tensor_does():
+    image = (_levels(3, 9, 13, seed=4) * 255).round().to(torch.uint8)
+    for fmt in ("png", "jpeg"):
+        assert encode_image(tensor_to_pil(image), fmt, {"a": 1}) == encode_image(
+            image, fmt, {"a": 1}
+        )
+    with pytest.raises(ValueError, match="unknown format"):
+        encode_image(tensor_to_pil(image), "gif")
 
 
 def test_encode_rejects_bad_arguments():

@@ -7,13 +7,18 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+from models.adain import large
 from models.adain.large import (
     MIN_TILE_SIDE,
+    HalfPhoto,
     PrintStylization,
     bicubic_taps,
     bilinear_taps,
     group_tiles,
     halve,
+    halved,
+    pixels_at,
+    reflect_index,
     resample_region,
     spans,
     tiles_of,
@@ -104,6 +109,59 @@ def test_halving_in_strips_is_the_whole_2x2_mean(shape):
     photo = (torch.rand(*shape, generator=torch.Generator().manual_seed(4)) * 255).to(torch.uint8)
     whole = F.avg_pool2d(photo[None].double() / 255, 2, ceil_mode=True)[0]
     torch.testing.assert_close(halve(photo, rows_per_strip=4).double(), whole, atol=1e-6, rtol=0)
+    # bit for bit the float32 pass over the whole photo, from 8-bit or float pixels
+    at_once = F.avg_pool2d(photo[None].float(), 2, ceil_mode=True)[0].div_(255.0)
+    assert torch.equal(halve(photo, rows_per_strip=4), at_once)
+    floats = photo.float() / 255
+    assert torch.equal(
+        halve(floats, rows_per_strip=2), F.avg_pool2d(floats[None], 2, ceil_mode=True)[0]
+    )
+    with pytest.raises(ValueError, match="even"):
+        halve(photo, rows_per_strip=3)
+
+
+@pytest.mark.parametrize("shape", [(3, 64, 48), (3, 65, 47), (1, 33, 9)])
+def test_a_half_photo_reads_what_halving_it_whole_gives_bit_for_bit(shape):
+    photo = (torch.rand(*shape, generator=torch.Generator().manual_seed(5)) * 255).to(torch.uint8)
+    whole, half = halve(photo), HalfPhoto(photo)
+    assert half.shape == whole.shape
+    height, width = whole.shape[-2:]
+    rows = reflect_index(torch.arange(-2, height + 2), height)  # every row, a halo reflected
+    columns = reflect_index(torch.arange(width - 7, width + 2), width)
+    assert torch.equal(half.at(rows, columns), whole[:, rows][:, :, columns])
+    assert torch.equal(half.rows(3, height), whole[:, 3:])
+    assert torch.equal(pixels_at(half, rows, columns), pixels_at(whole, rows, columns))
+
+
+@pytest.mark.parametrize(("times", "strip"), [(1, 5), (2, 3), (3, 2)])
+def test_halving_several_times_in_strips_is_halving_the_whole_each_time(times, strip):
+    photo = _photo(83, 61)
+    expected = photo
+    for _ in range(times):
+        expected = halve(expected, rows_per_strip=1000)
+    assert torch.equal(halved(photo, times, out_rows_per_strip=strip), expected)
+
+
+def _held_whole(photo, times, *, coarsest):
+    """The octaves' photos as they were held: each halved whole from the one above."""
+    for _ in range(times):
+        photo = halve(photo, rows_per_strip=10**6)
+    return photo
+
+
+@pytest.mark.parametrize("options", [{}, {"preserve_color": True}, {"alpha": 0.6}])
+def test_octave_photos_read_where_needed_paint_the_prints_bit_for_bit(model, options, monkeypatch):
+    """Three octaves (the middle one a HalfPhoto): the print is bit for bit the one
+    painted from octave photos held whole, as they were before."""
+    content, chosen = _photo(333, 301), StyleOptions(**options)
+    assert len(octave_sizes((333, 301), 64)) == 3
+
+    def paint():
+        return PrintStylization(content, [_style()], chosen, base_side=64, tile_side=50).run(model)
+
+    read_where_needed = paint()
+    monkeypatch.setattr(large, "octave_photo", _held_whole)
+    assert torch.equal(read_where_needed, paint())
 
 
 # ------------------------------------------------------------ tiles and the map

@@ -1,0 +1,105 @@
+"""Where a print's memory goes: one print job on a real ``atelier serve`` (CPU, the real
+AdaIN), the server's peak RSS growth stage by stage of the job.
+
+The stages follow the job's progress (``GET /v1/jobs/{id}`` polled every 50 ms; a
+print's steps are the base, then each octave's statistics and tiles): the upload (the
+request: the photo decoded and stored as the job's PNG payload), the payload decoded
+with the plan and the base, each octave, then the encode and the store. At each change
+of stage the peak RSS (``VmHWM``) is read and reset, so each row is that stage's own
+peak over the server's RSS before the submit; the progress is reported after a group of
+steps, so a boundary may be off by a step or two. Last: the RSS once the job is stored.
+
+Usage:
+    ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/print_memory.py --side 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from pathlib import Path
+
+import httpx
+from job_faults import ASYNC
+from result_faults import _noise_png, smooth_photo
+from serve_process import Server, peak_rss_mb, reset_peak_rss, rss_mb
+
+from models.adain.presets import BASE_SIDE, octave_sizes
+from models.images import fit_longer_side
+
+
+def stage_bounds(side: int, aspect: float) -> list[tuple[int, str]]:
+    """``(first step, name)`` of each stage: ``step`` is the job's progress (steps done)."""
+    width, height = fit_longer_side(side, round(side * aspect), side)
+    bounds, done = [(0, "payload decoded, plan, base")], 1
+    for octave, size in enumerate(octave_sizes((height, width), BASE_SIDE)):
+        bounds.append((done, f"octave {octave} ({size[1]} x {size[0]})"))
+        tiles = -(-size[0] // 512) * -(-size[1] // 512)  # models.adain.large.TILE_SIDE
+        done += 1 + tiles
+    bounds.append((done, "encoded and stored"))
+    return bounds
+
+
+async def measure(server: Server, photo: bytes, side: int, aspect: float) -> None:
+    bounds = stage_bounds(side, aspect)
+    async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
+        before = rss_mb(server.pid)
+        reset_peak_rss(server.pid)
+        stage = "upload (decode, payload stored)"
+        peaks: dict[str, float] = {}
+
+        def next_stage(name: str) -> None:
+            nonlocal stage
+            if name != stage:
+                peaks[stage] = max(peaks.get(stage, 0.0), peak_rss_mb(server.pid) - before)
+                reset_peak_rss(server.pid)
+                stage = name
+
+        files = [("content", ("p.jpg", photo)), ("style", ("s.png", _noise_png(64, 9)))]
+        data = {"size": str(side), "seed": "0"}
+        response = await client.post("/v1/stylize", files=files, data=data, headers=ASYNC)
+        response.raise_for_status()
+        job_id = response.json()["id"]
+        started = time.monotonic()
+        while True:
+            body = (await client.get(f"/v1/jobs/{job_id}")).json()
+            if body["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            if body["state"] == "running":
+                step = (body.get("progress") or {}).get("step") or 0
+                next_stage([name for first, name in bounds if step >= first][-1])
+            await asyncio.sleep(0.05)
+        next_stage("done")
+        if body["state"] != "succeeded":
+            raise RuntimeError(f"the print {body['state']}: {body.get('error')}")
+        seconds = time.monotonic() - started
+        await asyncio.sleep(1.0)
+        print(f"one {side} px print (aspect {aspect}), done in {seconds:.0f} s")
+        print("stage                              | peak RSS growth (MB)")
+        for name, peak in peaks.items():
+            print(f"{name:<34} | {peak:8.0f}")
+        print(f"{'the largest':<34} | {max(peaks.values()):8.0f}")
+        print(f"{'RSS growth once stored':<34} | {rss_mb(server.pid) - before:8.0f}")
+
+
+async def main(args: argparse.Namespace) -> None:
+    photo = smooth_photo(args.side, seed=3, aspect=args.aspect)
+    settings = {
+        "max_side": str(args.side),
+        "job_results_max_bytes": str(200 * 2**20),
+        "job_timeout_s": "7200",
+    }
+    with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
+        await measure(server, photo, args.side, args.aspect)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--side", type=int, default=8192, help="the print's longer side")
+    parser.add_argument("--aspect", type=float, default=1.0, help="shorter side over longer")
+    parser.add_argument(
+        "--weights-dir", type=Path, default=os.environ.get("ATELIER_WEIGHTS_DIR") or None
+    )
+    asyncio.run(main(parser.parse_args()))
