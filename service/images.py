@@ -12,10 +12,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import ctypes
 import io
 import logging
-import sys
 import threading
 import time
 import warnings
@@ -210,27 +208,6 @@ class PreparationBudget:
             self._waiting.popleft()
             self.held += weight
             turn.set_result(None)
-
-
-def _load_malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
-        return None  # not glibc (musl has no malloc_trim)
-
-
-_MALLOC_TRIM = _load_malloc_trim()
-
-
-def return_freed_memory() -> None:
-    """Give the pages the C allocator holds free back to the OS (glibc's ``malloc_trim``,
-    elsewhere nothing). Decoding and encoding an upload frees tens of megabytes in the
-    malloc arena of whichever thread did it; freed pages between live allocations stay
-    in the process, so a flood of uploads would leave its RSS near the flood's peak."""
-    if _MALLOC_TRIM is not None:
-        _MALLOC_TRIM(0)
 
 
 def output_size(

@@ -89,7 +89,7 @@ from models.adain.whitening import (
 )
 from models.control import pause_point
 from models.decoder import Decoder
-from models.devices import to_host
+from models.devices import return_freed_memory, to_host
 from models.images import fit_longer_side, to_uint8
 from models.vgg import VGGEncoder
 
@@ -538,8 +538,10 @@ class PrintStylization:
     def run(self, model: TilingModel) -> Tensor:
         """Every step in turn on ``model``; returns :meth:`result`. (Progress is reported
         through a step control: ``StyleTransfer.stylize`` above its base side.)"""
-        for step in (step for phase in self._phases for step in phase):
-            self.accept(step, self.run_step(model, step))
+        for phase in self._phases:
+            for step in phase:
+                self.accept(step, self.run_step(model, step))
+            return_freed_memory()  # what the phase's steps freed, as the service does
         return self.result()
 
     # ------------------------------------------------------------------- the steps

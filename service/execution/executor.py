@@ -36,6 +36,7 @@ from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
+from models.devices import return_freed_memory
 from service.catalog import Served
 from service.config import Settings
 from service.errors import (
@@ -49,7 +50,7 @@ from service.errors import (
 )
 from service.execution.runner import JobRunner
 from service.execution.work import RunContext, Work
-from service.images import PreparationBudget, return_freed_memory
+from service.images import PreparationBudget
 from service.jobs.records import JobRecord, JobResult, new_job_id, off_loop_if_large
 from service.jobs.store import JobStore, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request

@@ -41,12 +41,12 @@ from dataclasses import KW_ONLY, dataclass, field
 from functools import partial
 from typing import Any
 
+from models.devices import return_freed_memory
 from service.config import Settings
 from service.errors import InternalError, ResultTooLarge, ServiceError, StorageFull
 from service.execution.kinds import work_from_payload
 from service.execution.previews import Previews
 from service.execution.work import Checkpoint, Progress, RunContext, Work
-from service.images import return_freed_memory
 from service.jobs.previews import PREVIEW_CHECKPOINT, wants_previews
 from service.jobs.records import (
     CANCELLED,

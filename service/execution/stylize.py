@@ -21,6 +21,7 @@ from PIL import Image
 
 from models.adain.options import StyleOptions
 from models.adain.presets import BASE_SIDE
+from models.devices import return_freed_memory
 from models.images import (
     encode_image,
     from_png,
@@ -30,7 +31,6 @@ from models.images import (
     to_png,
 )
 from service.execution.work import RunContext, Work
-from service.images import return_freed_memory
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
 from service.priorities import off_loop_as_bulk
