@@ -95,17 +95,18 @@ def main() -> None:
     hook = FileCalls()
     sys.setprofile(hook)
     threading.setprofile(hook)  # the app's threads start after this
-    settings = Settings(
-        devices="cpu",
-        load_models="adain" if args.kind == "stylize" else "dit",
-        weights_dir=Path(weights),
-        state_dir=Path(tempfile.mkdtemp(prefix="atelier-files-")),
-        _env_file=None,
-    )
-    with TestClient(create_app(settings)) as client:
-        request(client, args.kind)  # warm-up: first forwards, lazy imports
-        files, seconds = hook.record(lambda: request(client, args.kind))
-        idle, _ = hook.record(lambda: time.sleep(max(seconds, 1.0)))
+    with tempfile.TemporaryDirectory(prefix="atelier-files-") as state:
+        settings = Settings(
+            devices="cpu",
+            load_models="adain" if args.kind == "stylize" else "dit",
+            weights_dir=Path(weights),
+            state_dir=Path(state),
+            _env_file=None,
+        )
+        with TestClient(create_app(settings)) as client:
+            request(client, args.kind)  # warm-up: first forwards, lazy imports
+            files, seconds = hook.record(lambda: request(client, args.kind))
+            idle, _ = hook.record(lambda: time.sleep(max(seconds, 1.0)))
     counted = sorted(files - idle)
     for layer in LAYERS:
         names = [name for name in counted if name.startswith(f"{layer}/")]

@@ -151,8 +151,12 @@ class Server:
         if max_batch_wait_ms is not None:
             command += ["--max-batch-wait-ms", str(max_batch_wait_ms)]
         env = os.environ | {f"ATELIER_{k.upper()}": v for k, v in (settings or {}).items()}
-        # a job store of its own unless the caller shares one (a restart, replicas)
-        env.setdefault("ATELIER_STATE_DIR", tempfile.mkdtemp(prefix="atelier-bench-"))
+        # a job store of its own, removed once the server is gone, unless the caller
+        # shares one (a restart, replicas); a print's results are hundreds of MB
+        self._own_state: tempfile.TemporaryDirectory | None = None
+        if "ATELIER_STATE_DIR" not in env:
+            self._own_state = tempfile.TemporaryDirectory(prefix="atelier-bench-")
+            env["ATELIER_STATE_DIR"] = self._own_state.name
         self.process = subprocess.Popen(
             command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
@@ -179,6 +183,7 @@ class Server:
         """SIGKILL: no drain, no hand-back (a crash)."""
         self.process.kill()
         self.process.wait()
+        self._remove_own_state()
 
     def stop(self) -> None:
         self.process.send_signal(signal.SIGTERM)
@@ -187,6 +192,11 @@ class Server:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+        self._remove_own_state()
+
+    def _remove_own_state(self) -> None:
+        if self._own_state is not None:
+            self._own_state.cleanup()
 
     def __enter__(self) -> Server:
         try:

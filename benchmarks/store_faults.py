@@ -227,6 +227,7 @@ def small_tmpfs(megabytes: int):
         yield folder
     finally:
         subprocess.run(["umount", "-l", str(folder)], check=False)
+        folder.rmdir()
 
 
 def _fill(path: Path) -> None:

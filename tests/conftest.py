@@ -3,9 +3,35 @@
 from __future__ import annotations
 
 import http.server
+import os
+import shutil
+import tempfile
 import threading
 
 import pytest
+
+_RUN_TEMP = "_atelier_run_temp"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every temporary file of the run goes in one folder removed when the run ends: the
+    job stores the fakes and the servers started as processes make (``TMPDIR`` reaches
+    them), Redis's and Chromium's. Left in ``/tmp``, 7,942 job stores had piled up here
+    (1.1 GB), beside 10.6 GB the benchmarks' servers had left."""
+    folder = tempfile.mkdtemp(prefix="atelier-tests-")
+    setattr(config, _RUN_TEMP, (folder, os.environ.get("TMPDIR"), tempfile.tempdir))
+    os.environ["TMPDIR"] = folder
+    tempfile.tempdir = folder
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    folder, environ_before, tempdir_before = getattr(config, _RUN_TEMP)
+    if environ_before is None:
+        os.environ.pop("TMPDIR", None)
+    else:
+        os.environ["TMPDIR"] = environ_before
+    tempfile.tempdir = tempdir_before
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
