@@ -19,9 +19,11 @@ saved under an image's name is JSON, which fails that check. Needs the VGG weigh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -169,9 +171,23 @@ def start(example: Example, folder: Path, url: str | None) -> subprocess.Popen[s
     else:
         code = example.code if url is None else example.code.replace(README_URL, url)
         command = ["bash", "-euo", "pipefail", "-c", code]
+    # a group of its own: a shell example's children are killed with it (``kill``)
     return subprocess.Popen(
-        command, cwd=folder, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        command,
+        cwd=folder,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
+
+
+def kill(process: subprocess.Popen[str]) -> None:
+    """End an example and whatever it started (``atelier`` under ``bash -c``)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
 
 
 def finish(example: Example, process: subprocess.Popen[str], folder: Path) -> None:
@@ -179,7 +195,7 @@ def finish(example: Example, process: subprocess.Popen[str], folder: Path) -> No
     try:
         log, _ = process.communicate(timeout=EXAMPLE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        process.kill()
+        kill(process)
         log, _ = process.communicate()
         raise AssertionError(f"{what} ran past {EXAMPLE_TIMEOUT_S} s:\n{log[-3000:]}") from None
     assert process.returncode == 0, f"{what} exited {process.returncode}:\n{log[-3000:]}"
@@ -219,6 +235,4 @@ def test_the_readme_examples_run_as_written(tmp_path, monkeypatch):
             finish(examples[index], process, tmp_path / f"example-{index}")
     finally:
         for process in running.values():
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+            kill(process)
