@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
@@ -189,7 +190,16 @@ class RedisBackend(Backend):
             raise
 
     async def _probe(self) -> None:
-        await self._redis.ping()
+        """One round trip that must be the probe's own: ``ECHO`` of a fresh token. A
+        paused Redis once closed the breaker through a ``PING`` that returned (a reply
+        the connection held from before, not the server answering): another reply
+        proves nothing, so the pool's connections are dropped and the store still
+        counts as stalled."""
+        token = secrets.token_hex(8)
+        answer = await self._redis.echo(token)
+        if answer not in (token, token.encode()):
+            await self._redis.connection_pool.disconnect()
+            raise StoreUnavailable("the job store (Redis) answered a probe with another reply")
 
     async def _script(self, source: str, *args: Any) -> Any:
         """Run the script ``source`` (after :data:`PRELUDE`) with ``args`` after the

@@ -16,6 +16,7 @@ from service_fakes import Fakes, make_settings
 from service.app import create_app
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.breaker import BULK_BYTES_PER_S, Breaker
+from service.jobs.redis_store import RedisJobStore
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.store import StoreLimits
 
@@ -141,6 +142,30 @@ def test_a_full_sqlite_disk_is_a_507_and_a_read_only_one_a_503(tmp_path, monkeyp
                 with pytest.raises(error) as raised:
                     await store._run(failing)
                 assert raised.value.status_code == status
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_redis_probe_answered_by_another_reply_is_no_answer(own_redis, monkeypatch):
+    """The breaker's probe closes it only on its own answer: a reply a connection held
+    from before (what a paused Redis once let a PING return) counts as no answer."""
+
+    async def scenario() -> None:
+        store = RedisJobStore(own_redis.url, StoreLimits(), prefix="probe:")
+        await store.start()
+        try:
+            await store._probe()  # the real answer
+            real_echo = store._redis.echo
+
+            async def stale(value):
+                await real_echo(value)
+                return b"PONG"
+
+            monkeypatch.setattr(store._redis, "echo", stale)
+            with pytest.raises(StoreUnavailable, match="another reply"):
+                await store._probe()
         finally:
             await store.close()
 
