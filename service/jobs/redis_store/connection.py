@@ -191,10 +191,10 @@ class RedisBackend(Backend):
 
     async def _probe(self) -> None:
         """One round trip that must be the probe's own: ``ECHO`` of a fresh token. A
-        paused Redis once closed the breaker through a ``PING`` that returned (a reply
-        the connection held from before, not the server answering): another reply
-        proves nothing, so the pool's connections are dropped and the store still
-        counts as stalled."""
+        paused Redis once closed the breaker through a ``PING`` that returned (most
+        likely a reply the connection held from before; the server was stopped):
+        another reply proves nothing, so the pool's connections are dropped and the
+        store still counts as stalled."""
         token = secrets.token_hex(8)
         answer = await self._redis.echo(token)
         if answer not in (token, token.encode()):
