@@ -49,6 +49,24 @@ BAND_BYTES = 4 * 1024 * 1024
 MIN_SIDE = 3
 
 
+def relu1_1_grid_features(encoder: VGGEncoder, image: Tensor, stride: int) -> Tensor:
+    """relu1_1 features of ``image`` at the positions ``(s i, s j)`` only, flattened: the
+    encoder's convolution evaluated with stride ``s`` on the one-pixel reflection, so
+    ``1 / s^2`` of the map is ever made. These are the positions
+    :func:`~models.adain.whitening.feature_covariance` reads on a map of stride ``s``
+    (:func:`~models.adain.whitening.grid_stride`), so the covariance of this grid is the
+    whole map's to float rounding; a style enlarged to a stage's side needs no more (at
+    1024 px its whole relu1_1 map would be 268 MB).
+
+    Shape:
+        - image: ``(B, 3, H, W)`` in the encoder's dtype; output: ``(B, 64, n)``,
+          ``n = ceil(H / s) ceil(W / s)``.
+    """
+    preprocess, conv = encoder.relu1_1_layers()
+    padded = F.pad(preprocess(image), (1, 1, 1, 1), mode="reflect")
+    return F.relu_(F.conv2d(padded, conv.weight, conv.bias, stride=stride)).flatten(2)
+
+
 class BandedRelu11:
     """The relu1_1 encoder and decoder of one model, run as described in the module's text.
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
-from models.adain.banded import MIN_SIDE, BandedRelu11
+from models.adain.banded import MIN_SIDE, BandedRelu11, relu1_1_grid_features
 from models.adain.color import luminance, with_chroma_of
 from models.adain.large import PrintStylization
 from models.adain.options import StyleKeywords, StyleOptions
@@ -329,7 +329,16 @@ class StyleTransfer(nn.Module):
         )
 
         def compute(image: Tensor, missing: list[str]) -> dict[str, FeatureStats | CovarianceStats]:
-            features = self.encoder(self._prepare(image), missing)
+            prepared = self._prepare(image)
+            stride = grid_stride(*image.shape[-2:])
+            if transform == "wct" and missing == ["relu1_1"] and stride > 1:
+                # the covariance reads a grid of the map: make that grid only
+                return {
+                    "relu1_1": CovarianceStats.of(
+                        relu1_1_grid_features(self.encoder, prepared, stride)
+                    )
+                }
+            features = self.encoder(prepared, missing)
             return {level: of(features[level]) for level in missing}
 
         mode = f"{self.device}|fast={self.fast}|{transform}"

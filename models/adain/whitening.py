@@ -64,7 +64,8 @@ class CovarianceStats:
 
     @classmethod
     def of(cls, features: Tensor) -> CovarianceStats:
-        """Statistics of ``features`` ``(N, C, H, W)`` over the positions."""
+        """Statistics of ``features`` ``(N, C, H, W)`` over the positions (read on the grid
+        past ``COVARIANCE_POSITIONS``), or of ``(N, C, n)`` over all ``n`` given."""
         mean, covariance = feature_covariance(features)
         return cls(mean, symmetric_power(covariance, 0.5))
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import models.adain.banded as banded_module
-from models.adain.banded import BandedRelu11
+from models.adain.banded import BandedRelu11, relu1_1_grid_features
 from models.adain.pipeline import StyleTransfer
 from models.adain.whitening import CovarianceStats, grid_stride, wct_affine
 from tests.models.seeded import seeded_rand
@@ -63,6 +63,34 @@ def test_grid_features_are_the_map_at_the_grid_positions(networks64, stride):
         grid = banded.grid_features(banded.padded_input(images), stride)
     assert grid.shape == (2, 64, whole.shape[-2] * whole.shape[-1])
     torch.testing.assert_close(grid, whole.flatten(2), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("stride", [1, 2, 3])
+def test_a_styles_grid_features_are_its_map_at_the_grid_positions(networks64, stride):
+    encoder, _ = networks64
+    images = _image(2, 3, 31, 26, seed=8)
+    with torch.no_grad():
+        whole = encoder.encode(images, "relu1_1")[..., ::stride, ::stride]
+        grid = relu1_1_grid_features(encoder, images, stride)
+    torch.testing.assert_close(grid, whole.flatten(2), rtol=1e-10, atol=1e-10)
+
+
+def test_a_large_styles_relu1_1_statistics_never_make_its_whole_map(tiny_networks, monkeypatch):
+    """A WCT style past the grid limit at relu1_1 alone (the presets' full-size stage):
+    the statistics of the whole map's grid, from the grid only (the encoder never runs)."""
+    encoder, decoders = tiny_networks
+    model = StyleTransfer(encoder, decoders, cache_size=0)
+    style = _image(1, 3, 310, 280, seed=9).float()  # 86,800 positions: stride 2
+    assert grid_stride(310, 280) == 2
+    with torch.no_grad():
+        expected = CovarianceStats.of(encoder.encode(style, "relu1_1"))
+    calls = []
+    monkeypatch.setattr(type(encoder), "forward", lambda *args: calls.append(args))
+    got = model.style_stats(style, ["relu1_1"], "wct")["relu1_1"]
+    assert calls == []
+    assert isinstance(got, CovarianceStats)
+    torch.testing.assert_close(got.mean, expected.mean, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.root, expected.root, rtol=1e-4, atol=1e-5)
 
 
 def test_the_grid_statistics_are_those_of_the_whole_maps_grid(networks64):
