@@ -25,7 +25,8 @@ import torch
 from serve_process import peak_rss_mb, reset_peak_rss, rss_mb
 
 from models.adain import StyleTransfer
-from models.adain.presets import PRESETS
+from models.adain.presets import MIN_STYLE_SIDE, PRESETS, style_at
+from models.adain.whitening import CovarianceStats
 
 
 def main() -> None:
@@ -76,6 +77,24 @@ def main() -> None:
     for name, growth in rows:
         print(f"  {name:<40} {growth:7.0f}")
     print(f"  {'the whole stylisation':<40} {highest:7.0f}")
+    print_grid_agreement(model, style, args.size, args.style_scale)
+
+
+def print_grid_agreement(
+    model: StyleTransfer, style: torch.Tensor, side: int, scale: float
+) -> None:
+    """How far the style's relu1_1 statistics at the full-size stage (from the grid alone
+    when past the grid limit) are from those of its whole map."""
+    stage_style = style_at(style, side, scale, min_side=MIN_STYLE_SIDE)
+    with torch.inference_mode():
+        got = model.style_stats(stage_style, ["relu1_1"], "wct")["relu1_1"]
+        whole = CovarianceStats.of(model.encoder.encode(model._prepare(stage_style), "relu1_1"))
+    assert isinstance(got, CovarianceStats)
+    print(
+        f"the style's relu1_1 statistics at {side} px against its whole map's: mean "
+        f"{(got.mean - whole.mean).abs().max().item():.2e}, covariance root "
+        f"{(got.root - whole.root).abs().max().item():.2e} (largest differences)"
+    )
 
 
 if __name__ == "__main__":
