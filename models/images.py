@@ -35,8 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image, ImageCms
-from PIL.PngImagePlugin import PngInfo
 from torch import Tensor
+
+from models.png import encode_png
 
 logger = logging.getLogger("atelier.images")
 
@@ -176,9 +177,7 @@ def to_float(image: Tensor) -> Tensor:
 def to_png(image: Tensor) -> bytes:
     """``(3, H, W)`` uint8 -> lossless PNG bytes, zlib's fastest level (a job's payload:
     :func:`from_png` gives the same pixels back)."""
-    buffer = io.BytesIO()
-    tensor_to_pil(image).save(buffer, format="PNG", compress_level=1)
-    return buffer.getvalue()
+    return encode_png(image, level=1)
 
 
 def from_png(data: bytes) -> Tensor:
@@ -232,22 +231,19 @@ def encode_image(
     """
     if fmt not in OUTPUT_FORMATS:
         raise ValueError(f"unknown format {fmt!r}; expected one of {sorted(OUTPUT_FORMATS)}")
-    if isinstance(image, Image.Image):
-        check_output_side(fmt, max(image.size))
-        pil = image
-    else:
-        check_output_side(fmt, max(image.shape[-2:]))
-        pil = tensor_to_pil(image)
+    check_output_side(fmt, max(image.size if isinstance(image, Image.Image) else image.shape[-2:]))
     pil_format, media_type, options = OUTPUT_FORMATS[fmt]
+    if pil_format == "PNG":
+        pixels = pil_to_uint8(image) if isinstance(image, Image.Image) else image
+        big = pixels.shape[-2] * pixels.shape[-1] > FAST_PNG_PIXELS
+        level = 1 if big else options["compress_level"]
+        return encode_png(pixels, png_text(parameters or {}), level=level), media_type
+    pil = image if isinstance(image, Image.Image) else tensor_to_pil(image)
     extra: dict[str, Any] = dict(options)
-    if quality is not None and pil_format != "PNG":
+    if quality is not None:
         if not 1 <= quality <= 100:
             raise ValueError(f"quality must be in [1, 100], got {quality}")
         extra["quality"] = quality
-    if pil_format == "PNG" and pil.width * pil.height > FAST_PNG_PIXELS:
-        extra["compress_level"] = 1
-    if parameters and pil_format == "PNG":
-        extra["pnginfo"] = _png_text(parameters)
     buffer = io.BytesIO()
     pil.save(buffer, format=pil_format, **extra)
     return buffer.getvalue(), media_type
@@ -266,19 +262,17 @@ def enlarge_png(data: bytes, side: int) -> bytes:
             raise ValueError(f"enlarge_png enlarges: {side} px is under {image.size}")
         text = {**getattr(image, "text", {}), "upscaled_from": f"{image.width}x{image.height}"}
         enlarged = image.convert("RGB").resize((side, side), Image.Resampling.LANCZOS)
-    buffer = io.BytesIO()
-    enlarged.save(buffer, format="PNG", pnginfo=_png_text(text))
-    return buffer.getvalue()
+    return encode_png(pil_to_uint8(enlarged), text)
 
 
-def _png_text(parameters: Mapping[str, object]) -> PngInfo:
-    info = PngInfo()
-    for key, value in parameters.items():
-        if value is None:
-            continue
-        text = value if isinstance(value, str) else json.dumps(value)
-        info.add_itxt(key, text)  # iTXt: UTF-8, so any prompt survives
-    return info
+def png_text(parameters: Mapping[str, object]) -> dict[str, str]:
+    """How an image was made as PNG text entries: strings as they are, anything else as
+    JSON; ``None`` values left out (written as UTF-8 ``iTXt``, so any prompt survives)."""
+    return {
+        key: value if isinstance(value, str) else json.dumps(value)
+        for key, value in parameters.items()
+        if value is not None
+    }
 
 
 def save_image(

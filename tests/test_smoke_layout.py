@@ -108,6 +108,7 @@ MODELS_LAYERS: tuple[tuple[str, ...], ...] = (
         "models.flow",
         "models.hub",
         "models.images",
+        "models.png",
         "models.temporal",
         "models.text_encoder",
         "models.vgg",

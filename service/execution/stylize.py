@@ -126,12 +126,13 @@ class StylizeWork(Work):
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> JobResult:
         if self.print_size:  # painted in tiles: no previews
-            canvas = await self._run_print_size(pool, context)
+            image: torch.Tensor | Image.Image = await self._run_print_size(pool, context)
             context.done_with_device()
-            # the canvas goes once Pillow has its copy: one 8-bit picture is held while
-            # it is compressed, not two
-            image: torch.Tensor | Image.Image = await off_loop_as_bulk(tensor_to_pil, canvas)
-            del canvas
+            if self.format != "png":
+                # Pillow compresses JPEG and WebP from a copy of its own: the canvas goes
+                # once it is made, so one picture is held, not two (a PNG is written from
+                # the canvas a band at a time, models.png)
+                image = await off_loop_as_bulk(tensor_to_pil, image)
         else:
             image = await context.submit(pool, self.job(), 0)
         parameters = {**self.request_parameters, **pool.provenance()}

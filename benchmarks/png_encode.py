@@ -1,0 +1,119 @@
+"""The PNG encoder (``models.png.encode_png``, a band of rows at a time) beside Pillow's,
+side by side in one process: seconds, bytes and peak RSS growth per picture.
+
+The pictures: each sample painting of ``../shared/images/style`` enlarged (Lanczos) to
+``--side`` px on its longer side, so that its strokes are the size a print's are, and a
+smooth random field of ``--side`` px (what ``benchmarks/result_faults.py`` sends as a
+photo). Each is encoded ``--repeats`` times by each encoder in turn (the median time is
+shown) at zlib's level for its size (``models.images.FAST_PNG_PIXELS``: level 1 past it);
+the peak RSS growth is one more encode's in a forked child (``VmHWM`` reset before it),
+over the RSS with the picture already held, as a ``(3, H, W)`` uint8 tensor for ours and as the Pillow image
+Pillow's encoder needs (made from the tensor in the timed part: the copy a caller with a
+tensor pays). Every PNG of ours is decoded by Pillow and compared with the picture.
+
+Usage:
+    python benchmarks/png_encode.py [--side 4096] [--repeats 3] [--images ../shared/images/style]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+from result_faults import smooth_photo
+from serve_process import peak_rss_mb, reset_peak_rss, rss_mb
+
+from models.devices import return_freed_memory
+from models.images import FAST_PNG_PIXELS, pil_to_uint8, tensor_to_pil
+from models.png import encode_png
+
+
+def pictures(folder: Path, side: int) -> dict[str, torch.Tensor]:
+    """``(3, H, W)`` uint8 pictures by name (see the module's text)."""
+    found = {}
+    for path in sorted(folder.glob("*.jpg")) + sorted(folder.glob("*.png")):
+        with Image.open(path) as image:
+            scale = side / max(image.size)
+            size = (round(image.width * scale), round(image.height * scale))
+            found[path.stem] = pil_to_uint8(image.convert("RGB").resize(size, Image.LANCZOS))
+    with Image.open(io.BytesIO(smooth_photo(side, seed=3, aspect=1.0))) as image:
+        found["smooth random field"] = pil_to_uint8(image)
+    return found
+
+
+def pillow_png(image: torch.Tensor, level: int) -> bytes:
+    buffer = io.BytesIO()
+    tensor_to_pil(image).save(buffer, format="PNG", compress_level=level)
+    return buffer.getvalue()
+
+
+def measure(encode: Callable[[], bytes], repeats: int) -> tuple[bytes, float, float]:
+    """The bytes, the median seconds of ``repeats`` calls and the peak RSS growth (MB) of
+    one more in a forked child (after the freed heap is given back, so the growth is the
+    encode's own, not hidden by pages an earlier picture left)."""
+    seconds = []
+    data = b""
+    for _ in range(repeats):
+        data = b""
+        start = time.perf_counter()
+        data = encode()
+        seconds.append(time.perf_counter() - start)
+    return data, statistics.median(seconds), rss_growth(encode)
+
+
+def rss_growth(encode: Callable[[], bytes]) -> float:
+    return_freed_memory()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: encode once, report, leave
+        os.close(read)
+        pid = os.getpid()
+        before = rss_mb(pid)
+        reset_peak_rss(pid)
+        encode()
+        os.write(write, f"{peak_rss_mb(pid) - before}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        growth = float(pipe.read())
+    os.waitpid(child, 0)
+    return growth
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--side", type=int, default=4096)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--images", type=Path, default=Path(__file__).parent.parent.parent / "shared/images/style"
+    )
+    args = parser.parse_args()
+    print(
+        f"{'picture':<34} {'ours s':>7} {'Pillow s':>8} {'time':>6} {'ours MB':>8} "
+        f"{'Pillow MB':>9} {'size':>6} {'ours RSS':>8} {'Pillow RSS':>10}"
+    )
+    for name, image in pictures(args.images, args.side).items():
+        level = 1 if image.shape[-2] * image.shape[-1] > FAST_PNG_PIXELS else 6
+        ours, ours_s, ours_rss = measure(partial(encode_png, image, level=level), args.repeats)
+        theirs, theirs_s, theirs_rss = measure(partial(pillow_png, image, level), args.repeats)
+        with Image.open(io.BytesIO(ours)) as decoded:
+            if not np.array_equal(np.asarray(decoded), image.permute(1, 2, 0).numpy()):
+                raise SystemExit(f"{name}: our PNG does not decode to the picture")
+        print(
+            f"{name:<34} {ours_s:7.2f} {theirs_s:8.2f} {ours_s / theirs_s:5.2f}x "
+            f"{len(ours) / 2**20:8.1f} {len(theirs) / 2**20:9.1f} "
+            f"{len(ours) / len(theirs):5.3f}x {ours_rss:8.0f} {theirs_rss:10.0f}"
+        )
+
+
+if __name__ == "__main__":
+    main()

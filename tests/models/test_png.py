@@ -1,0 +1,109 @@
+"""The band-by-band PNG encoder, read back by Pillow's decoder (an independent one)."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from PIL import Image
+
+import models.png as png_module
+from models.images import encode_image, to_uint8
+from models.png import encode_png, filtered
+
+
+def _decoded(data: bytes) -> tuple[np.ndarray, dict[str, str]]:
+    with Image.open(io.BytesIO(data)) as image:
+        assert image.format == "PNG" and image.mode == "RGB"
+        return np.asarray(image).copy(), dict(image.text)
+
+
+def _smooth(height: int, width: int, seed: int) -> torch.Tensor:
+    """A smooth random picture (a few noise pixels enlarged), ``(3, H, W)`` uint8."""
+    rng = np.random.default_rng(seed)
+    small = Image.fromarray(rng.integers(0, 256, (4, 5, 3), np.uint8))
+    picture = np.asarray(small.resize((width, height), Image.Resampling.BICUBIC))
+    return torch.from_numpy(picture.copy()).permute(2, 0, 1).contiguous()
+
+
+def _averaged(height: int, width: int, seed: int) -> torch.Tensor:
+    """Each byte the floor of the mean of the byte a pixel to its left and the one above
+    (0 off the picture), under a random first row: the Average filter sends zeros."""
+    rng = np.random.default_rng(seed)
+    rows = np.zeros((height, width * 3), dtype=np.int64)
+    rows[0] = rng.integers(0, 256, width * 3)
+    for i in range(1, height):
+        for k in range(width * 3):
+            left = rows[i, k - 3] if k >= 3 else 0
+            rows[i, k] = (left + rows[i - 1, k]) // 2
+    return torch.from_numpy(rows.astype(np.uint8).reshape(height, width, 3)).permute(2, 0, 1)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    height=st.integers(1, 140),
+    width=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+    smooth=st.booleans(),
+)
+def test_any_picture_decodes_to_itself(height, width, seed, smooth):
+    """Noise and smooth pictures, one pixel to several bands of rows (64 each)."""
+    if smooth:
+        image = _smooth(height, width, seed)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        image = torch.randint(0, 256, (3, height, width), generator=generator, dtype=torch.uint8)
+    pixels, text = _decoded(encode_png(image))
+    np.testing.assert_array_equal(pixels, image.permute(1, 2, 0).numpy())
+    assert text == {}
+
+
+def test_every_filter_is_chosen_and_undone(monkeypatch):
+    """Pictures where each of the five filters wins on some row; the decoder undoes each.
+    Small bands, so that rows above a band come from the band before."""
+    monkeypatch.setattr(png_module, "ROWS_PER_BAND", 5)
+    ramp = torch.arange(40, dtype=torch.uint8).repeat(3, 12, 1)  # rows alike: Sub, then Up
+    pictures = [torch.zeros(3, 6, 9, dtype=torch.uint8), ramp, _averaged(12, 10, seed=1)]
+    pictures += [_smooth(48, 64, seed) for seed in range(4)]
+    chosen: set[int] = set()
+    for image in pictures:
+        rows = image.permute(1, 2, 0).reshape(image.shape[1], -1).numpy()
+        chosen |= set(filtered(rows, np.zeros(rows.shape[1], np.uint8))[:, 0].tolist())
+        pixels, _ = _decoded(encode_png(image))
+        np.testing.assert_array_equal(pixels, image.permute(1, 2, 0).numpy())
+    assert chosen == {0, 1, 2, 3, 4}
+
+
+def test_a_float_picture_is_rounded_as_to_uint8_rounds_it_and_views_are_read():
+    generator = torch.Generator().manual_seed(3)
+    image = torch.rand(3, 70, 21, generator=generator) * 1.2 - 0.1  # some outside [0, 1]
+    pixels, _ = _decoded(encode_png(image))
+    np.testing.assert_array_equal(pixels, to_uint8(image.clone()).permute(1, 2, 0).numpy())
+    stored = torch.randint(0, 256, (70, 21, 3), generator=generator, dtype=torch.uint8)
+    pixels, _ = _decoded(encode_png(stored.permute(2, 0, 1)))  # a channels-last view
+    np.testing.assert_array_equal(pixels, stored.numpy())
+
+
+def test_text_comes_back_as_written_in_utf8():
+    text = {"prompt": "a cat 🐱 in a café", "steps": "30", "empty": ""}
+    _, read = _decoded(encode_png(torch.zeros(3, 2, 2, dtype=torch.uint8), text))
+    assert read == text
+
+
+def test_encode_image_writes_how_the_image_was_made_and_the_pixels():
+    image = _smooth(33, 17, seed=9)
+    data, media_type = encode_image(image, "png", {"prompt": "ünïcode ✓", "seed": 7, "x": None})
+    pixels, text = _decoded(data)
+    assert media_type == "image/png"
+    assert text == {"prompt": "ünïcode ✓", "seed": "7"}
+    np.testing.assert_array_equal(pixels, image.permute(1, 2, 0).numpy())
+
+
+@pytest.mark.parametrize("shape", [(4, 4), (1, 3, 4, 4), (3, 0, 5)])
+def test_a_picture_of_another_shape_is_refused(shape):
+    with pytest.raises(ValueError, match=r"\(3, H, W\)|at least one pixel"):
+        encode_png(torch.zeros(shape, dtype=torch.uint8))
