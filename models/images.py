@@ -37,6 +37,7 @@ import torch
 from PIL import Image, ImageCms
 from torch import Tensor
 
+from models.disk_picture import Picture, picture_rows
 from models.png import encode_png
 
 logger = logging.getLogger("atelier.images")
@@ -186,19 +187,19 @@ def from_png(data: bytes) -> Tensor:
         return pil_to_uint8(image)
 
 
-def tensor_to_pil(image: Tensor, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> Image.Image:
+def tensor_to_pil(image: Picture, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> Image.Image:
     """An 8-bit RGB Pillow image of ``(3, H, W)`` in ``[0, 1]`` (clamped, rounded), or of
-    ``(3, H, W)`` uint8 as it is.
+    ``(3, H, W)`` uint8 as it is (in memory or on disk).
 
     Copied in strips of rows: no whole ``(H, W, 3)`` copy of a channel-first tensor
     (201 MB at 8192 px) is made beside Pillow's own.
     """
-    if image.ndim != 3 or image.shape[0] != 3:
+    if len(image.shape) != 3 or image.shape[0] != 3:
         raise ValueError(f"expected a (3, H, W) tensor, got {tuple(image.shape)}")
     height, width = image.shape[-2:]
     pil = Image.new("RGB", (width, height))
     for top in range(0, height, rows_per_strip):
-        strip = image[:, top : top + rows_per_strip].detach().cpu()
+        strip = picture_rows(image, top, top + rows_per_strip).detach().cpu()
         if strip.dtype != torch.uint8:
             strip = (strip.float().clamp(0, 1) * 255.0).round().to(torch.uint8)
         pil.paste(Image.fromarray(strip.permute(1, 2, 0).numpy()), (0, top))
@@ -211,15 +212,16 @@ def mask_from_rgb(image: Tensor) -> Tensor:
 
 
 def encode_image(
-    image: Tensor | Image.Image,
+    image: Picture | Image.Image,
     fmt: str,
     parameters: Mapping[str, object] | None = None,
     *,
     quality: int | None = None,
 ) -> tuple[bytes, str]:
-    """Encode ``(3, H, W)`` in [0, 1] (or uint8) as PNG, JPEG or WebP; or an RGB Pillow
-    image, :func:`tensor_to_pil`'s (a caller that lets its tensor go first holds one
-    copy of a big picture while it is compressed, not two).
+    """Encode ``(3, H, W)`` in [0, 1] (or uint8; in memory or on disk) as PNG, JPEG or
+    WebP; or an RGB Pillow image, :func:`tensor_to_pil`'s (a caller that lets its tensor
+    go first holds one copy of a big picture while Pillow compresses JPEG or WebP, not
+    two). A PNG is written a band of rows at a time (:func:`~models.png.encode_png`).
 
     ``parameters`` (how the image was made) go into PNG ``iTXt`` chunks, one per key,
     values as text (JSON for anything but a string; ``None`` values are left out);

@@ -32,7 +32,8 @@ from collections.abc import Mapping
 
 import numpy as np
 import torch
-from torch import Tensor
+
+from models.disk_picture import Picture, picture_rows
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: Rows filtered and compressed at once.
@@ -41,14 +42,14 @@ ROWS_PER_BAND = 64
 PIXEL_BYTES = 3
 
 
-def encode_png(image: Tensor, text: Mapping[str, str] | None = None, *, level: int = 6) -> bytes:
+def encode_png(image: Picture, text: Mapping[str, str] | None = None, *, level: int = 6) -> bytes:
     """``image`` as PNG bytes, with ``text`` in ``iTXt`` chunks and zlib's ``level``.
 
     Shape:
         - image: ``(3, H, W)``, uint8 or float in [0, 1] (clamped and rounded to 8 bits),
-          any strides, on any device (read a band at a time).
+          any strides, on any device, or on disk (read a band at a time).
     """
-    if image.ndim != 3 or image.shape[0] != 3:
+    if len(image.shape) != 3 or image.shape[0] != 3:
         raise ValueError(f"expected a (3, H, W) tensor, got {tuple(image.shape)}")
     height, width = image.shape[-2:]
     if height < 1 or width < 1:
@@ -104,9 +105,9 @@ def filtered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
     return out
 
 
-def _rows(image: Tensor, top: int, bottom: int) -> np.ndarray:
+def _rows(image: Picture, top: int, bottom: int) -> np.ndarray:
     """Rows ``top:bottom`` of ``(3, H, W)`` as ``(n, W * 3)`` uint8 RGB bytes."""
-    rows = image[:, top:bottom].detach().cpu()
+    rows = picture_rows(image, top, bottom).detach().cpu()
     if rows.dtype != torch.uint8:
         rows = rows.float().clamp(0, 1).mul_(255.0).round_().to(torch.uint8)
     return rows.permute(1, 2, 0).reshape(bottom - top, -1).numpy()

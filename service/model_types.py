@@ -15,6 +15,7 @@ from torch import Tensor
 from models.adain.large import Step
 from models.adain.options import StyleKeywords
 from models.control import StepControl
+from models.disk_picture import DiskPicture
 from models.dit.options import GenerateDefaults, GenerateOptions, SampleKeywords
 from models.shapes.understand import Understanding
 from models.temporal import StageBlend
@@ -75,8 +76,8 @@ class PrintSession(Protocol):
         """Take a step's result in (one thread at a time, in phase order)."""
         ...
 
-    def result(self) -> Tensor:
-        """The painted photo ``(3, H, W)`` uint8, once every step is accepted."""
+    def result(self) -> DiskPicture:
+        """The painted photo ``(3, H, W)`` uint8 on disk, once every step is accepted."""
         ...
 
 

@@ -105,6 +105,7 @@ MODELS_LAYERS: tuple[tuple[str, ...], ...] = (
         "models.control",
         "models.decoder",
         "models.devices",
+        "models.disk_picture",
         "models.flow",
         "models.hub",
         "models.images",

@@ -39,17 +39,18 @@ whole-map pass cut in pieces, to float rounding, and there is no seam to blend.
 
 Cost and memory: the base costs a fixed ~20 GMAC; each octave one relu1_1 pass (~3.5 kMAC
 a pixel), ``4/3`` of the full-size pixels in all, so the cost per output pixel falls
-towards a constant as the photo grows. Held at once, at most: the photo (8-bit), the
-octave below's residual (float32, a quarter of the pixels), the result (8-bit) and the
-tiles of the steps in flight; at 8192 x 8192 px, three pictures of 201 MB. Nothing else
-of the picture's size is held whole: the octave below an 8-bit photo is read from it
-where it is needed (:class:`HalfPhoto`; its float32 pixels would be another 201 MB),
-coarser octaves are halved in strips (:func:`halved`), a residual is made in strips,
-and regions are gathered without a copy of the columns they lie in. Measured
-(``benchmarks/print_turns.py --count 1 --side 8192 --aspect 1.0 --bulk-slots 1``, one
-print on a served CPU replica, docs/service.md): the server's peak RSS growth is 774-793
-MB, against 1,307-1,680 MB before these cuts; beyond the three pictures, the base's and
-the tiles' working memory and the service's copies (its payload decoded, its PNG encoded).
+towards a constant as the photo grows. Held in memory at once, at most: the photo
+(8-bit), the base's residual (1024 px) and the tiles of the steps in flight. Each
+octave's output (float32 below full size, then its residual in place) and the result
+(8-bit) are kept on disk (:class:`~models.disk_picture.DiskPicture`), written a tile at
+a time and read a box at a time (:func:`resample_region`, in chunks of rows); at 8192 x
+8192 px they are 201 MB each. Nothing else of the picture's size is held whole: the octave below
+an 8-bit photo is read from it where it is needed (:class:`HalfPhoto`; its float32
+pixels would be another 201 MB), coarser octaves are halved in strips (:func:`halved`),
+a residual is made in strips, and regions are gathered without a copy of the columns
+they lie in. Measured (``benchmarks/print_memory.py --side 8192``, one print on a served
+CPU replica, docs/service.md): the server's peak RSS growth while the finest octave is
+painted is 422 MB, against 717-784 MB with those pictures in memory.
 
 A stylisation is a list of phases (:meth:`PrintStylization.phases`), each a list of
 :class:`Step` that may run in any order or at once; a phase needs the one before it
@@ -90,6 +91,7 @@ from models.adain.whitening import (
 from models.control import pause_point
 from models.decoder import Decoder
 from models.devices import return_freed_memory, to_host
+from models.disk_picture import DiskPicture, Picture
 from models.images import fit_longer_side, to_uint8
 from models.vgg import VGGEncoder
 
@@ -127,6 +129,10 @@ OCTAVE_LEVEL = "relu1_1"
 #: Rows of an octave's output turned into its residual at once (the photo's rows read
 #: as float32 for them: a strip, never the octave's whole photo).
 RESIDUAL_ROWS_PER_STRIP = 64
+#: Output rows of a resampled region computed from one read of the source (an octave's
+#: statistics read rows spread over the whole picture; a read per chunk keeps the box
+#: read small).
+RESAMPLE_ROWS_PER_READ = 128
 
 
 # ------------------------------------------------------------------------ the plan
@@ -220,7 +226,7 @@ def bilinear_taps(in_size: int, out_size: int, index: Tensor) -> tuple[Tensor, T
 
 
 def resample_region(
-    image: Tensor,
+    image: Picture,
     size: tuple[int, int],
     rows: Tensor,
     columns: Tensor,
@@ -228,25 +234,36 @@ def resample_region(
 ) -> Tensor:
     """Rows ``rows`` and columns ``columns`` of ``image`` enlarged to ``size`` (bicubic, or
     ``taps=bilinear_taps``), reading only the source pixels they need (a tile's, not the
-    picture's).
+    picture's): ``RESAMPLE_ROWS_PER_READ`` output rows at a time, from the box of source
+    rows and columns their taps lie in (read from a :class:`~models.disk_picture.DiskPicture`,
+    a view of a tensor).
 
     Shape:
         - image: ``(C, h, w)`` float; rows, columns: ``(n,)``, ``(m,)`` long in ``size``;
           output: ``(C, n, m)`` float32.
     """
+    channels = image.shape[0]
     row_taps, row_weights = taps(image.shape[-2], size[0], rows)
     column_taps, column_weights = taps(image.shape[-1], size[1], columns)
     low, high = int(column_taps.min()), int(column_taps.max()) + 1
-    out = torch.zeros(image.shape[0], len(rows), high - low)
-    for tap in range(row_taps.shape[1]):
-        # rows gathered out of the band of columns where they lie (index_select would
-        # copy the band first: the picture's whole height, 200 MB on an octave's grid)
-        source = image[:, row_taps[:, tap], low:high].float()
-        out += row_weights[:, tap].float()[:, None] * source
-    result = torch.zeros(image.shape[0], len(rows), len(columns))
-    for tap in range(column_taps.shape[1]):
-        picked = out.index_select(2, column_taps[:, tap] - low)
-        result += column_weights[:, tap].float() * picked
+    result = torch.zeros(channels, len(rows), len(columns))
+    for start in range(0, len(rows), RESAMPLE_ROWS_PER_READ):
+        these = slice(start, start + RESAMPLE_ROWS_PER_READ)
+        chunk_taps, chunk_weights = row_taps[these], row_weights[these]
+        top, bottom = int(chunk_taps.min()), int(chunk_taps.max()) + 1
+        if isinstance(image, DiskPicture):
+            box = image.read(top, bottom, low, high)
+        else:
+            box = image[:, top:bottom, low:high]
+        out = torch.zeros(channels, len(chunk_taps), high - low)
+        for tap in range(chunk_taps.shape[1]):
+            # rows gathered out of the box (index_select on the picture would copy a band
+            # of columns its whole height first: 200 MB on an octave's grid)
+            source = box[:, chunk_taps[:, tap] - top].float()
+            out += chunk_weights[:, tap].float()[:, None] * source
+        for tap in range(column_taps.shape[1]):
+            picked = out.index_select(2, column_taps[:, tap] - low)
+            result[:, these] += column_weights[:, tap].float() * picked
     return result
 
 
@@ -391,8 +408,10 @@ class _Octave:
     photo: OctavePhoto | None
     matrix: Tensor | None = None  # (64, 64), float64
     shift: Tensor | None = None  # (64,)
-    output: Tensor | None = None  # (3, H, W): float32 below full size, uint8 at it
-    residual_below: Tensor | None = None  # (3, h, w) float32: y - x of the octave below
+    # (3, H, W) on disk: float32 below full size, uint8 at it
+    output: DiskPicture | None = None
+    # (3, h, w) float32: y - x of the octave below (the base's in memory: 1024 px)
+    residual_below: Picture | None = None
     tiles_left: int = 0
 
 
@@ -503,12 +522,12 @@ class PrintStylization:
         final = index == len(self._octaves) - 1
         if octave.output is None:
             dtype = torch.uint8 if final else torch.float32
-            octave.output = torch.empty((3, *octave.size), dtype=dtype)
+            octave.output = DiskPicture((3, *octave.size), dtype)
         for tile, image in zip(step.tiles, tiles, strict=True):
-            region = (slice(None), slice(tile.top, tile.bottom), slice(tile.left, tile.right))
             if final and self.options.preserve_color:
+                region = (slice(None), slice(tile.top, tile.bottom), slice(tile.left, tile.right))
                 image = with_chroma_of(image[None], _as_float(self.content[region])[None])[0]
-            octave.output[region] = to_uint8(image) if final else image
+            octave.output.write(tile.top, tile.left, to_uint8(image) if final else image)
         octave.tiles_left -= len(step.tiles)
         if octave.tiles_left == 0:
             self._finish_octave(index)
@@ -522,27 +541,34 @@ class PrintStylization:
             for top in range(0, octave.size[0], RESIDUAL_ROWS_PER_STRIP):
                 bottom = top + RESIDUAL_ROWS_PER_STRIP
                 photo = photo_rows(octave.photo, top, bottom).expand(3, -1, -1)
-                residual[:, top:bottom].sub_(photo)
+                residual.write(top, 0, residual.read(top, bottom).sub_(photo))
             self._octaves[index + 1].residual_below = residual
             octave.output = None
+        if isinstance(octave.residual_below, DiskPicture):
+            octave.residual_below.close()
         octave.photo = None
         octave.residual_below = None
 
-    def result(self) -> Tensor:
-        """The painted photo, ``(3, H, W)`` uint8 (once every phase is accepted)."""
+    def result(self) -> DiskPicture:
+        """The painted photo, ``(3, H, W)`` uint8 on disk (once every phase is accepted)."""
         output = self._octaves[-1].output
         if output is None:
             raise RuntimeError("the stylisation has not run")
         return output
 
     def run(self, model: TilingModel) -> Tensor:
-        """Every step in turn on ``model``; returns :meth:`result`. (Progress is reported
-        through a step control: ``StyleTransfer.stylize`` above its base side.)"""
+        """Every step in turn on ``model``; returns :meth:`result` read whole, ``(3, H, W)``
+        uint8, and deletes its file. (Progress is reported through a step control:
+        ``StyleTransfer.stylize`` above its base side.)"""
         for phase in self._phases:
             for step in phase:
                 self.accept(step, self.run_step(model, step))
             return_freed_memory()  # what the phase's steps freed, as the service does
-        return self.result()
+        picture = self.result()
+        try:
+            return picture.read()
+        finally:
+            picture.close()
 
     # ------------------------------------------------------------------- the steps
     def _start(self, octave: _Octave, rows: Tensor, columns: Tensor) -> Tensor:

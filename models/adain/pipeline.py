@@ -520,7 +520,9 @@ class StyleTransfer(nn.Module):
                 session.accept(step, session.run_step(self, step))
                 done += 1
             else:
-                outputs[index] = session.result()
+                picture = session.result()
+                outputs[index] = picture.read()
+                picture.close()
             done = (index + 1) * session.steps
         kept = self._still_wanted(control, total, total, kept, outputs)
         if not kept:

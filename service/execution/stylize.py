@@ -22,6 +22,7 @@ from PIL import Image
 from models.adain.options import StyleOptions
 from models.adain.presets import BASE_SIDE
 from models.devices import return_freed_memory
+from models.disk_picture import DiskPicture, Picture, ScratchFull
 from models.images import (
     encode_image,
     from_png,
@@ -30,6 +31,7 @@ from models.images import (
     to_float,
     to_png,
 )
+from service.errors import StorageFull
 from service.execution.work import RunContext, Work
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
@@ -126,12 +128,11 @@ class StylizeWork(Work):
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> JobResult:
         if self.print_size:  # painted in tiles: no previews
-            image: torch.Tensor | Image.Image = await self._run_print_size(pool, context)
+            # the canvas is on disk (models.disk_picture); a PNG is written from it a band
+            # at a time, a JPEG or WebP from the copy Pillow compresses
+            image: Picture | Image.Image = await self._run_print_size(pool, context)
             context.done_with_device()
             if self.format != "png":
-                # Pillow compresses JPEG and WebP from a copy of its own: the canvas goes
-                # once it is made, so one picture is held, not two (a PNG is written from
-                # the canvas a band at a time, models.png)
                 image = await off_loop_as_bulk(tensor_to_pil, image)
         else:
             image = await context.submit(pool, self.job(), 0)
@@ -146,10 +147,24 @@ class StylizeWork(Work):
 
     async def _run_print_size(
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
-    ) -> torch.Tensor:
+    ) -> DiskPicture:
         """Every step of a print-size stylisation through the pool's batcher, phase by
         phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
-        counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8."""
+        counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8,
+        on disk.
+
+        Raises:
+            StorageFull: the worker's temporary folder has no room for the print's
+                pictures (the job fails once: it would not fit again).
+        """
+        try:
+            return await self._paint_print(pool, context)
+        except ScratchFull as exc:
+            raise StorageFull(f"the print could not be painted: {exc.strerror}") from None
+
+    async def _paint_print(
+        self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
+    ) -> DiskPicture:
         session = await off_loop_as_bulk(
             pool.model.print_stylization,
             self.content,

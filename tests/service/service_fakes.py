@@ -48,6 +48,7 @@ from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import get_preset
 from models.adain.stats import convex_weights
 from models.control import StepControl, image_hook, take_rows, wanted_rows
+from models.disk_picture import DiskPicture
 from models.dit.options import SampleKeywords
 from models.shapes.understand import Understanding, understand
 from models.temporal import StageBlend
@@ -259,7 +260,7 @@ class FakePrintSession:
 
     def __init__(self, content: torch.Tensor) -> None:
         self.content = content
-        self.output = torch.empty_like(content)
+        self.output: DiskPicture | None = None  # on disk, made at the first band as the model's
         height, width = content.shape[-2:]
         bands = [
             Step("tiles", 0, (Tile(top, bottom, 0, width),))
@@ -290,10 +291,13 @@ class FakePrintSession:
     def accept(self, step: Step, result: torch.Tensor) -> None:
         if step.kind == "base":
             return
+        if self.output is None:
+            self.output = DiskPicture(tuple(self.content.shape), torch.uint8)
         for tile, image in zip(step.tiles, result, strict=True):
-            self.output[:, tile.top : tile.bottom, tile.left : tile.right] = image
+            self.output.write(tile.top, tile.left, image)
 
-    def result(self) -> torch.Tensor:
+    def result(self) -> DiskPicture:
+        assert self.output is not None
         return self.output
 
 

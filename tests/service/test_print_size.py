@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import io
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from fastapi.testclient import TestClient
 from PIL import Image
 from service_fakes import FAKE_BAND_ROWS, Fakes, make_settings, wait_until
 
+import models.disk_picture as disk_picture
 from service.app import create_app
 from service.execution import stylize as stylize_execution
 
@@ -125,6 +128,27 @@ def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_f
     assert outside.status_code == 416
     assert outside.headers["content-range"] == f"bytes */{len(served.content)}"
     assert client.get(f"{job['result_url']}?index=1").status_code == 404
+
+
+def test_a_print_with_no_room_for_its_pictures_fails_once_with_storage_full(
+    client_factory, photo, monkeypatch
+):
+    """The print's canvas is kept on disk: a temporary folder with no room for it fails
+    the job with ``storage_full`` after one attempt, saying so in our words."""
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(disk_picture.os, "posix_fallocate", full)
+    client = client_factory(max_side=2048)
+    accepted = _post(client, photo[0], headers=ASYNC)
+    assert accepted.status_code == 202, accepted.text
+    job = _done(client, accepted.json()["id"])
+    assert job["state"] == "failed" and job["attempts"] == 1
+    assert job["error"]["code"] == "storage_full"
+    assert job["error"]["message"] == "the print could not be painted: no room for a 1 MB " + (
+        f"picture in {tempfile.gettempdir()}"
+    )
 
 
 def test_a_big_result_is_linked_from_the_jobs_json_not_embedded(client_factory, photo, monkeypatch):

@@ -208,7 +208,7 @@ def test_an_octave_is_the_pipelines_whole_map_relu1_1_pass(model):
     stats = CovarianceStats.of(encoder.encode(prepared, "relu1_1"))
     matrix, shift = wct_affine(features, [stats], weights=(1.0,))
     expected = decoder.forward_linear(features, matrix, shift).clamp(0, 1)[0]
-    got = session.result().float() / 255
+    got = session.result().read().float() / 255
     assert float((got - expected).abs().max()) <= 1.5 / 255
 
 
@@ -245,7 +245,7 @@ def test_a_print_paused_between_layers_paints_the_same(model):
             result = session.run_step(model, step)
         session.accept(step, result)
     alone = PrintStylization(_photo(90, 140), [_style(7)], base_side=48, tile_side=23)
-    assert torch.equal(session.result(), alone.run(model))
+    assert torch.equal(session.result().read(), alone.run(model))
     steps = {kind: sum(step.kind == kind for phase in session.phases() for step in phase)
              for kind in pauses}  # fmt: skip
     # more pause points than passes in the base; at least two in every other step
