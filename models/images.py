@@ -13,8 +13,7 @@ the training code and the benchmarks.
   (:func:`mask_from_rgb`), however the image was read;
 * encoding: PNG, JPEG or WebP bytes, with how the image was made in PNG text chunks
   (:func:`encode_image`), and files (:func:`save_image`); 8-bit pixels as lossless
-  PNG bytes and back (:func:`to_png`, :func:`from_png`; a photo in strips,
-  :func:`to_png_strips`, :func:`from_png_strips`: a job's payload);
+  PNG bytes and back (:func:`to_png`, :func:`from_png`: a job's payload);
 * sniffing: what an upload is from its first bytes (:func:`sniff`), the one test the
   service's image decoding and the video code both ask;
 * decoding: an opened image -> upright 8-bit RGB at a size (:class:`Decode`: EXIF
@@ -28,7 +27,7 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,43 +185,6 @@ def from_png(data: bytes) -> Tensor:
     """:func:`to_png`'s bytes -> ``(3, H, W)`` uint8 (:func:`pil_to_uint8`)."""
     with Image.open(io.BytesIO(data)) as image:
         return pil_to_uint8(image)
-
-
-#: Rows of a picture per PNG of :func:`to_png_strips`.
-PNG_STRIP_ROWS = 512
-
-
-def to_png_strips(image: Tensor) -> list[bytes]:
-    """``(3, H, W)`` uint8 -> lossless PNGs (:func:`to_png`) of ``PNG_STRIP_ROWS`` rows each,
-    top to bottom: a job's photo, which :func:`from_png_strips` decodes a strip at a time.
-    (Pillow decodes a PNG whole into an image of its own, 4 bytes a pixel: one PNG of an
-    8192 px photo held 268 MB beside the photo's 201 MB while it was decoded.)"""
-    height = image.shape[-2]
-    return [
-        to_png(image[:, top : top + PNG_STRIP_ROWS]) for top in range(0, height, PNG_STRIP_ROWS)
-    ]
-
-
-def from_png_strips(strips: Sequence[bytes]) -> Tensor:
-    """:func:`to_png_strips`' PNGs (or one whole :func:`to_png`) -> ``(3, H, W)`` uint8, each
-    strip decoded into its rows in turn (a channel-first view, as :func:`pil_to_uint8`).
-
-    Raises:
-        ValueError: no strips, or strips of different widths.
-    """
-    sizes = []
-    for data in strips:
-        with Image.open(io.BytesIO(data)) as image:  # the header only
-            sizes.append(image.size)
-    widths = {width for width, _ in sizes}
-    if len(widths) != 1:
-        raise ValueError(f"a picture's strips must share one width, got {sorted(widths)}")
-    out = np.empty((sum(height for _, height in sizes), widths.pop(), 3), dtype=np.uint8)
-    top = 0
-    for data, (_, height) in zip(strips, sizes, strict=True):
-        out[top : top + height] = from_png(data).permute(1, 2, 0).numpy()
-        top += height
-    return torch.from_numpy(out).permute(2, 0, 1)
 
 
 def tensor_to_pil(image: Picture, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> Image.Image:

@@ -6,9 +6,7 @@ work (``service.priorities``): its steps yield the device to every other forward
 its CPU work outside them (its plan, taking its tiles in, encoding its picture) runs on
 the low-priority bulk threads. The 8-bit
 images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
-:func:`~models.images.from_png`), as the video work's styles do; the photo as strips of
-rows (:func:`~models.images.to_png_strips`), so that a print's photo is decoded into its
-tensor a strip at a time. A job stored before the strips holds one PNG: one strip.
+:func:`~models.images.from_png`), as the video work's styles do.
 """
 
 from __future__ import annotations
@@ -28,12 +26,10 @@ from models.disk_picture import DiskPicture, Picture, ScratchFull
 from models.images import (
     encode_image,
     from_png,
-    from_png_strips,
     mask_from_rgb,
     tensor_to_pil,
     to_float,
     to_png,
-    to_png_strips,
 )
 from service.errors import StorageFull
 from service.execution.work import RunContext, Work
@@ -101,11 +97,9 @@ class StylizeWork(Work):
         )
 
     def to_payload(self) -> bytes:
-        content = to_png_strips(self.content)  # decoded a strip at a time (a print's photo)
-        others = [to_png(image) for image in (*self.styles, *(self.masks or ()))]
+        images = [self.content, *self.styles, *(self.masks or ())]
         header = {
             "kind": self.kind,
-            "content_strips": len(content),
             "styles": len(self.styles),
             "masks": None if self.masks is None else len(self.masks),
             "options": asdict(self.options),
@@ -113,18 +107,16 @@ class StylizeWork(Work):
             "quality": self.quality,
             "parameters": self.request_parameters,
         }
-        return pack(header, [*content, *others])
+        return pack(header, [to_png(image) for image in images])
 
     @classmethod
     def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeWork:
-        strips = header.get("content_strips", 1)  # jobs stored before: one PNG
-        content = from_png_strips(blobs[:strips])
-        images = [from_png(blob) for blob in blobs[strips:]]
+        images = [from_png(blob) for blob in blobs]
         styles = header["styles"]
-        masks = None if header["masks"] is None else tuple(images[styles:])
+        masks = None if header["masks"] is None else tuple(images[1 + styles :])
         return cls(
-            content,
-            tuple(images[:styles]),
+            images[0],
+            tuple(images[1 : 1 + styles]),
             masks,
             StyleOptions(**header["options"]),
             header["format"],

@@ -12,13 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
-import models.images as images_module
 from models.images import (
     _rgb8_array,
     encode_image,
     fit_longer_side,
     from_png,
-    from_png_strips,
     load_image,
     load_mask,
     mask_from_rgb,
@@ -29,7 +27,6 @@ from models.images import (
     tensor_to_pil,
     to_float,
     to_png,
-    to_png_strips,
     to_uint8,
 )
 
@@ -211,20 +208,6 @@ def test_load_image_resizes_with_the_shared_resize(tmp_path):
         expected = pil_to_tensor(resize_to(pil, fit_longer_side(70, 50, 20)))[None]
     assert torch.equal(got, expected)
     assert load_image(tmp_path / "a.png", size=(10, 12)).shape == (1, 3, 10, 12)
-
-
-@pytest.mark.parametrize("height", [1, 4, 5, 13])
-def test_a_picture_in_strips_of_png_comes_back_whole(monkeypatch, height):
-    """Strips of 4 rows (the last one shorter, or the only one); one whole PNG decodes as
-    one strip; strips of different widths are refused."""
-    monkeypatch.setattr(images_module, "PNG_STRIP_ROWS", 4)
-    pixels = torch.randint(0, 256, (3, height, 7), dtype=torch.uint8)
-    strips = to_png_strips(pixels)
-    assert len(strips) == -(-height // 4)
-    assert torch.equal(from_png_strips(strips), pixels)
-    assert torch.equal(from_png_strips([to_png(pixels)]), pixels)
-    with pytest.raises(ValueError, match="one width"):
-        from_png_strips([*strips, to_png(pixels[:, :, :3])])
 
 
 def test_eight_bit_pixels_round_trip_through_png_and_float():

@@ -14,7 +14,6 @@ from fractions import Fraction
 
 import torch
 
-import models.images as images_module
 from models.adain.options import StyleOptions
 from models.images import to_png
 from models.video import VideoInfo
@@ -100,17 +99,3 @@ def test_a_video_input_stored_with_a_dict_of_options_loads_as_those_options():
     assert work.options == StyleOptions((1.0,), 0.8, False, "quality", 2.0)
     assert work.info == info and work.video == b"clip"
     assert StylizeVideoWork.from_payload(*unpack(work.to_payload())).options == work.options
-
-
-def test_a_photo_travels_in_strips_and_comes_back_as_it_was(monkeypatch):
-    """A photo taller than a strip is stored as several PNGs (the header counts them) and
-    rebuilt whole, the styles after it in their places."""
-    monkeypatch.setattr(images_module, "PNG_STRIP_ROWS", 3)
-    content = torch.randint(0, 256, (3, 11, 5), dtype=torch.uint8)
-    work = StylizeWork(content, (STYLE,), None, StyleOptions(), "png", {"alpha": 1.0})
-    payload = work.to_payload()
-    header, blobs = unpack(payload)
-    assert header["content_strips"] == 4 and len(blobs) == 5
-    loaded = work_from_payload(payload)
-    assert isinstance(loaded, StylizeWork)
-    assert torch.equal(loaded.content, content) and torch.equal(loaded.styles[0], STYLE)
