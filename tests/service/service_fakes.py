@@ -292,7 +292,8 @@ class FakePrintSession:
         if step.kind == "base":
             return
         if self.output is None:
-            self.output = DiskPicture(tuple(self.content.shape), torch.uint8)
+            channels, height, width = self.content.shape
+            self.output = DiskPicture((channels, height, width), torch.uint8)
         for tile, image in zip(step.tiles, result, strict=True):
             self.output.write(tile.top, tile.left, image)
 
