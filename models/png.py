@@ -11,16 +11,16 @@ per text entry (UTF-8, uncompressed: what Pillow's ``PngInfo.add_itxt`` writes);
 pixels as one zlib stream cut into ``IDAT`` chunks as it is produced; ``IEND``. Each
 row carries the filter of the five (None, Sub, Up, Average, Paeth; PNG spec, section 9)
 whose output has the smallest sum of absolute values read as signed bytes, the
-heuristic the PNG spec recommends and libpng and Pillow use: on a painted 4096 px print
-the file is within 0.1 % of Pillow's and written in 0.8x its time
-(``benchmarks/png_encode.py``). With ``x`` the byte, ``a`` the one a pixel to its left,
+heuristic the PNG spec recommends and libpng and Pillow use: on the sample paintings
+enlarged to 4096 px the files are within 0.1 % of Pillow's, written in 0.84x-1.03x its
+time (``benchmarks/png_encode.py --side 4096``, one run). With ``x`` the byte, ``a`` the one a pixel to its left,
 ``b`` above and ``c`` above-left (0 off the picture), the filters send ``x``,
 ``x - a``, ``x - b``, ``x - floor((a + b) / 2)`` and ``x - P(a, b, c)`` modulo 256, with
 ``P`` the Paeth predictor: whichever of ``a, b, c`` is nearest ``a + b - c``, ties in that
 order.
 
-Memory: a band of ``ROWS_PER_BAND`` rows as a few int16 copies (about 19 MB at 8192 px
-wide) and the compressed bytes.
+Memory: a band of ``ROWS_PER_BAND`` rows in a few uint8 and int16 copies (by arithmetic,
+about 30 MB at 8192 px wide) and the compressed bytes.
 """
 
 from __future__ import annotations
