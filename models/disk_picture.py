@@ -100,3 +100,40 @@ def picture_rows(picture: Picture, top: int, bottom: int) -> Tensor:
     if isinstance(picture, DiskPicture):
         return picture.read(top, bottom)
     return picture[:, top:bottom]
+
+
+def picture_region(picture: Picture, rows: slice, columns: slice) -> Tensor:
+    """``picture[:, rows, columns]`` (slices with unit steps): a view of a tensor, a copy
+    of a disk picture's region."""
+    if isinstance(picture, DiskPicture):
+        return picture.read(rows.start or 0, rows.stop, columns.start or 0, columns.stop)
+    return picture[:, rows, columns]
+
+
+#: Output rows :func:`gather` reads from disk at once (from the box of source rows and
+#: columns they lie in).
+GATHER_ROWS_PER_READ = 64
+
+
+def gather(picture: Picture, rows: Tensor, columns: Tensor) -> Tensor:
+    """``picture[:, rows][:, :, columns]`` without a copy of the whole rows or columns.
+    From a :class:`DiskPicture`: ``GATHER_ROWS_PER_READ`` output rows at a time, each
+    chunk from the box its indices lie in (a tile's rows and columns are one small box;
+    an octave's grid of sparse rows is read a band at a time, never whole).
+
+    Shape:
+        - picture: ``(C, H, W)``; rows, columns: ``(n,)``, ``(m,)`` long; output:
+          ``(C, n, m)`` of the picture's dtype.
+    """
+    if not isinstance(picture, DiskPicture):
+        return picture[:, rows[:, None], columns[None, :]]
+    left, right = int(columns.min()), int(columns.max()) + 1
+    out = torch.empty((picture.shape[0], len(rows), len(columns)), dtype=picture.dtype)
+    for start in range(0, len(rows), GATHER_ROWS_PER_READ):
+        chunk = rows[start : start + GATHER_ROWS_PER_READ]
+        top = int(chunk.min())
+        box = picture.read(top, int(chunk.max()) + 1, left, right)
+        out[:, start : start + len(chunk)] = box[
+            :, (chunk - top)[:, None], (columns - left)[None, :]
+        ]
+    return out

@@ -27,17 +27,17 @@ from __future__ import annotations
 import io
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
 from PIL import Image, ImageCms
 from torch import Tensor
 
-from models.disk_picture import Picture, picture_rows
+from models.disk_picture import DiskPicture, Picture, picture_rows
 from models.png import encode_png
 
 logger = logging.getLogger("atelier.images")
@@ -135,32 +135,62 @@ def pil_to_uint8(image: Image.Image) -> Tensor:
     return torch.from_numpy(_rgb8_array(image)).permute(2, 0, 1)
 
 
-#: Rows of an image converted to an RGB array at once (:func:`_rgb8_array`).
+def pil_to_picture(image: Image.Image, *, on_disk_above: int) -> Picture:
+    """:func:`pil_to_uint8`, written to a :class:`~models.disk_picture.DiskPicture` a
+    strip at a time when the image's longer side is above ``on_disk_above`` (a print's
+    photo: 201 MB at 8192 px, which its painting reads a tile at a time).
+
+    Shape:
+        - output: ``(3, H, W)`` uint8, in memory or on disk.
+    """
+    if max(image.size) <= on_disk_above:
+        return pil_to_uint8(image)
+    width, height = image.size
+    picture = DiskPicture((3, height, width), torch.uint8)
+    if image.mode in SIXTEEN_BIT_MODES or image.mode in ("I", "F"):
+        picture.write(0, 0, pil_to_uint8(image))
+        return picture
+    for top, strip in _rgb8_strips(image):
+        # Pillow's arrays are read-only, which a tensor may not wrap: a strip's copy
+        picture.write(top, 0, torch.from_numpy(strip.copy()).permute(2, 0, 1))
+    return picture
+
+
+#: Rows of an image converted to RGB at once (:func:`_rgb8_strips`).
 RGB8_ROWS_PER_STRIP = 256
 
 
 def _rgb8_array(image: Image.Image, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> np.ndarray:
-    """``(H, W, 3)`` uint8 of an 8-bit-per-channel image, transparency over white.
+    """``(H, W, 3)`` uint8 of an 8-bit-per-channel image, transparency over white, from
+    :func:`_rgb8_strips` into the one array it returns."""
+    width, height = image.size
+    out = np.empty((height, width, 3), dtype=np.uint8)
+    for top, strip in _rgb8_strips(image, rows_per_strip):
+        out[top : top + len(strip)] = strip
+    return out
 
-    Converted in strips of rows into the one array it returns (every conversion is per
-    pixel, so the strips give the same values as the whole): converting an 8192 px photo
-    at once held Pillow's copy of its bytes twice more, 400 MB beyond the array's 201 MB.
+
+def _rgb8_strips(
+    image: Image.Image, rows_per_strip: int = RGB8_ROWS_PER_STRIP
+) -> Iterator[tuple[int, np.ndarray]]:
+    """``(top, (n, W, 3) uint8)`` strips of an 8-bit-per-channel image, transparency over
+    white, top to bottom.
+
+    Converted in strips of rows (every conversion is per pixel, so the strips give the
+    same values as the whole): converting an 8192 px photo at once held Pillow's copy of
+    its bytes twice more, 400 MB beyond the array's 201 MB.
     """
     has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
         image.mode == "P" and "transparency" in image.info
     )
     width, height = image.size
-    out = np.empty((height, width, 3), dtype=np.uint8)
     for top in range(0, height, rows_per_strip):
         strip = image.crop((0, top, width, min(top + rows_per_strip, height)))
         if has_alpha:
             rgba = strip.convert("RGBA")
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             strip = Image.alpha_composite(background, rgba)
-        out[top : top + rows_per_strip] = np.asarray(
-            strip if strip.mode == "RGB" else strip.convert("RGB")
-        )
-    return out
+        yield top, np.asarray(strip if strip.mode == "RGB" else strip.convert("RGB"))
 
 
 def to_uint8(image: Tensor) -> Tensor:
@@ -175,16 +205,23 @@ def to_float(image: Tensor) -> Tensor:
     return out.copy_(image).div_(255.0)
 
 
-def to_png(image: Tensor) -> bytes:
+def to_png(image: Picture) -> bytes:
     """``(3, H, W)`` uint8 -> lossless PNG bytes, zlib's fastest level (a job's payload:
     :func:`from_png` gives the same pixels back)."""
     return encode_png(image, level=1)
 
 
-def from_png(data: bytes) -> Tensor:
-    """:func:`to_png`'s bytes -> ``(3, H, W)`` uint8 (:func:`pil_to_uint8`)."""
+@overload
+def from_png(data: bytes) -> Tensor: ...
+@overload
+def from_png(data: bytes, *, on_disk_above: int) -> Picture: ...
+def from_png(data: bytes, *, on_disk_above: int | None = None) -> Picture:
+    """:func:`to_png`'s bytes -> ``(3, H, W)`` uint8 (:func:`pil_to_uint8`); on disk when
+    its longer side is above ``on_disk_above`` (:func:`pil_to_picture`)."""
     with Image.open(io.BytesIO(data)) as image:
-        return pil_to_uint8(image)
+        if on_disk_above is None:
+            return pil_to_uint8(image)
+        return pil_to_picture(image, on_disk_above=on_disk_above)
 
 
 def tensor_to_pil(image: Picture, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> Image.Image:
@@ -377,11 +414,17 @@ class Decode:
             image.draft(image.mode, target)
         return cls(image, transpose, image.info.get("icc_profile"), target, name)
 
-    def pixels(self) -> Tensor:
+    @overload
+    def pixels(self) -> Tensor: ...
+    @overload
+    def pixels(self, *, on_disk_above: int) -> Picture: ...
+    def pixels(self, *, on_disk_above: int | None = None) -> Picture:
         """Decode, shrink in the image's own mode (:func:`resize_to`: a greyscale 6300 px
         PNG is 40 MB, never its RGB floats), convert the ICC profile to sRGB on the
         shrunk image (:func:`to_srgb`), turn it upright, and round to 8 bits
         (:func:`pil_to_uint8`, 16-bit inputs too, as every input of the model is).
+        ``on_disk_above``: a result with a longer side above it is kept on disk
+        (:func:`pil_to_picture`).
 
         Shape:
             Output: ``(3, H, W)`` uint8, as displayed.
@@ -392,7 +435,9 @@ class Decode:
             small = to_srgb(small, self.profile, self.name)
         if self.transpose is not None:
             small = small.transpose(self.transpose)
-        return pil_to_uint8(small)
+        if on_disk_above is None:
+            return pil_to_uint8(small)
+        return pil_to_picture(small, on_disk_above=on_disk_above)
 
 
 def _orientation(image: Image.Image) -> int:

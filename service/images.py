@@ -21,13 +21,20 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, overload
 
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from models.disk_picture import Picture, ScratchFull
 from models.images import Decode, fit_longer_side, sniff
-from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
+from service.errors import (
+    BadImage,
+    DeadlineExceeded,
+    PayloadTooLarge,
+    StorageFull,
+    UnsupportedMediaType,
+)
 from service.priorities import lower_this_thread
 
 #: Formats the service decodes (the rest of Pillow's long list is attack surface).
@@ -253,6 +260,27 @@ def painted_side(head: bytes, size: int, limits: ImageLimits) -> int:
         return size
 
 
+@overload
+def decode_image(
+    data: bytes,
+    limits: ImageLimits,
+    *,
+    name: str = ...,
+    size: int | tuple[int, int] | None = ...,
+    slots: DecodeSlots | None = ...,
+    deadline: float | None = ...,
+) -> torch.Tensor: ...
+@overload
+def decode_image(
+    data: bytes,
+    limits: ImageLimits,
+    *,
+    name: str = ...,
+    size: int | tuple[int, int] | None = ...,
+    slots: DecodeSlots | None = ...,
+    deadline: float | None = ...,
+    on_disk_above: int,
+) -> Picture: ...
 def decode_image(
     data: bytes,
     limits: ImageLimits,
@@ -261,7 +289,8 @@ def decode_image(
     size: int | tuple[int, int] | None = None,
     slots: DecodeSlots | None = None,
     deadline: float | None = None,
-) -> torch.Tensor:
+    on_disk_above: int | None = None,
+) -> Picture:
     """Decode an upload to 8-bit RGB, EXIF orientation applied.
 
     Palette (with or without transparency), alpha, CMYK, greyscale and 16-bit inputs
@@ -284,6 +313,8 @@ def decode_image(
             (see :func:`output_size`); ``(height, width)`` is an exact size.
         slots: bounds concurrent large decodes (see :class:`DecodeSlots`); none if unset.
         deadline: ``time.monotonic()`` past which waiting for a slot gives up (504).
+        on_disk_above: a result with a longer side above it is kept on disk (a print's
+            photo: :func:`~models.images.pil_to_picture`); ``None``: in memory.
 
     Shape:
         Output: ``(3, H, W)``, ``uint8``.
@@ -292,6 +323,7 @@ def decode_image(
         BadImage: empty, truncated or corrupt file, animated image, too small, too
             elongated for ``size``.
         PayloadTooLarge: more than ``limits.max_pixels`` pixels (header check).
+        StorageFull: no room in the temporary folder for a picture kept on disk (507).
         UnsupportedMediaType: not a PNG, JPEG, WebP, GIF or BMP image.
     """
     if not data:
@@ -326,12 +358,17 @@ def decode_image(
             # read (on a slot, at low priority)
             plan = Decode.plan(image, choose, name) if image.format == "JPEG" else None
 
-            def decode() -> torch.Tensor:
-                return (plan or Decode.plan(image, choose, name)).pixels()
+            def decode() -> Picture:
+                decode = plan or Decode.plan(image, choose, name)
+                if on_disk_above is None:
+                    return decode.pixels()
+                return decode.pixels(on_disk_above=on_disk_above)
 
             pixels = image.size[0] * image.size[1]
             try:
                 return decode() if slots is None else slots.run(pixels, decode, deadline)
+            except ScratchFull as exc:  # before OSError: a full disk is not a bad image
+                raise StorageFull(f"{name}: the photo could not be kept: {exc.strerror}") from None
             except (OSError, SyntaxError, ValueError, EOFError) as exc:
                 logger.info("corrupt upload", extra={"field": name, "error": str(exc)})
                 raise BadImage(
@@ -353,6 +390,19 @@ class Decoding:
         """:func:`decode_image` with this request's limits, slots and deadline."""
         return decode_image(
             data, self.limits, name=name, size=size, slots=self.slots, deadline=self.deadline
+        )
+
+    def decode_photo(self, data: bytes, *, name: str, size: int, on_disk_above: int) -> Picture:
+        """:meth:`decode`, the result kept on disk when its longer side is above
+        ``on_disk_above`` (a print's photo)."""
+        return decode_image(
+            data,
+            self.limits,
+            name=name,
+            size=size,
+            slots=self.slots,
+            deadline=self.deadline,
+            on_disk_above=on_disk_above,
         )
 
 

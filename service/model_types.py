@@ -15,7 +15,7 @@ from torch import Tensor
 from models.adain.large import Step
 from models.adain.options import StyleKeywords
 from models.control import StepControl
-from models.disk_picture import DiskPicture
+from models.disk_picture import DiskPicture, Picture
 from models.dit.options import GenerateDefaults, GenerateOptions, SampleKeywords
 from models.shapes.understand import Understanding
 from models.temporal import StageBlend
@@ -85,7 +85,7 @@ class StyleTransferModel(ServedModel, Protocol):
     """What the stylize worker calls (``models.adain.StyleTransfer``)."""
 
     def print_stylization(
-        self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
+        self, content: Picture, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> PrintSession:
         """A print-size stylisation of ``content`` ``(3, H, W)`` (uint8 or float in [0, 1])
         larger than ``models.adain.presets.BASE_SIDE``; ``keywords``: the stylisation's

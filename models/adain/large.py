@@ -39,18 +39,22 @@ whole-map pass cut in pieces, to float rounding, and there is no seam to blend.
 
 Cost and memory: the base costs a fixed ~20 GMAC; each octave one relu1_1 pass (~3.5 kMAC
 a pixel), ``4/3`` of the full-size pixels in all, so the cost per output pixel falls
-towards a constant as the photo grows. Held in memory at once, at most: the photo
-(8-bit), the base's residual (1024 px) and the tiles of the steps in flight. Each
-octave's output (float32 below full size, then its residual in place) and the result
-(8-bit) are kept on disk (:class:`~models.disk_picture.DiskPicture`), written a tile at
-a time and read a box at a time (:func:`resample_region`, in chunks of rows); at 8192 x
-8192 px they are 201 MB each. Nothing else of the picture's size is held whole: the octave below
-an 8-bit photo is read from it where it is needed (:class:`HalfPhoto`; its float32
-pixels would be another 201 MB), coarser octaves are halved in strips (:func:`halved`),
-a residual is made in strips, and regions are gathered without a copy of the columns
-they lie in. Measured (``benchmarks/print_memory.py --side 8192``, one print on a served
-CPU replica, docs/service.md): the server's peak RSS growth while the finest octave is
-painted is 422 MB, against 717-784 MB with those pictures in memory.
+towards a constant as the photo grows. Held in memory at once, at most: the base's
+residual (1024 px), the coarsest octave's photo (float32, at most 2048 px) and the tiles
+of the steps in flight. The photo may itself be on disk (a served print's is: 8-bit, read
+a strip or a tile's box at a time, :func:`~models.disk_picture.gather`; its luma too,
+where colour is preserved). Each octave's output (float32 below full size, then its
+residual in place) and the result (8-bit) are kept on disk
+(:class:`~models.disk_picture.DiskPicture`), written a tile at a time and read a box at a
+time (:func:`resample_region`, in chunks of rows); at 8192 x 8192 px they are 201 MB
+each. Nothing else of the picture's size is held whole: the octave below an 8-bit photo
+is read from it where it is needed (:class:`HalfPhoto`; its float32 pixels would be
+another 201 MB), coarser octaves are halved in strips (:func:`halved`), a residual is
+made in strips, and regions are gathered without a copy of the columns they lie in.
+Measured (``benchmarks/print_memory.py --side 8192``, one print on a served CPU replica,
+docs/service.md): the server's peak RSS growth while the finest octave is painted is
+244 MB with the photo on disk too, 422 MB with it in memory, 717-784 MB with every
+picture in memory.
 
 A stylisation is a list of phases (:meth:`PrintStylization.phases`), each a list of
 :class:`Step` that may run in any order or at once; a phase needs the one before it
@@ -91,7 +95,7 @@ from models.adain.whitening import (
 from models.control import pause_point
 from models.decoder import Decoder
 from models.devices import return_freed_memory, to_host
-from models.disk_picture import DiskPicture, Picture
+from models.disk_picture import DiskPicture, Picture, gather, picture_region, picture_rows
 from models.images import fit_longer_side, to_uint8
 from models.vgg import VGGEncoder
 
@@ -283,14 +287,14 @@ def halve(photo: Tensor, rows_per_strip: int = 256) -> Tensor:
     return out.div_(scale)
 
 
-def halved(photo: Tensor, times: int, out_rows_per_strip: int = 64) -> Tensor:
+def halved(photo: Picture, times: int, out_rows_per_strip: int = 64) -> Tensor:
     """``photo`` halved ``times`` times by :func:`halve`, bit for bit, in strips of
     ``out_rows_per_strip`` output rows (each from its ``2^times`` as many input rows), so
     that no octave between the photo and the result is held whole.
 
     Shape:
-        - photo: ``(C, H, W)`` uint8 or float; output: ``(C, h, w)`` float32, each side
-          halved (rounding up) ``times`` times.
+        - photo: ``(C, H, W)`` uint8 or float, in memory or on disk; output:
+          ``(C, h, w)`` float32, each side halved (rounding up) ``times`` times.
     """
     if times < 1:
         raise ValueError(f"times must be >= 1, got {times}")
@@ -300,7 +304,7 @@ def halved(photo: Tensor, times: int, out_rows_per_strip: int = 64) -> Tensor:
     out = torch.empty((channels, height, width), dtype=torch.float32)
     span = out_rows_per_strip * 2**times  # strips start on multiples of 2^times rows
     for top in range(0, photo.shape[-2], span):
-        strip = photo[:, top : top + span]
+        strip = picture_rows(photo, top, top + span)
         for _ in range(times):
             strip = halve(strip)
         out[:, top // 2**times : top // 2**times + out_rows_per_strip] = strip
@@ -317,10 +321,11 @@ class HalfPhoto:
     its float32 pixels would be as large as the 8-bit photo.
 
     Shape:
-        - photo: ``(C, H, W)`` uint8; the half: ``(C, ceil(H / 2), ceil(W / 2))``.
+        - photo: ``(C, H, W)`` uint8, in memory or on disk; the half:
+          ``(C, ceil(H / 2), ceil(W / 2))``.
     """
 
-    photo: Tensor
+    photo: Picture
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -329,7 +334,7 @@ class HalfPhoto:
 
     def rows(self, top: int, bottom: int) -> Tensor:
         """Rows ``top:bottom`` of the half, ``(C, n, w)`` float32 in [0, 1]."""
-        return halve(self.photo[:, 2 * top : 2 * bottom])
+        return halve(picture_rows(self.photo, 2 * top, 2 * bottom))
 
     def at(self, rows: Tensor, columns: Tensor) -> Tensor:
         """The half at ``rows`` x ``columns``, ``(C, n, m)`` float32 in [0, 1]: each
@@ -342,15 +347,16 @@ class HalfPhoto:
 
         height, width = self.photo.shape[-2:]
         rows2, columns2 = window(rows, height), window(columns, width)
-        picked = self.photo[:, rows2[:, None], columns2[None, :]]
+        picked = gather(self.photo, rows2, columns2)
         return F.avg_pool2d(picked[None].float(), 2)[0].div_(255.0)
 
 
-#: An octave's photo: held whole (uint8 or float32), or a :class:`HalfPhoto`.
-OctavePhoto = Tensor | HalfPhoto
+#: An octave's photo: held whole (uint8 or float32), kept on disk (uint8), or a
+#: :class:`HalfPhoto`.
+OctavePhoto = Picture | HalfPhoto
 
 
-def octave_photo(photo: Tensor, times: int, *, coarsest: bool) -> OctavePhoto:
+def octave_photo(photo: Picture, times: int, *, coarsest: bool) -> OctavePhoto:
     """The photo of the octave ``times`` halvings below the photo ``(C, H, W)``: a
     :class:`HalfPhoto` one below an 8-bit photo, unless the base reads it whole (the
     coarsest); else :func:`halved`."""
@@ -363,19 +369,19 @@ def photo_rows(photo: OctavePhoto, top: int, bottom: int) -> Tensor:
     """Rows ``top:bottom`` of an octave's photo as float32 in [0, 1], ``(C, n, w)``."""
     if isinstance(photo, HalfPhoto):
         return photo.rows(top, bottom)
-    return _as_float(photo[:, top:bottom])
+    return _as_float(picture_rows(photo, top, bottom))
 
 
 def pixels_at(photo: OctavePhoto, rows: Tensor, columns: Tensor) -> Tensor:
-    """``photo[:, rows][:, :, columns]`` as RGB float32 in [0, 1] (``photo`` uint8,
-    float or a :class:`HalfPhoto`, RGB or one luma channel).
+    """``photo[:, rows][:, :, columns]`` as RGB float32 in [0, 1] (``photo`` uint8 or
+    float, in memory or on disk, or a :class:`HalfPhoto`; RGB or one luma channel).
 
     Shape:
         - photo: ``(3 or 1, H, W)``; rows, columns: ``(n,)``, ``(m,)``; output: ``(3, n, m)``.
     """
     if isinstance(photo, HalfPhoto):
         return photo.at(rows, columns).expand(3, -1, -1)
-    picked = photo[:, rows[:, None], columns[None, :]].float()  # gathered, nothing copied first
+    picked = gather(photo, rows, columns).float()  # from the tile's box, nothing copied first
     if photo.dtype == torch.uint8:
         picked.div_(255.0)
     return picked.expand(3, -1, -1)
@@ -403,8 +409,8 @@ class Step:
 @dataclass
 class _Octave:
     size: tuple[int, int]
-    # (C, H, W), C = 3 or 1 (luma): uint8 at full size, a HalfPhoto of it at the octave
-    # below (when that is not the coarsest), float32 below that
+    # (C, H, W), C = 3 or 1 (luma): uint8 at full size (on disk where the photo is), a
+    # HalfPhoto of it at the octave below (when that is not the coarsest), float32 below
     photo: OctavePhoto | None
     matrix: Tensor | None = None  # (64, 64), float64
     shift: Tensor | None = None  # (64,)
@@ -419,7 +425,8 @@ class PrintStylization:
     """One photo's print-size stylisation (see the module's text).
 
     Args:
-        content: the photo, ``(3, H, W)`` uint8 (or float in [0, 1]), larger than the base.
+        content: the photo, ``(3, H, W)`` uint8 (or float in [0, 1]), larger than the base:
+            in memory, or on disk (read where it is needed, never whole).
         styles: style images, each ``(1, 3, h, w)`` float in [0, 1].
         options: how it is painted (:class:`~models.adain.options.StyleOptions`, its
             ``style_scale`` already checked).
@@ -431,7 +438,7 @@ class PrintStylization:
 
     def __init__(
         self,
-        content: Tensor,
+        content: Picture,
         styles: Sequence[Tensor],
         options: StyleOptions = StyleOptions(),
         *,
@@ -439,7 +446,7 @@ class PrintStylization:
         tile_side: int = TILE_SIDE,
         tiles_per_step: int = 1,
     ) -> None:
-        if content.ndim != 3 or content.shape[0] != 3:
+        if len(content.shape) != 3 or content.shape[0] != 3:
             raise ValueError(f"content must be (3, H, W), got {tuple(content.shape)}")
         if tile_side < MIN_TILE_SIDE or tiles_per_step < 1:
             raise ValueError(f"tile_side must be >= {MIN_TILE_SIDE} and tiles_per_step >= 1")
@@ -449,8 +456,7 @@ class PrintStylization:
             raise ValueError(f"{size} fits the base ({base_side} px): stylise it whole")
         if min(sizes[0]) < MIN_TILE_SIDE:
             raise ValueError(f"{size} is too narrow for print-size stylisation")
-        content = content.cpu()
-        self.content = content
+        self.content = content if isinstance(content, DiskPicture) else content.cpu()
         # luminance-only transfer works on luma images throughout (the chroma comes back
         # from the photo at the end), as the pipeline does
         self.options = options
@@ -461,14 +467,18 @@ class PrintStylization:
             else styles
         )
         self.weights = convex_weights(options.style_weights, len(self.styles))
-        photo = _luma(content) if options.preserve_color else content
+        photo = _luma(self.content) if options.preserve_color else self.content
         self._octaves = [_Octave(size, photo)]  # fine to coarse, then reversed
         for times, octave_size in enumerate(sizes[-2::-1], start=1):
             below = octave_photo(photo, times, coarsest=times == len(sizes) - 1)
             self._octaves.append(_Octave(octave_size, below))
         self._octaves.reverse()
         whole = self._octaves[0].photo
-        assert isinstance(whole, Tensor)  # the coarsest is held whole: the base reads it
+        # the base reads the coarsest whole: one octave's is the photo itself (at most
+        # twice the base's side, read whole from disk), else halved (a tensor)
+        assert whole is not None and not isinstance(whole, HalfPhoto)
+        if isinstance(whole, DiskPicture):
+            whole = whole.read()
         coarsest = _as_float(whole).expand(3, -1, -1)[None]
         width, height = fit_longer_side(size[1], size[0], base_side)  # the base's size
         self.base_photo = resize(coarsest, (height, width))  # (1, 3, h, w)
@@ -525,8 +535,10 @@ class PrintStylization:
             octave.output = DiskPicture((3, *octave.size), dtype)
         for tile, image in zip(step.tiles, tiles, strict=True):
             if final and self.options.preserve_color:
-                region = (slice(None), slice(tile.top, tile.bottom), slice(tile.left, tile.right))
-                image = with_chroma_of(image[None], _as_float(self.content[region])[None])[0]
+                region = picture_region(
+                    self.content, slice(tile.top, tile.bottom), slice(tile.left, tile.right)
+                )
+                image = with_chroma_of(image[None], _as_float(region)[None])[0]
             octave.output.write(tile.top, tile.left, to_uint8(image) if final else image)
         octave.tiles_left -= len(step.tiles)
         if octave.tiles_left == 0:
@@ -625,13 +637,25 @@ def _as_float(image: Tensor) -> Tensor:
     return image.float().div_(255.0) if image.dtype == torch.uint8 else image.float()
 
 
-def _luma(content: Tensor, rows_per_strip: int = 256) -> Tensor:
-    """The photo's luma ``Y`` as ``(1, H, W)`` uint8, computed in strips of rows."""
-    strips = [
-        to_uint8(luminance(_as_float(content[:, top : top + rows_per_strip])[None])[0, :1])
-        for top in range(0, content.shape[-2], rows_per_strip)
-    ]
-    return torch.cat(strips, dim=1)
+def _luma(content: Picture, rows_per_strip: int = 256) -> Picture:
+    """The photo's luma ``Y`` as ``(1, H, W)`` uint8, computed in strips of rows: on disk
+    where the photo is."""
+    height, width = content.shape[-2:]
+    strips = (
+        (
+            top,
+            to_uint8(
+                luminance(_as_float(picture_rows(content, top, top + rows_per_strip))[None])[0, :1]
+            ),
+        )
+        for top in range(0, height, rows_per_strip)
+    )
+    if not isinstance(content, DiskPicture):
+        return torch.cat([strip for _, strip in strips], dim=1)
+    luma = DiskPicture((1, height, width), torch.uint8)
+    for top, strip in strips:
+        luma.write(top, 0, strip)
+    return luma
 
 
 def _edges(tile: Tile, size: tuple[int, int]) -> tuple[bool, bool, bool, bool]:

@@ -58,6 +58,7 @@ from models.checkpoints import load_state_dict
 from models.control import StepControl, image_hook, take_rows, wanted_rows
 from models.decoder import Decoder
 from models.devices import bf16_supported, to_device
+from models.disk_picture import Picture
 from models.hub import Manifest, find_file, resolve
 from models.temporal import MAX_FRAME_SIDE, StageBlend
 from models.vgg import LEVELS, VGGEncoder, check_level, level_stride
@@ -474,7 +475,7 @@ class StyleTransfer(nn.Module):
         return output
 
     def print_stylization(
-        self, content: Tensor, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
+        self, content: Picture, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> PrintStylization:
         """A print-size stylisation of one photo ``(3, H, W)`` larger than :attr:`base_side`
         (:mod:`models.adain.large`), to run step by step; a GPU batches four tiles a step.
@@ -482,7 +483,7 @@ class StyleTransfer(nn.Module):
         return self._print_session(content, styles, StyleOptions(**keywords))
 
     def _print_session(
-        self, content: Tensor, styles: Sequence[Tensor], options: StyleOptions
+        self, content: Picture, styles: Sequence[Tensor], options: StyleOptions
     ) -> PrintStylization:
         self.resolve_passes(None, options.preset)
         return PrintStylization(

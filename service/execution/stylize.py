@@ -6,7 +6,9 @@ work (``service.priorities``): its steps yield the device to every other forward
 its CPU work outside them (its plan, taking its tiles in, encoding its picture) runs on
 the low-priority bulk threads. The 8-bit
 images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
-:func:`~models.images.from_png`), as the video work's styles do.
+:func:`~models.images.from_png`), as the video work's styles do; a print's photo is kept
+on disk from its decode to the end of its painting (``models.disk_picture``: 201 MB at
+8192 px, read a strip or a tile at a time).
 """
 
 from __future__ import annotations
@@ -49,7 +51,9 @@ class StylizeWork(Work):
     """One stylisation: decoded 8-bit images and the options.
 
     Shape:
-        - content: ``(3, H, W)`` uint8
+        - content: ``(3, H, W)`` uint8; a print's (above the base) on disk
+          (:class:`~models.disk_picture.DiskPicture`: its painting reads it a tile at a
+          time), a still's in memory
         - styles: each ``(3, h_i, w_i)`` uint8
         - masks: each ``(3, H, W)`` uint8 (read as their channel mean), or ``None``
     """
@@ -58,7 +62,7 @@ class StylizeWork(Work):
     model: ClassVar[str] = "adain"
     encodes_images: ClassVar[bool] = True
 
-    content: torch.Tensor
+    content: Picture
     styles: tuple[torch.Tensor, ...]
     masks: tuple[torch.Tensor, ...] | None
     options: StyleOptions
@@ -87,6 +91,8 @@ class StylizeWork(Work):
         return self.request_parameters
 
     def job(self) -> StylizeJob:
+        """The still's batcher item (a print's are its steps)."""
+        assert isinstance(self.content, torch.Tensor)  # a still's photo is in memory
         return StylizeJob(
             content=to_float(self.content),
             styles=tuple(to_float(style) for style in self.styles),
@@ -111,12 +117,16 @@ class StylizeWork(Work):
 
     @classmethod
     def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeWork:
-        images = [from_png(blob) for blob in blobs]
+        try:
+            content = from_png(blobs[0], on_disk_above=BASE_SIDE)  # a print's: on disk
+        except ScratchFull as exc:  # the job fails once: its photo would not fit again
+            raise StorageFull(f"the print's photo could not be kept: {exc.strerror}") from None
+        images = [from_png(blob) for blob in blobs[1:]]
         styles = header["styles"]
-        masks = None if header["masks"] is None else tuple(images[1 + styles :])
+        masks = None if header["masks"] is None else tuple(images[styles:])
         return cls(
-            images[0],
-            tuple(images[1 : 1 + styles]),
+            content,
+            tuple(images[:styles]),
             masks,
             StyleOptions(**header["options"]),
             header["format"],

@@ -33,6 +33,7 @@ from models.adain.presets import (
     stylize_cost,
 )
 from models.adain.stats import check_masks, convex_weights
+from models.disk_picture import Picture
 from models.images import SNIFF_BYTES, check_output_side, sniff
 from models.video import looks_like_video
 from service.config import Settings
@@ -139,10 +140,13 @@ def _decode_all(
     size: int,
     style_size: int,
     decoding: Decoding,
-) -> tuple[torch.Tensor, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
+) -> tuple[Picture, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
     """Decode and resize every upload to 8-bit RGB (CPU work: runs in the thread pool):
-    the photo (and masks) to ``size``, the styles to ``style_size``."""
-    content_image = decoding.decode(content, name="content", size=size)
+    the photo (and masks) to ``size``, the styles to ``style_size``. A print's photo
+    (above the base) is kept on disk: its painting reads it a tile at a time."""
+    content_image = decoding.decode_photo(
+        content, name="content", size=size, on_disk_above=BASE_SIDE
+    )
     style_images = tuple(
         decoding.decode(data, name=f"style[{i}]", size=style_size) for i, data in enumerate(styles)
     )

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import models.disk_picture as disk_picture_module
-from models.disk_picture import DiskPicture, ScratchFull, picture_rows
+from models.disk_picture import DiskPicture, ScratchFull, gather, picture_region, picture_rows
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
@@ -72,3 +72,19 @@ def test_no_room_for_the_file_is_scratch_full_with_the_size(monkeypatch):
     with pytest.raises(ScratchFull, match=r"no room for a 192 MB picture in ") as raised:
         DiskPicture((3, 8192, 8192), torch.uint8)
     assert raised.value.errno == errno.ENOSPC
+
+
+def test_regions_and_gathers_are_the_tensors_in_memory_and_on_disk():
+    """``picture_region`` and ``gather`` (reflected indices, as a tile's halo reads them)
+    give what indexing the tensor gives, from the tensor and from its file."""
+    generator = torch.Generator().manual_seed(1)
+    pixels = torch.randint(0, 256, (3, 29, 41), dtype=torch.uint8, generator=generator)
+    on_disk = DiskPicture((3, 29, 41), torch.uint8)
+    on_disk.write(0, 0, pixels)
+    rows = torch.tensor([1, 0, 0, 1, 2, 3, 4])  # reflected at the top
+    columns = torch.tensor([38, 39, 40, 40, 39])  # and at the right
+    expected = pixels[:, rows][:, :, columns]
+    for picture in (pixels, on_disk):
+        assert torch.equal(gather(picture, rows, columns), expected)
+        assert torch.equal(picture_region(picture, slice(3, 9), slice(None)), pixels[:, 3:9])
+        assert torch.equal(picture_region(picture, slice(0, 29), slice(5, 6)), pixels[:, :, 5:6])

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from PIL import Image
 
+from models.disk_picture import DiskPicture
 from models.images import (
     _rgb8_array,
     encode_image,
@@ -20,6 +21,7 @@ from models.images import (
     load_image,
     load_mask,
     mask_from_rgb,
+    pil_to_picture,
     pil_to_tensor,
     pil_to_uint8,
     resize_to,
@@ -82,6 +84,22 @@ def test_eight_bit_pixels_are_the_rounded_float_pixels(mode):
     out = pil_to_uint8(image)
     assert out.dtype == torch.uint8 and out.shape == (3, 7, 9)
     assert torch.equal(out, to_uint8(pil_to_tensor(image)))
+
+
+@pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK", "I;16", "F"])
+def test_a_picture_above_the_side_is_kept_on_disk_with_the_same_pixels(mode):
+    """``pil_to_picture``: at or below ``on_disk_above`` the tensor ``pil_to_uint8`` gives;
+    above it a DiskPicture of the same pixels (written in strips: their equality with the
+    whole is the test below)."""
+    image = _image_of_mode(mode, seed=len(mode) + 2)
+    expected = pil_to_uint8(image)
+    in_memory = pil_to_picture(image, on_disk_above=9)
+    assert isinstance(in_memory, torch.Tensor) and torch.equal(in_memory, expected)
+    on_disk = pil_to_picture(image, on_disk_above=8)
+    assert isinstance(on_disk, DiskPicture) and on_disk.shape == (3, 7, 9)
+    assert torch.equal(on_disk.read(), expected)
+    payload = from_png(to_png(on_disk), on_disk_above=8)  # a print's payload, both ways
+    assert isinstance(payload, DiskPicture) and torch.equal(payload.read(), expected)
 
 
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK"])

@@ -48,7 +48,7 @@ from models.adain.options import StyleKeywords, StyleOptions
 from models.adain.presets import get_preset
 from models.adain.stats import convex_weights
 from models.control import StepControl, image_hook, take_rows, wanted_rows
-from models.disk_picture import DiskPicture
+from models.disk_picture import DiskPicture, Picture, picture_region
 from models.dit.options import SampleKeywords
 from models.shapes.understand import Understanding, understand
 from models.temporal import StageBlend
@@ -238,7 +238,7 @@ class FakeStyleTransfer(Stepper):
 
     def print_stylization(
         self,
-        content: torch.Tensor,
+        content: Picture,
         styles: Sequence[torch.Tensor],
         **keywords: Unpack[StyleKeywords],
     ) -> PrintSession:
@@ -258,7 +258,7 @@ class FakePrintSession:
     each the photo's negative there. Every step after the first waits while the fake's
     ``hold`` file exists, and records itself in the fake's ``steps_by``."""
 
-    def __init__(self, content: torch.Tensor) -> None:
+    def __init__(self, content: Picture) -> None:
         self.content = content
         self.output: DiskPicture | None = None  # on disk, made at the first band as the model's
         height, width = content.shape[-2:]
@@ -286,7 +286,8 @@ class FakePrintSession:
         if step.kind == "base":
             return torch.zeros(1)
         tile = step.tiles[0]
-        return (255 - self.content[:, tile.top : tile.bottom, tile.left : tile.right])[None]
+        rows, columns = slice(tile.top, tile.bottom), slice(tile.left, tile.right)
+        return (255 - picture_region(self.content, rows, columns))[None]
 
     def accept(self, step: Step, result: torch.Tensor) -> None:
         if step.kind == "base":

@@ -28,6 +28,7 @@ from models.adain.pipeline import StyleTransfer
 from models.adain.presets import MIN_STYLE_SIDE, octave_sizes, style_at
 from models.adain.whitening import CovarianceStats, wct_affine
 from models.control import pausing
+from models.disk_picture import DiskPicture
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -162,6 +163,35 @@ def test_octave_photos_read_where_needed_paint_the_prints_bit_for_bit(model, opt
     read_where_needed = paint()
     monkeypatch.setattr(large, "octave_photo", _held_whole)
     assert torch.equal(read_where_needed, paint())
+
+
+@pytest.mark.parametrize(
+    ("size", "options"),
+    [((333, 301), {}), ((333, 301), {"preserve_color": True}), ((333, 301), {"alpha": 0.6}),
+     ((100, 90), {})],
+)  # fmt: skip
+def test_a_photo_kept_on_disk_paints_the_print_bit_for_bit(model, size, options, monkeypatch):
+    """The photo as a DiskPicture (a served print's): the same pixels as from the tensor,
+    with three octaves (the middle one a HalfPhoto of the file; luma on disk too) and
+    with one (the base read from the file whole), and the photo never read whole when
+    there is more than one octave."""
+    content, chosen = _photo(*size), StyleOptions(**options)
+    on_disk = DiskPicture(tuple(content.shape), torch.uint8)
+    on_disk.write(0, 0, content)
+    expected = PrintStylization(content, [_style()], chosen, base_side=64, tile_side=50).run(model)
+    reads = []
+    read = DiskPicture.read
+
+    def counted(picture, top=0, bottom=None, left=0, right=None):
+        region = read(picture, top, bottom, left, right)
+        reads.append(region.shape[-2:] == picture.shape[-2:] and picture is on_disk)
+        return region
+
+    monkeypatch.setattr(DiskPicture, "read", counted)
+    session = PrintStylization(on_disk, [_style()], chosen, base_side=64, tile_side=50)
+    assert torch.equal(session.run(model), expected)
+    one_octave = len(octave_sizes(size, 64)) == 1
+    assert any(reads) == one_octave
 
 
 # ------------------------------------------------------------ tiles and the map
