@@ -11,6 +11,12 @@ over the RSS with the picture already held, as a ``(3, H, W)`` uint8 tensor for 
 Pillow's encoder needs (made from the tensor in the timed part: the copy a caller with a
 tensor pays). Every PNG of ours is decoded by Pillow and compared with the picture.
 
+Then a job's payload (``models.images.to_png``: level 1, each row filtered by None, Sub or
+Up, ``models.png.BAND_FILTERS``): its size and encode time against the five filters', and
+its read back into a disk picture a band at a time (``models.images.picture_from_png``)
+against Pillow's whole decode (``from_png``): seconds and peak RSS growth, measured as
+above, the pixels compared.
+
 Usage:
     python benchmarks/png_encode.py [--side 4096] [--repeats 3] [--images ../shared/images/style]
 """
@@ -25,6 +31,7 @@ import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import torch
@@ -33,8 +40,18 @@ from result_faults import smooth_photo
 from serve_process import peak_rss_mb, reset_peak_rss, rss_mb
 
 from models.devices import return_freed_memory
-from models.images import FAST_PNG_PIXELS, pil_to_uint8, tensor_to_pil
+from models.disk_picture import DiskPicture
+from models.images import (
+    FAST_PNG_PIXELS,
+    from_png,
+    picture_from_png,
+    pil_to_uint8,
+    tensor_to_pil,
+    to_png,
+)
 from models.png import encode_png
+
+T = TypeVar("T")
 
 
 def pictures(folder: Path, side: int) -> dict[str, torch.Tensor]:
@@ -56,21 +73,21 @@ def pillow_png(image: torch.Tensor, level: int) -> bytes:
     return buffer.getvalue()
 
 
-def measure(encode: Callable[[], bytes], repeats: int) -> tuple[bytes, float, float]:
+def measure(encode: Callable[[], T], repeats: int) -> tuple[T, float, float]:
     """The bytes, the median seconds of ``repeats`` calls and the peak RSS growth (MB) of
     one more in a forked child (after the freed heap is given back, so the growth is the
     encode's own, not hidden by pages an earlier picture left)."""
     seconds = []
-    data = b""
-    for _ in range(repeats):
-        data = b""
+    for turn in range(repeats):
         start = time.perf_counter()
         data = encode()
         seconds.append(time.perf_counter() - start)
+        if turn < repeats - 1:
+            del data  # not held beside the next call's
     return data, statistics.median(seconds), rss_growth(encode)
 
 
-def rss_growth(encode: Callable[[], bytes]) -> float:
+def rss_growth(encode: Callable[[], object]) -> float:
     return_freed_memory()
     read, write = os.pipe()
     child = os.fork()
@@ -101,6 +118,7 @@ def main() -> None:
         f"{'picture':<34} {'ours s':>7} {'Pillow s':>8} {'time':>6} {'ours MB':>8} "
         f"{'Pillow MB':>9} {'size':>6} {'ours RSS':>8} {'Pillow RSS':>10}"
     )
+    payloads: dict[str, torch.Tensor] = {}
     for name, image in pictures(args.images, args.side).items():
         level = 1 if image.shape[-2] * image.shape[-1] > FAST_PNG_PIXELS else 6
         ours, ours_s, ours_rss = measure(partial(encode_png, image, level=level), args.repeats)
@@ -112,6 +130,25 @@ def main() -> None:
             f"{name:<34} {ours_s:7.2f} {theirs_s:8.2f} {ours_s / theirs_s:5.2f}x "
             f"{len(ours) / 2**20:8.1f} {len(theirs) / 2**20:9.1f} "
             f"{len(ours) / len(theirs):5.3f}x {ours_rss:8.0f} {theirs_rss:10.0f}"
+        )
+        payloads[name] = image
+    print(
+        f"\n{'payload':<34} {'size':>6} {'encode':>6} {'bands s':>7} {'Pillow s':>8} "
+        f"{'time':>6} {'bands RSS':>9} {'Pillow RSS':>10}"
+    )
+    for name, image in payloads.items():
+        five = encode_png(image, level=1)
+        banded, banded_s, _ = measure(partial(to_png, image), args.repeats)
+        _, five_s, _ = measure(partial(encode_png, image, level=1), args.repeats)
+        read, read_s, read_rss = measure(
+            partial(picture_from_png, banded, on_disk_above=0), args.repeats
+        )
+        _, whole_s, whole_rss = measure(partial(from_png, banded), args.repeats)
+        if not (isinstance(read, DiskPicture) and torch.equal(read.read(), image)):
+            raise SystemExit(f"{name}: the payload read in bands is not the picture")
+        print(
+            f"{name:<34} {len(banded) / len(five):5.3f}x {banded_s / five_s:5.2f}x "
+            f"{read_s:7.2f} {whole_s:8.2f} {read_s / whole_s:5.2f}x {read_rss:9.0f} {whole_rss:10.0f}"
         )
 
 

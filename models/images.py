@@ -13,7 +13,8 @@ the training code and the benchmarks.
   (:func:`mask_from_rgb`), however the image was read;
 * encoding: PNG, JPEG or WebP bytes, with how the image was made in PNG text chunks
   (:func:`encode_image`), and files (:func:`save_image`); 8-bit pixels as lossless
-  PNG bytes and back (:func:`to_png`, :func:`from_png`: a job's payload);
+  PNG bytes and back (:func:`to_png`, :func:`from_png`, :func:`picture_from_png`: a job's
+  payload);
 * sniffing: what an upload is from its first bytes (:func:`sniff`), the one test the
   service's image decoding and the video code both ask;
 * decoding: an opened image -> upright 8-bit RGB at a size (:class:`Decode`: EXIF
@@ -38,7 +39,7 @@ from PIL import Image, ImageCms
 from torch import Tensor
 
 from models.disk_picture import DiskPicture, Picture, picture_rows
-from models.png import encode_png
+from models.png import BAND_FILTERS, NotBanded, encode_png, png_bands, png_size
 
 logger = logging.getLogger("atelier.images")
 
@@ -206,22 +207,39 @@ def to_float(image: Tensor) -> Tensor:
 
 
 def to_png(image: Picture) -> bytes:
-    """``(3, H, W)`` uint8 -> lossless PNG bytes, zlib's fastest level (a job's payload:
-    :func:`from_png` gives the same pixels back)."""
-    return encode_png(image, level=1)
+    """``(3, H, W)`` uint8 (in memory or on disk) -> lossless PNG bytes, zlib's fastest
+    level, rows filtered so that they are read back a band at a time (a job's payload:
+    :func:`from_png` and :func:`picture_from_png` give the same pixels back)."""
+    return encode_png(image, level=1, filters=BAND_FILTERS)
 
 
-@overload
-def from_png(data: bytes) -> Tensor: ...
-@overload
-def from_png(data: bytes, *, on_disk_above: int) -> Picture: ...
-def from_png(data: bytes, *, on_disk_above: int | None = None) -> Picture:
-    """:func:`to_png`'s bytes -> ``(3, H, W)`` uint8 (:func:`pil_to_uint8`); on disk when
-    its longer side is above ``on_disk_above`` (:func:`pil_to_picture`)."""
+def from_png(data: bytes) -> Tensor:
+    """:func:`to_png`'s bytes -> ``(3, H, W)`` uint8 (:func:`pil_to_uint8`)."""
     with Image.open(io.BytesIO(data)) as image:
-        if on_disk_above is None:
-            return pil_to_uint8(image)
-        return pil_to_picture(image, on_disk_above=on_disk_above)
+        return pil_to_uint8(image)
+
+
+def picture_from_png(data: bytes, *, on_disk_above: int) -> Picture:
+    """:func:`from_png`, kept on disk when the longer side is above ``on_disk_above`` (a
+    print's photo): :func:`to_png`'s bytes written a band at a time as they are read
+    (:func:`~models.png.png_bands`: no whole copy), any other PNG through Pillow's
+    whole decode (:func:`pil_to_picture`; a payload stored before the band filters).
+
+    Raises:
+        ValueError: a corrupt PNG.
+    """
+    height, width = png_size(data)
+    if max(height, width) <= on_disk_above:
+        return from_png(data)
+    picture = DiskPicture((3, height, width), torch.uint8)
+    try:
+        for top, band in png_bands(data):
+            picture.write(top, 0, torch.from_numpy(band).permute(2, 0, 1))
+    except NotBanded:
+        picture.close()
+        with Image.open(io.BytesIO(data)) as image:
+            return pil_to_picture(image, on_disk_above=on_disk_above)
+    return picture
 
 
 def tensor_to_pil(image: Picture, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> Image.Image:

@@ -1,10 +1,19 @@
-"""PNG encoding a band of rows at a time: a picture's PNG without a whole copy of it.
+"""PNG a band of rows at a time: a picture's PNG written, and a job's photo read back,
+without a whole copy of it.
 
 Why not Pillow's encoder: it compresses a whole ``Image`` only, and an RGB ``Image`` holds
 4 bytes a pixel, so an 8192 x 8192 print encoded through it held a 268 MB copy beside
 its 201 MB canvas (``benchmarks/print_memory.py``). libvips streams, but its PNG writer
 stores text as Latin-1 ``tEXt`` (a prompt's UTF-8 comes back garbled) and adds a
-``pHYs`` chunk. Pillow still decodes every PNG; this module only writes them.
+``pHYs`` chunk.
+
+Reading: Pillow decodes a PNG whole into an image of its own (4 bytes a pixel: 268 MB for
+an 8192 px photo). A job's payload is written here with the filters that a whole row
+undoes at once (:data:`BAND_FILTERS`: None, Sub, a running sum along the row, and Up, the
+row above added), so :func:`png_bands` reads it back a band at a time; Average and Paeth
+need each byte's reconstructed left neighbour first, a loop per byte. Any other PNG (a
+filter outside those, another colour type, interlaced) is :class:`NotBanded`: Pillow
+reads it whole. The files stay plain PNGs that any reader decodes.
 
 The file: the signature; ``IHDR`` (8-bit truecolour, no interlace); one ``iTXt`` chunk
 per text entry (UTF-8, uncompressed: what Pillow's ``PngInfo.add_itxt`` writes); the
@@ -28,7 +37,7 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -36,14 +45,24 @@ import torch
 from models.disk_picture import Picture, picture_rows
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
+#: Every filter (None, Sub, Up, Average, Paeth), and those :func:`png_bands` undoes.
+ALL_FILTERS = (0, 1, 2, 3, 4)
+BAND_FILTERS = (0, 1, 2)
 #: Rows filtered and compressed at once.
 ROWS_PER_BAND = 64
 #: Bytes per pixel (8-bit RGB): how far to the left ``a`` lies.
 PIXEL_BYTES = 3
 
 
-def encode_png(image: Picture, text: Mapping[str, str] | None = None, *, level: int = 6) -> bytes:
-    """``image`` as PNG bytes, with ``text`` in ``iTXt`` chunks and zlib's ``level``.
+def encode_png(
+    image: Picture,
+    text: Mapping[str, str] | None = None,
+    *,
+    level: int = 6,
+    filters: Sequence[int] = ALL_FILTERS,
+) -> bytes:
+    """``image`` as PNG bytes, with ``text`` in ``iTXt`` chunks and zlib's ``level``, each
+    row's filter the best of ``filters``.
 
     Shape:
         - image: ``(3, H, W)``, uint8 or float in [0, 1] (clamped and rounded to 8 bits),
@@ -63,7 +82,7 @@ def encode_png(image: Picture, text: Mapping[str, str] | None = None, *, level: 
     above = np.zeros(width * PIXEL_BYTES, dtype=np.uint8)
     for top in range(0, height, ROWS_PER_BAND):
         band = _rows(image, top, min(top + ROWS_PER_BAND, height))
-        data = compressor.compress(filtered(band, above).data)
+        data = compressor.compress(filtered(band, above, filters).data)
         if data:
             _chunk(out, b"IDAT", data)
         above = band[-1]
@@ -72,9 +91,11 @@ def encode_png(image: Picture, text: Mapping[str, str] | None = None, *, level: 
     return out.getvalue()
 
 
-def filtered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
+def filtered(
+    band: np.ndarray, above: np.ndarray, filters: Sequence[int] = ALL_FILTERS
+) -> np.ndarray:
     """Each row of ``band`` with its filter type byte first and its bytes filtered by the
-    filter of least absolute sum (see the module's text).
+    filter of ``filters`` of least absolute sum (see the module's text).
 
     Shape:
         - band: ``(n, W * 3)`` uint8; above: ``(W * 3,)`` uint8, the row above the band
@@ -96,6 +117,7 @@ def filtered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
     candidates = (x, x - a, x - b, x - average, x - paeth)
     # |byte as signed| = min(u, 256 - u)
     cost = np.stack([np.minimum(f, np.negative(f)).sum(axis=1, dtype=np.int64) for f in candidates])
+    cost[[kind not in filters for kind in range(len(candidates))]] = np.iinfo(np.int64).max
     chosen = cost.argmin(axis=0)
     out = np.empty((x.shape[0], x.shape[1] + 1), dtype=np.uint8)
     out[:, 0] = chosen
@@ -119,3 +141,100 @@ def _chunk(out: io.BytesIO, kind: bytes, data: bytes) -> None:
     out.write(kind)
     out.write(data)
     out.write(struct.pack(">I", zlib.crc32(data, zlib.crc32(kind))))
+
+
+class NotBanded(ValueError):
+    """A PNG that :func:`png_bands` does not read: not 8-bit RGB, interlaced, or a row
+    filtered by Average or Paeth (Pillow reads it whole)."""
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """``(height, width)`` from a PNG's header.
+
+    Raises:
+        ValueError: not a PNG.
+    """
+    if data[:8] != SIGNATURE or data[12:16] != b"IHDR":
+        raise ValueError("not a PNG")
+    width, height = struct.unpack(">II", data[16:24])
+    return height, width
+
+
+def png_bands(data: bytes, rows_per_band: int = ROWS_PER_BAND) -> Iterator[tuple[int, np.ndarray]]:
+    """The pixels of an 8-bit RGB PNG whose rows use :data:`BAND_FILTERS` (a job's payload,
+    :func:`encode_png` with ``filters=BAND_FILTERS``), a band at a time, top to bottom:
+    ``(top, (n, W, 3) uint8)``. Each chunk's CRC is checked, as Pillow checks it.
+
+    Raises:
+        NotBanded: a PNG it does not read (found at the header, or at the first row
+            filtered otherwise: the bands before it have been given).
+        ValueError: a corrupt PNG (a bad CRC, a broken zlib stream, rows missing).
+    """
+    height, width = png_size(data)
+    if data[24:29] != bytes([8, 2, 0, 0, 0]):  # depth, colour type, compression, filter, lace
+        raise NotBanded("not an 8-bit RGB PNG without interlace")
+    stride = 1 + width * PIXEL_BYTES
+    inflate = zlib.decompressobj()
+    pending = bytearray()
+    above = np.zeros(width * PIXEL_BYTES, dtype=np.uint8)
+    top = 0
+    for kind, body in _chunks(data):
+        if kind == b"IEND":
+            break
+        if kind != b"IDAT":
+            continue
+        try:
+            pending += inflate.decompress(body)
+        except zlib.error as exc:
+            raise ValueError(f"a broken zlib stream: {exc}") from None
+        while len(pending) >= stride * min(rows_per_band, height - top) and top < height:
+            rows = min(rows_per_band, height - top)
+            band = np.frombuffer(bytes(pending[: rows * stride]), dtype=np.uint8)
+            del pending[: rows * stride]
+            pixels = unfiltered(band.reshape(rows, stride), above)
+            above = pixels[-1]
+            yield top, pixels.reshape(rows, width, PIXEL_BYTES)
+            top += rows
+    if top < height:
+        raise ValueError(f"a truncated PNG: {top} of {height} rows")
+
+
+def unfiltered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
+    """:func:`filtered`'s rows undone, where each uses a filter of :data:`BAND_FILTERS`:
+    Sub's bytes summed along the row, pixel by pixel and modulo 256 (a running sum per
+    channel), Up's the row above added.
+
+    Shape:
+        - band: ``(n, 1 + W * 3)`` uint8; above: ``(W * 3,)``, the row above the band
+          (zeros above the first); output: ``(n, W * 3)`` uint8.
+
+    Raises:
+        NotBanded: a row filtered by Average or Paeth (or no filter of PNG's).
+    """
+    out = np.empty((band.shape[0], band.shape[1] - 1), dtype=np.uint8)
+    for index, row in enumerate(band):
+        kind, values = int(row[0]), row[1:]
+        if kind == 0:
+            out[index] = values
+        elif kind == 1:  # uint8 sums wrap: modulo 256
+            out[index] = values.reshape(-1, PIXEL_BYTES).cumsum(axis=0, dtype=np.uint8).ravel()
+        elif kind == 2:
+            out[index] = values + above
+        else:
+            raise NotBanded(f"a row filtered by filter {kind}")
+        above = out[index]
+    return out
+
+
+def _chunks(data: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """``(type, data)`` of each chunk after the signature, its CRC checked."""
+    offset = len(SIGNATURE)
+    while offset + 12 <= len(data):
+        (length,) = struct.unpack(">I", data[offset : offset + 4])
+        kind = data[offset + 4 : offset + 8]
+        body = data[offset + 8 : offset + 8 + length]
+        (crc,) = struct.unpack(">I", data[offset + 8 + length : offset + 12 + length] or b"\0" * 4)
+        if len(body) != length or zlib.crc32(body, zlib.crc32(kind)) != crc:
+            raise ValueError(f"a corrupt PNG: the {kind!r} chunk's CRC does not match")
+        yield kind, body
+        offset += 12 + length

@@ -29,6 +29,7 @@ from models.images import (
     encode_image,
     from_png,
     mask_from_rgb,
+    picture_from_png,
     tensor_to_pil,
     to_float,
     to_png,
@@ -117,8 +118,8 @@ class StylizeWork(Work):
 
     @classmethod
     def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeWork:
-        try:
-            content = from_png(blobs[0], on_disk_above=BASE_SIDE)  # a print's: on disk
+        try:  # a print's photo is kept on disk, read a band at a time
+            content = picture_from_png(blobs[0], on_disk_above=BASE_SIDE)
         except ScratchFull as exc:  # the job fails once: its photo would not fit again
             raise StorageFull(f"the print's photo could not be kept: {exc.strerror}") from None
         images = [from_png(blob) for blob in blobs[1:]]

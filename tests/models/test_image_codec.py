@@ -21,6 +21,7 @@ from models.images import (
     load_image,
     load_mask,
     mask_from_rgb,
+    picture_from_png,
     pil_to_picture,
     pil_to_tensor,
     pil_to_uint8,
@@ -98,8 +99,26 @@ def test_a_picture_above_the_side_is_kept_on_disk_with_the_same_pixels(mode):
     on_disk = pil_to_picture(image, on_disk_above=8)
     assert isinstance(on_disk, DiskPicture) and on_disk.shape == (3, 7, 9)
     assert torch.equal(on_disk.read(), expected)
-    payload = from_png(to_png(on_disk), on_disk_above=8)  # a print's payload, both ways
-    assert isinstance(payload, DiskPicture) and torch.equal(payload.read(), expected)
+
+
+@pytest.mark.parametrize("writer", ["to_png", "pillow"])
+def test_a_payloads_png_is_kept_on_disk_above_the_side_with_the_same_pixels(writer):
+    """``picture_from_png``: a tensor at or below ``on_disk_above``; above it a DiskPicture,
+    read a band at a time from ``to_png``'s bytes (here from a disk picture) and whole
+    from a PNG Pillow wrote (a payload stored before the band filters)."""
+    pixels = torch.randint(0, 256, (3, 70, 45), dtype=torch.uint8)
+    on_disk = DiskPicture((3, 70, 45), torch.uint8)
+    on_disk.write(0, 0, pixels)
+    if writer == "to_png":
+        data = to_png(on_disk)
+    else:
+        buffer = io.BytesIO()
+        Image.fromarray(pixels.permute(1, 2, 0).numpy()).save(buffer, "PNG")
+        data = buffer.getvalue()
+    small = picture_from_png(data, on_disk_above=70)
+    assert isinstance(small, torch.Tensor) and torch.equal(small, pixels)
+    kept = picture_from_png(data, on_disk_above=69)
+    assert isinstance(kept, DiskPicture) and torch.equal(kept.read(), pixels)
 
 
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK"])

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 
 import numpy as np
 import pytest
@@ -13,7 +15,15 @@ from PIL import Image
 
 import models.png as png_module
 from models.images import encode_image, to_uint8
-from models.png import encode_png, filtered
+from models.png import (
+    BAND_FILTERS,
+    NotBanded,
+    _chunks,
+    encode_png,
+    filtered,
+    png_bands,
+    png_size,
+)
 
 
 def _decoded(data: bytes) -> tuple[np.ndarray, dict[str, str]]:
@@ -107,3 +117,79 @@ def test_encode_image_writes_how_the_image_was_made_and_the_pixels():
 def test_a_picture_of_another_shape_is_refused(shape):
     with pytest.raises(ValueError, match=r"\(3, H, W\)|at least one pixel"):
         encode_png(torch.zeros(shape, dtype=torch.uint8))
+
+
+# ------------------------------------------------------------ reading a band at a time
+def _bands(data: bytes, rows_per_band: int) -> np.ndarray:
+    tops, bands = zip(*png_bands(data, rows_per_band), strict=True)
+    assert list(tops) == list(range(0, sum(len(band) for band in bands), rows_per_band))
+    return np.concatenate(bands)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    height=st.integers(1, 90),
+    width=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+    smooth=st.booleans(),
+    rows_per_band=st.integers(1, 70),
+)
+def test_a_picture_written_with_the_band_filters_is_read_back_in_bands(
+    height, width, seed, smooth, rows_per_band
+):
+    """Bands of any height (the last one short) give the pixels Pillow decodes, which are
+    the picture's; the text chunks before the pixels are skipped."""
+    if smooth:
+        image = _smooth(height, width, seed)
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        image = torch.randint(0, 256, (3, height, width), generator=generator, dtype=torch.uint8)
+    data = encode_png(image, {"k": "v"}, level=1, filters=BAND_FILTERS)
+    expected = image.permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(_decoded(data)[0], expected)
+    np.testing.assert_array_equal(_bands(data, rows_per_band), expected)
+
+
+def test_each_band_filter_is_chosen_and_undone_and_no_other_is_written():
+    """Rows where None, Sub and Up each win (Average and Paeth would win some of them, and
+    are not written); the five-filter file is NotBanded at its first Average or Paeth row,
+    after the bands before it."""
+    ramp = torch.arange(40, dtype=torch.uint8).repeat(3, 12, 1)
+    pictures = [torch.zeros(3, 6, 9, dtype=torch.uint8), ramp, _averaged(12, 10, seed=1)]
+    pictures += [_smooth(48, 64, seed) for seed in range(4)]
+    chosen: set[int] = set()
+    for image in pictures:
+        rows = image.permute(1, 2, 0).reshape(image.shape[1], -1).numpy()
+        zeros = np.zeros(rows.shape[1], np.uint8)
+        chosen |= set(filtered(rows, zeros, BAND_FILTERS)[:, 0].tolist())
+        np.testing.assert_array_equal(
+            _bands(encode_png(image, filters=BAND_FILTERS), 5), image.permute(1, 2, 0).numpy()
+        )
+    assert chosen == {0, 1, 2}
+    averaged = encode_png(_averaged(12, 10, seed=1))  # every filter allowed: Average wins
+    with pytest.raises(NotBanded, match="filter 3"):
+        list(png_bands(averaged, 1))
+
+
+def test_other_pngs_are_not_banded_and_corrupt_ones_are_errors():
+    buffer = io.BytesIO()
+    Image.new("RGBA", (4, 4)).save(buffer, "PNG")
+    with pytest.raises(NotBanded, match="8-bit RGB"):
+        list(png_bands(buffer.getvalue()))
+    data = encode_png(_smooth(30, 20, seed=2), level=1, filters=BAND_FILTERS)
+    flipped = bytearray(data)
+    flipped[-30] ^= 0xFF  # a byte of the last IDAT chunk's data
+    with pytest.raises(ValueError, match="CRC"):
+        list(png_bands(bytes(flipped)))
+    # the same file with its last 50 bytes of filtered rows missing (one IDAT chunk)
+    first = data.index(b"IDAT") - 4
+    stream = zlib.decompressobj()
+    rows = b"".join(stream.decompress(body) for kind, body in _chunks(data) if kind == b"IDAT")
+    short = zlib.compress(rows[:-50], 1)
+    chunk = struct.pack(">I", len(short)) + b"IDAT" + short
+    chunk += struct.pack(">I", zlib.crc32(short, zlib.crc32(b"IDAT")))
+    end = data.index(b"IEND") - 4
+    with pytest.raises(ValueError, match="truncated"):
+        list(png_bands(data[:first] + chunk + data[end:], 7))
+    with pytest.raises(ValueError, match="not a PNG"):
+        png_size(b"GIF89a" + bytes(30))
