@@ -94,6 +94,17 @@ class DiskPicture:
 Picture = Tensor | DiskPicture
 
 
+def in_memory(picture: Picture) -> Tensor:
+    """A picture that was to stay in memory, as its tensor.
+
+    Raises:
+        TypeError: it is on disk (its maker was asked to keep it there).
+    """
+    if isinstance(picture, DiskPicture):
+        raise TypeError(f"a {picture.shape} picture on disk where one in memory was made")
+    return picture
+
+
 def picture_rows(picture: Picture, top: int, bottom: int) -> Tensor:
     """Rows ``top:bottom`` of a ``(C, H, W)`` picture, ``(C, n, W)`` (a view of a tensor,
     a copy of a disk picture's rows)."""

@@ -21,12 +21,13 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import TypeVar, overload
+from functools import partial
+from typing import TypeVar
 
 import torch
 from PIL import Image, UnidentifiedImageError
 
-from models.disk_picture import Picture, ScratchFull
+from models.disk_picture import Picture, ScratchFull, in_memory
 from models.images import Decode, fit_longer_side, sniff
 from service.errors import (
     BadImage,
@@ -260,27 +261,6 @@ def painted_side(head: bytes, size: int, limits: ImageLimits) -> int:
         return size
 
 
-@overload
-def decode_image(
-    data: bytes,
-    limits: ImageLimits,
-    *,
-    name: str = ...,
-    size: int | tuple[int, int] | None = ...,
-    slots: DecodeSlots | None = ...,
-    deadline: float | None = ...,
-) -> torch.Tensor: ...
-@overload
-def decode_image(
-    data: bytes,
-    limits: ImageLimits,
-    *,
-    name: str = ...,
-    size: int | tuple[int, int] | None = ...,
-    slots: DecodeSlots | None = ...,
-    deadline: float | None = ...,
-    on_disk_above: int,
-) -> Picture: ...
 def decode_image(
     data: bytes,
     limits: ImageLimits,
@@ -388,22 +368,20 @@ class Decoding:
         self, data: bytes, *, name: str, size: int | tuple[int, int] | None = None
     ) -> torch.Tensor:
         """:func:`decode_image` with this request's limits, slots and deadline."""
-        return decode_image(
-            data, self.limits, name=name, size=size, slots=self.slots, deadline=self.deadline
-        )
+        return in_memory(self.decode_photo(data, name=name, size=size))
 
-    def decode_photo(self, data: bytes, *, name: str, size: int, on_disk_above: int) -> Picture:
+    def decode_photo(
+        self,
+        data: bytes,
+        *,
+        name: str,
+        size: int | tuple[int, int] | None = None,
+        on_disk_above: int | None = None,
+    ) -> Picture:
         """:meth:`decode`, the result kept on disk when its longer side is above
         ``on_disk_above`` (a print's photo)."""
-        return decode_image(
-            data,
-            self.limits,
-            name=name,
-            size=size,
-            slots=self.slots,
-            deadline=self.deadline,
-            on_disk_above=on_disk_above,
-        )
+        decode = partial(decode_image, slots=self.slots, deadline=self.deadline)
+        return decode(data, self.limits, name=name, size=size, on_disk_above=on_disk_above)
 
 
 def _open(data: bytes, name: str) -> Image.Image:

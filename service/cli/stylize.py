@@ -38,6 +38,7 @@ from models.adain.presets import MAX_STYLE_SCALE, MIN_STYLE_SCALE, PRESETS, styl
 from models.adain.stats import convex_weights
 from models.adain.video import CHUNK_FRAMES, stylize_clip
 from models.control import StepControl
+from models.disk_picture import in_memory
 from models.hub import WeightsNotFoundError
 from models.images import SUFFIXES, check_output_side, mask_from_rgb, save_image, to_float
 from service.cli import remote
@@ -189,7 +190,7 @@ def image_limits(args: argparse.Namespace, size: int) -> ImageLimits:
 def decode_file(path: Path, limits: ImageLimits, size: int | tuple[int, int]) -> torch.Tensor:
     """``path`` decoded and resized as an upload is (``service.images.decode_image``):
     ``(3, H, W)`` uint8; ``size`` a longer side, or ``(H, W)``."""
-    return decode_image(path.read_bytes(), limits, name=str(path), size=size)
+    return in_memory(decode_image(path.read_bytes(), limits, name=str(path), size=size))
 
 
 def prepare(

@@ -9,7 +9,14 @@ import pytest
 import torch
 
 import models.disk_picture as disk_picture_module
-from models.disk_picture import DiskPicture, ScratchFull, gather, picture_region, picture_rows
+from models.disk_picture import (
+    DiskPicture,
+    ScratchFull,
+    gather,
+    in_memory,
+    picture_region,
+    picture_rows,
+)
 
 
 @pytest.mark.parametrize("dtype", [torch.uint8, torch.float32])
@@ -88,3 +95,10 @@ def test_regions_and_gathers_are_the_tensors_in_memory_and_on_disk():
         assert torch.equal(gather(picture, rows, columns), expected)
         assert torch.equal(picture_region(picture, slice(3, 9), slice(None)), pixels[:, 3:9])
         assert torch.equal(picture_region(picture, slice(0, 29), slice(5, 6)), pixels[:, :, 5:6])
+
+
+def test_a_picture_that_was_to_stay_in_memory_is_its_tensor_and_one_on_disk_is_refused():
+    pixels = torch.zeros(3, 4, 4, dtype=torch.uint8)
+    assert in_memory(pixels) is pixels
+    with pytest.raises(TypeError, match="on disk"):
+        in_memory(DiskPicture((3, 4, 4), torch.uint8))

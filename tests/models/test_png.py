@@ -53,23 +53,36 @@ def _averaged(height: int, width: int, seed: int) -> torch.Tensor:
     return torch.from_numpy(rows.astype(np.uint8).reshape(height, width, 3)).permute(2, 0, 1)
 
 
+def _bands(data: bytes, rows_per_band: int) -> np.ndarray:
+    tops, bands = zip(*png_bands(data, rows_per_band), strict=True)
+    assert list(tops) == list(range(0, sum(len(band) for band in bands), rows_per_band))
+    return np.concatenate(bands)
+
+
 @settings(max_examples=40, deadline=None)
 @given(
     height=st.integers(1, 140),
     width=st.integers(1, 40),
     seed=st.integers(0, 2**16),
     smooth=st.booleans(),
+    rows_per_band=st.integers(1, 70),
 )
-def test_any_picture_decodes_to_itself(height, width, seed, smooth):
-    """Noise and smooth pictures, one pixel to several bands of rows (64 each)."""
+def test_any_picture_decodes_to_itself(height, width, seed, smooth, rows_per_band):
+    """Noise and smooth pictures, one pixel to several bands of rows (64 each), read by
+    Pillow; written with the band filters (text before the pixels), read back in bands of
+    any height too (the last one short)."""
     if smooth:
         image = _smooth(height, width, seed)
     else:
         generator = torch.Generator().manual_seed(seed)
         image = torch.randint(0, 256, (3, height, width), generator=generator, dtype=torch.uint8)
+    expected = image.permute(1, 2, 0).numpy()
     pixels, text = _decoded(encode_png(image))
-    np.testing.assert_array_equal(pixels, image.permute(1, 2, 0).numpy())
+    np.testing.assert_array_equal(pixels, expected)
     assert text == {}
+    banded = encode_png(image, {"k": "v"}, level=1, filters=BAND_FILTERS)
+    np.testing.assert_array_equal(_decoded(banded)[0], expected)
+    np.testing.assert_array_equal(_bands(banded, rows_per_band), expected)
 
 
 def test_every_filter_is_chosen_and_undone(monkeypatch):
@@ -120,36 +133,6 @@ def test_a_picture_of_another_shape_is_refused(shape):
 
 
 # ------------------------------------------------------------ reading a band at a time
-def _bands(data: bytes, rows_per_band: int) -> np.ndarray:
-    tops, bands = zip(*png_bands(data, rows_per_band), strict=True)
-    assert list(tops) == list(range(0, sum(len(band) for band in bands), rows_per_band))
-    return np.concatenate(bands)
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    height=st.integers(1, 90),
-    width=st.integers(1, 40),
-    seed=st.integers(0, 2**16),
-    smooth=st.booleans(),
-    rows_per_band=st.integers(1, 70),
-)
-def test_a_picture_written_with_the_band_filters_is_read_back_in_bands(
-    height, width, seed, smooth, rows_per_band
-):
-    """Bands of any height (the last one short) give the pixels Pillow decodes, which are
-    the picture's; the text chunks before the pixels are skipped."""
-    if smooth:
-        image = _smooth(height, width, seed)
-    else:
-        generator = torch.Generator().manual_seed(seed)
-        image = torch.randint(0, 256, (3, height, width), generator=generator, dtype=torch.uint8)
-    data = encode_png(image, {"k": "v"}, level=1, filters=BAND_FILTERS)
-    expected = image.permute(1, 2, 0).numpy()
-    np.testing.assert_array_equal(_decoded(data)[0], expected)
-    np.testing.assert_array_equal(_bands(data, rows_per_band), expected)
-
-
 def test_each_band_filter_is_chosen_and_undone_and_no_other_is_written():
     """Rows where None, Sub and Up each win (Average and Paeth would win some of them, and
     are not written); the five-filter file is NotBanded at its first Average or Paeth row,
