@@ -1003,12 +1003,19 @@ $("stylize-form").addEventListener("submit", async (event) => {
       onStarted: (started) => inputs && keep.put("inputs", started.id, { kind: "stylize", inputs }),
     });
     if (job === null || job.state !== "succeeded") return;
-    // The image file itself (a print is tens of MB: no base64 copy in the page)
-    const { blob, suffix } = await fetchResult(job);
-    showStylized(blob, suffix, sentPhoto);
-    setStatus(status, "Done.");
-    if (blob.type.startsWith("image/") && (job.parameters?.size ?? 0) <= THUMB_MAX_SIDE)
-      saveThumbnail(job.id, blob); // larger: the gallery asks the server for one
+    // a result up to THUMB_MAX_SIDE is made small here: the gallery, listing the job
+    // meanwhile, does not fetch the server's thumbnail too (larger: it asks for one)
+    const ownThumbnail = (job.parameters?.size ?? 0) <= THUMB_MAX_SIDE;
+    if (ownThumbnail) thumbPending.add(job.id);
+    try {
+      // The image file itself (a print is tens of MB: no base64 copy in the page)
+      const { blob, suffix } = await fetchResult(job);
+      showStylized(blob, suffix, sentPhoto);
+      setStatus(status, "Done.");
+      if (ownThumbnail && blob.type.startsWith("image/")) await saveThumbnail(job.id, blob);
+    } finally {
+      thumbPending.delete(job.id);
+    }
   } catch (error) {
     setStatus(status, `Network error: ${error.message ?? error}`, true);
   } finally {
@@ -1321,6 +1328,7 @@ async function thumbnailOf(blob) {
 }
 
 async function saveThumbnail(id, blob) {
+  thumbPending.add(id); // made here: the gallery waits for it instead of fetching one
   try {
     const small = await thumbnailOf(blob);
     if (thumbUrls.has(id)) URL.revokeObjectURL(thumbUrls.get(id));
@@ -1331,6 +1339,8 @@ async function saveThumbnail(id, blob) {
       shot.replaceChildren(thumbImage({ kind: shot.closest(".card")?.dataset.kind }, thumbUrls.get(id)));
   } catch {
     // not an image the browser reads: the card keeps its words
+  } finally {
+    thumbPending.delete(id);
   }
 }
 

@@ -196,6 +196,7 @@ def _open(driver, url: str) -> None:
     """The page, fresh: nothing kept from an earlier test (IndexedDB emptied, from a
     page of the same origin that does not hold it open)."""
     driver.get(url + "/healthz")
+    driver.execute_cdp_cmd("Network.clearBrowserCache", {})  # nor an answer it cached
     driver.execute_async_script(
         "const done = arguments[0]; const r = indexedDB.deleteDatabase('atelier-page');"
         "r.onsuccess = r.onerror = r.onblocked = () => done();"
@@ -544,6 +545,11 @@ def test_the_gallery_shows_the_result_with_a_thumbnail_after_a_reload(browser, s
         "const i = document.querySelector(arguments[0]); return i && i.complete && i.naturalWidth;"
     )
     results = recorder.count("GET", f"/v1/jobs/{job_id}/result")
+    wait_for(browser, lambda d: d.execute_script(shown, f"{card} .shot img"))
+    time.sleep(0.5)
+    # made in the page from the result: the gallery listing the job meanwhile waited for
+    # it, and fetched no thumbnail of the server's
+    assert recorder.count("GET", f"/v1/jobs/{job_id}/thumbnail") == 0
     for reload in ("kept", "fetched"):
         fetched = recorder.count("GET", f"/v1/jobs/{job_id}/thumbnail")
         if reload == "fetched":  # nothing kept in this browser: the server's thumbnail
