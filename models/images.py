@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, overload
+from typing import Any, cast, overload
 
 import numpy as np
 import torch
@@ -128,11 +128,10 @@ def pil_to_uint8(image: Image.Image) -> Tensor:
     """``(3, H, W)`` uint8 RGB from any Pillow mode: :func:`pil_to_tensor`'s conversions,
     rounded to 8 bits (the same values as ``to_uint8(pil_to_tensor(image))``).
 
-    An 8-bit image never becomes float: the result is a channel-first view of one
-    ``(H, W, 3)`` array, so a 1024 px photo costs 3 MB, not the 12.6 MB of its floats.
+    No image becomes float whole (a 16-bit or float one a strip of rows at a time): the
+    result is a channel-first view of one ``(H, W, 3)`` array, so a 1024 px photo costs
+    3 MB, not the 12.6 MB of its floats.
     """
-    if image.mode in SIXTEEN_BIT_MODES or image.mode in ("I", "F"):
-        return to_uint8(pil_to_tensor(image))
     return torch.from_numpy(_rgb8_array(image)).permute(2, 0, 1)
 
 
@@ -148,9 +147,6 @@ def pil_to_picture(image: Image.Image, *, on_disk_above: int) -> Picture:
         return pil_to_uint8(image)
     width, height = image.size
     picture = DiskPicture((3, height, width), torch.uint8)
-    if image.mode in SIXTEEN_BIT_MODES or image.mode in ("I", "F"):
-        picture.write(0, 0, pil_to_uint8(image))
-        return picture
     for top, strip in _rgb8_strips(image):
         # Pillow's arrays are read-only, which a tensor may not wrap: a strip's copy
         picture.write(top, 0, torch.from_numpy(strip.copy()).permute(2, 0, 1))
@@ -162,8 +158,8 @@ RGB8_ROWS_PER_STRIP = 256
 
 
 def _rgb8_array(image: Image.Image, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> np.ndarray:
-    """``(H, W, 3)`` uint8 of an 8-bit-per-channel image, transparency over white, from
-    :func:`_rgb8_strips` into the one array it returns."""
+    """``(H, W, 3)`` uint8 of any image (:func:`pil_to_uint8`), from :func:`_rgb8_strips`
+    into the one array it returns."""
     width, height = image.size
     out = np.empty((height, width, 3), dtype=np.uint8)
     for top, strip in _rgb8_strips(image, rows_per_strip):
@@ -174,13 +170,19 @@ def _rgb8_array(image: Image.Image, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -
 def _rgb8_strips(
     image: Image.Image, rows_per_strip: int = RGB8_ROWS_PER_STRIP
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """``(top, (n, W, 3) uint8)`` strips of an 8-bit-per-channel image, transparency over
-    white, top to bottom.
+    """``(top, (n, W, 3) uint8)`` strips of any image, top to bottom: an 8-bit one's
+    transparency over white; a 16-bit, 32-bit integer or float one's greys as
+    :func:`pil_to_tensor` reads them, rounded (:func:`to_uint8`).
 
-    Converted in strips of rows (every conversion is per pixel, so the strips give the
-    same values as the whole): converting an 8192 px photo at once held Pillow's copy of
-    its bytes twice more, 400 MB beyond the array's 201 MB.
+    Converted in strips of rows (every conversion is per pixel, and the one image-wide
+    figure, the peak of a 32-bit image, is read first, so the strips give the same values
+    as the whole): converting an 8192 px photo at once held Pillow's copy of its bytes
+    twice more, 400 MB beyond the array's 201 MB; a 16-bit one's RGB floats whole would
+    be 12 bytes a pixel (805 MB at 8192 px, by arithmetic).
     """
+    if image.mode in SIXTEEN_BIT_MODES or image.mode in ("I", "F"):
+        yield from _grey_strips(image, rows_per_strip)
+        return
     has_alpha = image.mode in ("RGBA", "LA", "PA", "La", "RGBa") or (
         image.mode == "P" and "transparency" in image.info
     )
@@ -192,6 +194,21 @@ def _rgb8_strips(
             background = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
             strip = Image.alpha_composite(background, rgba)
         yield top, np.asarray(strip if strip.mode == "RGB" else strip.convert("RGB"))
+
+
+def _grey_strips(image: Image.Image, rows_per_strip: int) -> Iterator[tuple[int, np.ndarray]]:
+    """:func:`_rgb8_strips` of a 16-bit, 32-bit integer or float greyscale image."""
+    if image.mode in SIXTEEN_BIT_MODES:
+        peak = 65535.0
+    else:  # read as 16-bit when above 255, else 8-bit (pil_to_tensor)
+        highest = cast(float, image.getextrema()[1])  # one band: (lowest, highest)
+        peak = 65535.0 if highest > 255.0 else 255.0
+    width, height = image.size
+    for top in range(0, height, rows_per_strip):
+        strip = image.crop((0, top, width, min(top + rows_per_strip, height)))
+        grey = np.clip(np.asarray(strip, dtype=np.float32) / peak, 0.0, 1.0)
+        rounded = to_uint8(torch.from_numpy(grey)).numpy()
+        yield top, np.repeat(rounded[:, :, None], 3, axis=2)
 
 
 def to_uint8(image: Tensor) -> Tensor:

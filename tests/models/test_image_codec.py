@@ -121,6 +121,21 @@ def test_a_payloads_png_is_kept_on_disk_above_the_side_with_the_same_pixels(writ
     assert isinstance(kept, DiskPicture) and torch.equal(kept.read(), pixels)
 
 
+@pytest.mark.parametrize("mode", ["I;16", "I", "F"])
+def test_wide_grey_pixels_converted_in_strips_are_the_rounded_whole_floats(mode):
+    """A 16-bit, 32-bit integer or float image in strips of rows (the last one short):
+    the pixels its whole float conversion rounds to, the peak read from the whole."""
+    images = [_image_of_mode(mode, seed=len(mode) + 3)]
+    if mode == "I":  # 8-bit values but for one pixel of the last row: read as 16-bit
+        values = np.random.default_rng(4).integers(0, 256, (7, 9), dtype=np.int32)
+        values[-1, -1] = 40_000
+        images.append(Image.fromarray(values, "I"))
+    for image in images:
+        whole = to_uint8(pil_to_tensor(image)).permute(1, 2, 0).numpy()
+        for rows in (1, 2, 3, image.height):
+            assert np.array_equal(_rgb8_array(image, rows_per_strip=rows), whole)
+
+
 @pytest.mark.parametrize("mode", ["RGB", "RGBA", "LA", "L", "P", "CMYK"])
 def test_eight_bit_pixels_converted_in_strips_are_the_whole_images(mode):
     """Strips of rows (the last one short) give the pixels one whole conversion gives."""
