@@ -105,6 +105,10 @@ class _Running:
     #: The latest preview not yet written, and whether a write of previews is under way.
     preview: bytes | None = None
     writing_preview: bool = False
+    #: Its result is being stored: nothing stops it now. A stop (a lost-lease notice that
+    #: raced the job's own finish, a cancel) landing while the store's thread commits
+    #: would delete the result file a succeeded job names (``_finish``'s clean-up).
+    storing: bool = False
 
 
 # eq and repr as object's: one runner per process, compared and shown as itself
@@ -350,6 +354,7 @@ class JobRunner:
             logger.exception("job failed", extra={"job_id": record.id, "kind": record.kind})
             await self._finish(record.id, FAILED, error=InternalError("internal error").as_dict())
         else:
+            running.storing = True
             outcome = await self._store_result(record.id, result)
             if record.priority == BULK:  # a print's pictures and bytes went: give them back
                 del result, work
@@ -519,7 +524,7 @@ class JobRunner:
 
     def _stop(self, job_id: str, reason: str) -> None:
         running = self._running.get(job_id)
-        if running is not None and running.task is not None:
+        if running is not None and running.task is not None and not running.storing:
             running.task.cancel(reason)
 
     # --------------------------------------------------------------------- drain
