@@ -997,28 +997,31 @@ $("stylize-form").addEventListener("submit", async (event) => {
   const sentPhoto = photo.blob;
   $("stylize-button").disabled = true;
   setStatus(status, "Working…");
+  // a result up to THUMB_MAX_SIDE is made small here: the gallery, listing the job from
+  // its acceptance on, waits for it and does not fetch the server's thumbnail too
+  // (larger: it asks for one)
+  let ownThumbnail = null;
   try {
     const job = await runJob("/v1/stylize", { method: "POST", body: form }, "stylize", {
       onRefused: showStylizeRefusal,
-      onStarted: (started) => inputs && keep.put("inputs", started.id, { kind: "stylize", inputs }),
+      onStarted: (started) => {
+        if ((started.parameters?.size ?? 0) <= THUMB_MAX_SIDE) {
+          ownThumbnail = started.id;
+          thumbPending.add(started.id);
+        }
+        if (inputs) keep.put("inputs", started.id, { kind: "stylize", inputs });
+      },
     });
     if (job === null || job.state !== "succeeded") return;
-    // a result up to THUMB_MAX_SIDE is made small here: the gallery, listing the job
-    // meanwhile, does not fetch the server's thumbnail too (larger: it asks for one)
-    const ownThumbnail = (job.parameters?.size ?? 0) <= THUMB_MAX_SIDE;
-    if (ownThumbnail) thumbPending.add(job.id);
-    try {
-      // The image file itself (a print is tens of MB: no base64 copy in the page)
-      const { blob, suffix } = await fetchResult(job);
-      showStylized(blob, suffix, sentPhoto);
-      setStatus(status, "Done.");
-      if (ownThumbnail && blob.type.startsWith("image/")) await saveThumbnail(job.id, blob);
-    } finally {
-      thumbPending.delete(job.id);
-    }
+    // The image file itself (a print is tens of MB: no base64 copy in the page)
+    const { blob, suffix } = await fetchResult(job);
+    showStylized(blob, suffix, sentPhoto);
+    setStatus(status, "Done.");
+    if (ownThumbnail && blob.type.startsWith("image/")) await saveThumbnail(job.id, blob);
   } catch (error) {
     setStatus(status, `Network error: ${error.message ?? error}`, true);
   } finally {
+    if (ownThumbnail) thumbPending.delete(ownThumbnail);
     $("stylize-button").disabled = false;
   }
 });
@@ -1101,6 +1104,7 @@ async function generate(body) {
   $("generate-button").disabled = true;
   $("generate-again").disabled = true;
   setStatus(status, "Working…");
+  let accepted = null; // the job id, once accepted
   try {
     const request = {
       method: "POST",
@@ -1109,15 +1113,21 @@ async function generate(body) {
     };
     const job = await runJob("/v1/generate", request, "generate", {
       onRefused: (code, error) => showFieldErrors("generate", error),
+      // its thumbnail is made here: the gallery listing it meanwhile waits for it
+      onStarted: (started) => {
+        accepted = started.id;
+        thumbPending.add(accepted);
+      },
     });
     if (job === null || job.state !== "succeeded") return;
     lastGenerate = body;
     showGenerated(job.result);
     setStatus(status, `Done (seeds ${job.result.seeds.join(", ")}).`);
-    saveThumbnail(job.id, base64Blob(job.result.images[0]));
+    await saveThumbnail(job.id, base64Blob(job.result.images[0]));
   } catch (error) {
     setStatus(status, `Network error: ${error}`, true);
   } finally {
+    if (accepted) thumbPending.delete(accepted);
     $("generate-button").disabled = false;
     $("generate-again").disabled = false;
   }
