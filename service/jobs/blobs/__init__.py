@@ -21,14 +21,16 @@ length only, as checking the checksum would need the whole blob.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import logging
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from service.errors import StoreUnavailable
+from service.errors import StoreFull, StoreUnavailable
 
 logger = logging.getLogger("atelier.jobs")
 
@@ -138,6 +140,36 @@ async def forget(blobs: BlobStore, names: list[str]) -> None:
         await asyncio.to_thread(blobs.delete, names)
     except StoreUnavailable:
         logger.warning("could not delete job blobs; a sweep will", extra={"count": len(names)})
+
+
+@contextlib.asynccontextmanager
+async def forgotten_if_refused(
+    blobs: BlobStore | None, blob: BlobRef | None
+) -> AsyncIterator[None]:
+    """Around the job store call that is to name ``blob`` (just written): the blob is
+    deleted when that call fails for sure (a full store, which wrote nothing; an error
+    raised before or inside its transaction, rolled back). A call whose outcome is
+    unknown (cancelled, or unanswered within its budget: the database's thread or the
+    Redis server goes on and may commit it) leaves the blob to the sweep of blobs no
+    record names: deleting it could take the bytes from a job that was committed
+    succeeded (or accepted) with it."""
+    try:
+        yield
+    except StoreFull:
+        await _forget_one(blobs, blob)
+        raise
+    except (asyncio.CancelledError, StoreUnavailable):
+        if blob is not None:
+            logger.warning("a job store call's outcome is unknown: its blob is left to a sweep")
+        raise
+    except BaseException:
+        await _forget_one(blobs, blob)
+        raise
+
+
+async def _forget_one(blobs: BlobStore | None, blob: BlobRef | None) -> None:
+    if blobs is not None and blob is not None:
+        await forget(blobs, [blob.name])
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from service.jobs.blobs import (
     PackedSource,
     StoredBlob,
     forget,
+    forgotten_if_refused,
 )
 from service.jobs.records import JobRecord
 from service.jobs.redis_store.connection import ALLOW_OOM, RedisBackend, pairs, text
@@ -392,11 +393,8 @@ class RedisJobQueue(RedisBackend, JobQueue):
         fields["wh_progress_next"] = "0" if job.wants("progress") else "-1"
         flat = [item for pair in fields.items() for item in pair]
         stored, blob = await self._put_value(record.id, "in", job.payload)
-        try:
+        async with forgotten_if_refused(self.blobs, blob):
             reply = await self._create_script(job, idem_key, fingerprint, stored, flat)
-        except BaseException:
-            await self._drop_blob(blob)
-            raise
         outcome = text(reply[0])
         if outcome != "created":  # a replay's job has its own input; a refusal none
             await self._drop_blob(blob)
@@ -536,7 +534,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
         stored, blob = (
             (b"", None) if result is None else await self._put_value(job_id, "out", result)
         )
-        try:
+        async with forgotten_if_refused(self.blobs, blob):
             if result is not None:
                 await self._check_room(len(stored))
             finished = await self._script(
@@ -551,9 +549,6 @@ class RedisJobQueue(RedisBackend, JobQueue):
                 total,
                 0 if result is None else len(result),
             )
-        except BaseException:
-            await self._drop_blob(blob)
-            raise
         if not finished:  # finished before (a rerun's outcome came first)
             await self._drop_blob(blob)
         else:  # the script dropped the input's reference

@@ -29,6 +29,7 @@ from service.jobs.blobs import (
     PackedSource,
     StoredBlob,
     forget,
+    forgotten_if_refused,
 )
 from service.jobs.changes import work_topic
 from service.jobs.records import (
@@ -73,13 +74,10 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     async def _create(self, job: shared.Submission) -> tuple[JobRecord, bool]:
         blob = await self._write_blob(job.record.id, "in", job.payload)
-        try:
+        async with forgotten_if_refused(self.blobs, blob):
             record, created = await self._run(
                 self._create_tx, job, blob, payload_bytes=0 if blob else len(job.payload)
             )
-        except BaseException:
-            await self._unlink(blob)
-            raise
         if not created:  # an idempotent replay: the earlier job has its own input
             await self._unlink(blob)
         return record, created
@@ -371,11 +369,8 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         result = outcome.result
         blob = None if result is None else await self._write_blob(job_id, "out", result)
         size = 0 if result is None or blob is not None else len(result)
-        try:
+        async with forgotten_if_refused(self.blobs, blob):
             done = await self._run(self._finish_tx, job_id, outcome, blob, payload_bytes=size)
-        except BaseException:
-            await self._unlink(blob)
-            raise
         if not done:  # finished before (a rerun's outcome came first)
             await self._unlink(blob)
         return done
