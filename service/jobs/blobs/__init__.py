@@ -156,18 +156,19 @@ async def forgotten_if_refused(
     try:
         yield
     except StoreFull:
-        await _forget_one(blobs, blob)
+        await forget_blob(blobs, blob)
         raise
     except (asyncio.CancelledError, StoreUnavailable):
         if blob is not None:
             logger.warning("a job store call's outcome is unknown: its blob is left to a sweep")
         raise
     except BaseException:
-        await _forget_one(blobs, blob)
+        await forget_blob(blobs, blob)
         raise
 
 
-async def _forget_one(blobs: BlobStore | None, blob: BlobRef | None) -> None:
+async def forget_blob(blobs: BlobStore | None, blob: BlobRef | None) -> None:
+    """:func:`forget` of one blob, where there is one (and a blob store)."""
     if blobs is not None and blob is not None:
         await forget(blobs, [blob.name])
 

@@ -38,6 +38,7 @@ from service.jobs.blobs import (
     PackedSource,
     StoredBlob,
     forget,
+    forget_blob,
     forgotten_if_refused,
 )
 from service.jobs.records import JobRecord
@@ -397,7 +398,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
             reply = await self._create_script(job, idem_key, fingerprint, stored, flat)
         outcome = text(reply[0])
         if outcome != "created":  # a replay's job has its own input; a refusal none
-            await self._drop_blob(blob)
+            await forget_blob(self.blobs, blob)
         if outcome == "created":
             record.created_at = float(reply[1])
             if run_by is not None:
@@ -550,7 +551,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
                 0 if result is None else len(result),
             )
         if not finished:  # finished before (a rerun's outcome came first)
-            await self._drop_blob(blob)
+            await forget_blob(self.blobs, blob)
         else:  # the script dropped the input's reference
             await self._drop_blobs(inputs)
         return bool(finished)
@@ -574,9 +575,6 @@ class RedisJobQueue(RedisBackend, JobQueue):
             logger.error("a job's value is in a blob store this process was not given")
             return None
         return await asyncio.to_thread(self.blobs.read, ref)
-
-    async def _drop_blob(self, ref: BlobRef | None) -> None:
-        await self._drop_blobs([] if ref is None else [ref.name])
 
     async def _drop_blobs(self, names: list[str]) -> None:
         if self.blobs is not None:

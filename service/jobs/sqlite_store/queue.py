@@ -28,7 +28,7 @@ from service.jobs.blobs import (
     HeldBytes,
     PackedSource,
     StoredBlob,
-    forget,
+    forget_blob,
     forgotten_if_refused,
 )
 from service.jobs.changes import work_topic
@@ -79,7 +79,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
                 self._create_tx, job, blob, payload_bytes=0 if blob else len(job.payload)
             )
         if not created:  # an idempotent replay: the earlier job has its own input
-            await self._unlink(blob)
+            await forget_blob(self.blobs, blob)
         return record, created
 
     async def _write_blob(self, job_id: str, kind: str, data: bytes) -> BlobRef | None:
@@ -88,9 +88,6 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         if len(data) < FILE_MIN_BYTES:
             return None
         return await asyncio.to_thread(self.blobs.write, job_id, kind, data)
-
-    async def _unlink(self, blob: BlobRef | None) -> None:
-        await forget(self.blobs, [] if blob is None else [blob.name])
 
     async def _read_blob(self, blob: BlobRef) -> bytes | None:
         return await asyncio.to_thread(self.blobs.read, blob)
@@ -372,7 +369,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         async with forgotten_if_refused(self.blobs, blob):
             done = await self._run(self._finish_tx, job_id, outcome, blob, payload_bytes=size)
         if not done:  # finished before (a rerun's outcome came first)
-            await self._unlink(blob)
+            await forget_blob(self.blobs, blob)
         return done
 
     def _finish_tx(self, job_id: str, outcome: shared.Outcome, blob: BlobRef | None) -> bool:
