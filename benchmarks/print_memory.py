@@ -7,7 +7,11 @@ request: the photo decoded and stored as the job's PNG payload), the payload dec
 with the plan and the base, each octave, then the encode and the store. At each change
 of stage the peak RSS (``VmHWM``) is read and reset, so each row is that stage's own
 peak over the server's RSS before the submit; the progress is reported after a group of
-steps, so a boundary may be off by a step or two. Last: the RSS once the job is stored.
+steps, so a boundary may be off by a step or two. Last: the RSS once the job is stored,
+and where it is (``/proc/PID/smaps_rollup``: anonymous memory, or pages of mapped files).
+With ``--prints N`` the same print is painted N times, one after another, each measured
+over the RSS before the first: what one print leaves behind, and whether the next one's
+stages add to it.
 
 Usage:
     ATELIER_WEIGHTS_DIR=../shared/weights python benchmarks/print_memory.py --side 8192
@@ -42,10 +46,23 @@ def stage_bounds(side: int, aspect: float) -> list[tuple[int, str]]:
     return bounds
 
 
-async def measure(server: Server, photo: bytes, side: int, aspect: float) -> None:
+def _rollup_mb(pid: int) -> dict[str, float]:
+    """The process's resident memory by kind (``smaps_rollup``, Linux >= 4.14), in MB."""
+    kinds = {}
+    with open(f"/proc/{pid}/smaps_rollup") as rollup:
+        for line in rollup:
+            name, _, value = line.partition(":")
+            if name in ("Rss", "Anonymous", "Shared_Clean", "Private_Clean", "Private_Dirty"):
+                kinds[name] = int(value.split()[0]) / 1024
+    return kinds
+
+
+async def measure(
+    server: Server, photo: bytes, side: int, aspect: float, before: float, count: int
+) -> None:
+    """One print, its stages' peaks over ``before`` (the RSS before the first print)."""
     bounds = stage_bounds(side, aspect)
     async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
-        before = rss_mb(server.pid)
         reset_peak_rss(server.pid)
         stage = "upload (decode, payload stored)"
         peaks: dict[str, float] = {}
@@ -76,12 +93,14 @@ async def measure(server: Server, photo: bytes, side: int, aspect: float) -> Non
             raise RuntimeError(f"the print {body['state']}: {body.get('error')}")
         seconds = time.monotonic() - started
         await asyncio.sleep(1.0)
-        print(f"one {side} px print (aspect {aspect}), done in {seconds:.0f} s")
+        print(f"print {count}: {side} px (aspect {aspect}), done in {seconds:.0f} s")
         print("stage                              | peak RSS growth (MB)")
         for name, peak in peaks.items():
             print(f"{name:<34} | {peak:8.0f}")
         print(f"{'the largest':<34} | {max(peaks.values()):8.0f}")
         print(f"{'RSS growth once stored':<34} | {rss_mb(server.pid) - before:8.0f}")
+        kinds = ", ".join(f"{name} {mb:.0f}" for name, mb in _rollup_mb(server.pid).items())
+        print(f"resident now (MB): {kinds}")
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -92,13 +111,18 @@ async def main(args: argparse.Namespace) -> None:
         "job_timeout_s": "7200",
     }
     with Server(models="adain", weights_dir=args.weights_dir, settings=settings) as server:
-        await measure(server, photo, args.side, args.aspect)
+        before = rss_mb(server.pid)
+        kinds = ", ".join(f"{name} {mb:.0f}" for name, mb in _rollup_mb(server.pid).items())
+        print(f"resident before (MB): {kinds}")
+        for count in range(1, args.prints + 1):
+            await measure(server, photo, args.side, args.aspect, before, count)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--side", type=int, default=8192, help="the print's longer side")
     parser.add_argument("--aspect", type=float, default=1.0, help="shorter side over longer")
+    parser.add_argument("--prints", type=int, default=1, help="prints painted one after another")
     parser.add_argument(
         "--weights-dir", type=Path, default=os.environ.get("ATELIER_WEIGHTS_DIR") or None
     )
