@@ -17,6 +17,7 @@ import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
@@ -137,19 +138,28 @@ SUFFIXES = {
 INLINE_RESULT_MAX_BYTES = 4 * 1024 * 1024
 
 
-def _result_json(packed: bytes) -> bytes:
+async def _result_json(store: JobStore, job_id: str) -> bytes | None:
     """A result in the job's JSON: images as base64 up to ``INLINE_RESULT_MAX_BYTES`` in
     all; a bigger one, a video or an animated GIF only by its files' sizes
-    (``file_bytes``), fetched from the job's ``result_url``."""
+    (``file_bytes``), fetched from the job's ``result_url``. Only the result's header is
+    read for the sizes (a print's JSON never reads its tens of MB); an inlined result is
+    read whole, checked against its checksum. ``None``: the result was forgotten."""
+    source = await store.result_source(job_id)
+    if source is None:
+        return None
+    layout = await read_layout(source)
+    sizes = [stop - start for start, stop in layout.spans]
+    media_type, fields = layout.header["media_type"], layout.header["fields"]
+    if media_type not in STILL_TYPES or sum(sizes) > INLINE_RESULT_MAX_BYTES:
+        return json.dumps({"media_type": media_type, "file_bytes": sizes, **fields}).encode()
+    packed = await store.result(job_id)
+    return None if packed is None else await run_in_threadpool(_inline_json, packed)
+
+
+def _inline_json(packed: bytes) -> bytes:
     result = JobResult.from_bytes(packed)
-    files: dict[str, Any]
-    inline = sum(len(image) for image in result.images) <= INLINE_RESULT_MAX_BYTES
-    if result.media_type in STILL_TYPES and inline:
-        files = {"images": [base64.b64encode(image).decode("ascii") for image in result.images]}
-    else:
-        files = {"file_bytes": [len(data) for data in result.images]}
-    body = {"media_type": result.media_type, **files, **result.fields}
-    return json.dumps(body).encode()
+    images = [base64.b64encode(image).decode("ascii") for image in result.images]
+    return json.dumps({"media_type": result.media_type, "images": images, **result.fields}).encode()
 
 
 async def _job_body(results: ResultCache, store: JobStore, record: JobRecord) -> list[bytes]:
@@ -157,12 +167,7 @@ async def _job_body(results: ResultCache, store: JobStore, record: JobRecord) ->
     head = json.dumps(record.public()).encode()
     result = b"null"
     if record.state == "succeeded":
-
-        async def build() -> bytes | None:
-            packed = await store.result(record.id)
-            return None if packed is None else await run_in_threadpool(_result_json, packed)
-
-        result = await results.get(record.id, build) or b"null"
+        result = await results.get(record.id, partial(_result_json, store, record.id)) or b"null"
     return [head[:-1], b', "result": ', result, b"}"]
 
 

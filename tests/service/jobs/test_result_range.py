@@ -5,6 +5,7 @@ result (old results, packed before, read the same)."""
 
 from __future__ import annotations
 
+import base64
 import os
 
 import pytest
@@ -71,6 +72,38 @@ def test_a_big_result_is_streamed_from_its_blob_never_read_whole(client_factory,
     assert client.get(f"/v1/jobs/{job_id}/result?index=2").status_code == 404
 
 
+def test_a_big_results_json_reads_its_header_alone(client_factory, monkeypatch):
+    """The JSON of a result over ``INLINE_RESULT_MAX_BYTES`` (a print) gives its files'
+    sizes from the packed header: the tens of MB are never read for it."""
+    monkeypatch.setattr(job_routes, "INLINE_RESULT_MAX_BYTES", FILE_MIN_BYTES)
+    client = client_factory()
+    images = [os.urandom(FILE_MIN_BYTES), os.urandom(1234)]
+    linked, inline = _finished(client, images), _finished(client, images[1:])
+    ranges: list[tuple[int, int]] = []
+    read_range = VolumeBlobs.read_range
+
+    def counted(self, ref, start, stop):
+        ranges.append((start, stop))
+        return read_range(self, ref, start, stop)
+
+    def whole(self, ref):
+        raise AssertionError("the route read the whole result")
+
+    monkeypatch.setattr(VolumeBlobs, "read_range", counted)
+    monkeypatch.setattr(VolumeBlobs, "read", whole)
+    body = client.get(f"/v1/jobs/{linked}").json()
+    assert body["result"] == {
+        "media_type": "image/png",
+        "file_bytes": [len(image) for image in images],
+        "seeds": [1],
+    }
+    assert "images" not in body["result"]
+    assert sum(stop - start for start, stop in ranges) < 1024  # the header's two reads
+    inlined = client.get(f"/v1/jobs/{inline}").json()["result"]  # held by the store
+    assert inlined["images"] == [base64.b64encode(images[1]).decode()]
+    assert inlined["seeds"] == [1] and "file_bytes" not in inlined
+
+
 def test_a_small_result_held_by_the_store_answers_the_same_bytes(client_factory):
     client = client_factory()
     images = [b"\x89PNG first image", b"second"]
@@ -90,6 +123,7 @@ def test_a_result_whose_blob_went_missing_is_a_clean_answer_not_a_library_error(
     blobs = client.app.state.store.blobs
     for path in list(blobs.root.iterdir()):
         path.unlink()
-    answer = client.get(f"/v1/jobs/{job_id}/result")
-    assert answer.status_code == 503
-    assert answer.json()["error"]["code"] == "store_unavailable"
+    for path in (f"/v1/jobs/{job_id}/result", f"/v1/jobs/{job_id}"):  # the file, the JSON
+        answer = client.get(path)
+        assert answer.status_code == 503
+        assert answer.json()["error"]["code"] == "store_unavailable"
