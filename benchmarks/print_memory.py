@@ -7,7 +7,8 @@ request: the photo decoded and stored as the job's PNG payload), the payload dec
 with the plan and the base, each octave, then the encode and the store. At each change
 of stage the peak RSS (``VmHWM``) is read and reset, so each row is that stage's own
 peak over the server's RSS before the submit; the progress is reported after a group of
-steps, so a boundary may be off by a step or two. Last: the RSS once the job is stored,
+steps, so a boundary may be off by a step or two. Then the print's thumbnail, as a
+gallery asks for it (``GET /v1/jobs/{id}/thumbnail``). Last: the RSS once the job is stored,
 and where it is (``/proc/PID/smaps_rollup``: anonymous memory, or pages of mapped files).
 With ``--prints N`` the same print is painted N times, one after another, each measured
 over the RSS before the first: what one print leaves behind, and whether the next one's
@@ -93,6 +94,9 @@ async def measure(
             raise RuntimeError(f"the print {body['state']}: {body.get('error')}")
         seconds = time.monotonic() - started
         await asyncio.sleep(1.0)
+        thumbnail = await client.get(f"/v1/jobs/{job_id}/thumbnail")  # what a gallery asks
+        thumbnail.raise_for_status()
+        peaks["its thumbnail (256 px)"] = peak_rss_mb(server.pid) - before
         print(f"print {count}: {side} px (aspect {aspect}), done in {seconds:.0f} s")
         print("stage                              | peak RSS growth (MB)")
         for name, peak in peaks.items():
