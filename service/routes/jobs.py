@@ -27,6 +27,7 @@ from PIL import Image
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
+from models.devices import return_freed_memory
 from service.errors import (
     ErrorBody,
     JobNotFound,
@@ -270,26 +271,43 @@ class Thumbnails:
 ThumbnailsDep = Annotated[Thumbnails, Depends(app_owned("job_thumbnails", Thumbnails))]
 
 
-def make_thumbnail(packed: bytes, index: int, side: int) -> bytes | None:
-    """Image ``index`` of a packed result at most ``side`` px on its longer side, packed
-    with its media type (:func:`~service.jobs.records.pack`): a JPEG, or the image itself
-    when it is that small already; ``None`` when there is no such still image."""
-    result = JobResult.from_bytes(packed)
-    if result.media_type not in STILL_TYPES or index >= len(result.images):
+def make_thumbnail(image_bytes: bytes, media_type: str, side: int) -> bytes | None:
+    """A result's image at most ``side`` px on its longer side, packed with its media
+    type (:func:`~service.jobs.records.pack`): a JPEG, or the image itself when it is
+    that small already; ``None`` when it is no still image."""
+    if media_type not in STILL_TYPES:
         return None
-    data = result.images[index]
     try:
-        with Image.open(io.BytesIO(data)) as image:
-            if max(image.size) <= side:
-                return pack({"media_type": result.media_type}, [data])
-            image.draft("RGB", (side, side))  # a JPEG decodes small
+        with Image.open(io.BytesIO(image_bytes)) as opened:
+            if max(opened.size) <= side:
+                return pack({"media_type": media_type}, [image_bytes])
+            image: Image.Image = opened
+            if image.mode not in ("RGB", "L"):  # a palette would resample as nearest
+                opened.draft("RGB", (side, side))
+                image = opened.convert("RGB")
+            # in place: a JPEG decodes small (its draft), anything else is reduced by an
+            # integer factor before the resample, with no converted copy of its size
+            image.thumbnail((side, side), Image.Resampling.LANCZOS)
             small = image.convert("RGB")
     except (OSError, Image.DecompressionBombError, SyntaxError):
         return None
-    small.thumbnail((side, side), Image.Resampling.LANCZOS)
     out = io.BytesIO()
     small.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
     return pack({"media_type": "image/jpeg"}, [out.getvalue()])
+
+
+async def _result_image(store: JobStore, job_id: str, index: int) -> tuple[bytes, str] | None:
+    """Image ``index`` of a job's result and its media type, read alone (a print's other
+    bytes and its packed copy never are); ``None``: no such image, or the result was
+    forgotten."""
+    source = await store.result_source(job_id)
+    if source is None:
+        return None
+    layout = await read_layout(source)
+    if index >= len(layout.spans):
+        return None
+    start, stop = layout.spans[index]
+    return await source.read(start, stop), layout.header["media_type"]
 
 
 @router.get(
@@ -329,11 +347,13 @@ async def get_job_thumbnail(
         raise JobNotReady(f"the job is {job.state}; its thumbnail exists once it succeeded")
 
     async def build() -> bytes | None:
-        packed = await store.result(job.id)
-        if packed is None:
-            return None
         async with thumbnails.slots:
-            made = await run_in_threadpool(make_thumbnail, packed, index, size)
+            image = await _result_image(store, job.id, index)
+            if image is None:
+                return None
+            made = await run_in_threadpool(make_thumbnail, *image, size)
+            del image  # its bytes and its decode (a print's: hundreds of MB) go back
+            await run_in_threadpool(return_freed_memory)  # to the OS, not kept by serve
         thumbnails.made += 1
         return made
 

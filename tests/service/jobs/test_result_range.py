@@ -6,9 +6,12 @@ result (old results, packed before, read the same)."""
 from __future__ import annotations
 
 import base64
+import io
 import os
 
+import numpy as np
 import pytest
+from PIL import Image
 
 from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.blobs.volume import VolumeBlobs
@@ -102,6 +105,36 @@ def test_a_big_results_json_reads_its_header_alone(client_factory, monkeypatch):
     inlined = client.get(f"/v1/jobs/{inline}").json()["result"]  # held by the store
     assert inlined["images"] == [base64.b64encode(images[1]).decode()]
     assert inlined["seeds"] == [1] and "file_bytes" not in inlined
+
+
+def test_a_thumbnail_reads_its_image_alone(client_factory, monkeypatch):
+    """A big result's thumbnail reads the packed header and its one image's bytes: the
+    other images, and the result whole, never."""
+    client = client_factory()
+    noise = np.random.default_rng(0).integers(0, 256, (400, 600, 3), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, "PNG")
+    first, second = buffer.getvalue(), os.urandom(FILE_MIN_BYTES)
+    assert len(first) > FILE_MIN_BYTES  # the result is a blob file
+    job_id = _finished(client, [second, first])
+    ranges: list[tuple[int, int]] = []
+    read_range = VolumeBlobs.read_range
+
+    def counted(self, ref, start, stop):
+        ranges.append((start, stop))
+        return read_range(self, ref, start, stop)
+
+    def whole(self, ref):
+        raise AssertionError("the route read the whole result")
+
+    monkeypatch.setattr(VolumeBlobs, "read_range", counted)
+    monkeypatch.setattr(VolumeBlobs, "read", whole)
+    answer = client.get(f"/v1/jobs/{job_id}/thumbnail", params={"index": 1, "size": 60})
+    assert answer.status_code == 200 and answer.headers["content-type"] == "image/jpeg"
+    assert Image.open(io.BytesIO(answer.content)).size == (60, 40)
+    assert sum(stop - start for start, stop in ranges) < len(first) + 1024  # and the header
+    missing = client.get(f"/v1/jobs/{job_id}/thumbnail", params={"index": 2})
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "no_thumbnail"
 
 
 def test_a_small_result_held_by_the_store_answers_the_same_bytes(client_factory):
