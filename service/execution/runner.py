@@ -436,8 +436,8 @@ class JobRunner:
                 if await asked.wait(self.settings.job_lease_s / 3):
                     with contextlib.suppress(StoreUnavailable):
                         record = await self.store.get(job_id)
-                        if (record is None or record.cancel_requested) and running.task:
-                            running.task.cancel(ASKED)
+                        if record is None or record.cancel_requested:
+                            self._stop(job_id, ASKED)  # not while it stores its result
                             return
 
     # ------------------------------------------------------------------ progress

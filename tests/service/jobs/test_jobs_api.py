@@ -5,6 +5,7 @@ Long work is long by construction: the fakes' step gate holds a batch at a step.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import uuid
@@ -16,6 +17,7 @@ from api_headers import ASYNC
 from service_fakes import FakeTextToImage, wait_until
 
 from service.execution import executor
+from service.routes import jobs as job_routes
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -179,6 +181,34 @@ def test_delete_answers_the_stopped_job_and_then_forgets_a_finished_one(client, 
     gone = client.delete(f"/v1/jobs/{job['id']}")
     assert gone.status_code == 204  # a finished job is forgotten, result and all
     assert client.get(f"/v1/jobs/{job['id']}").status_code == 404
+
+
+def test_a_cancel_while_the_result_is_stored_leaves_the_job_succeeded(client_factory, monkeypatch):
+    """A DELETE that lands while the worker writes the job's result does not stop that
+    write: the job ends succeeded with its result (a stop then would leave it running,
+    its result half handled, until its lease ran out)."""
+    monkeypatch.setattr(job_routes, "CANCEL_WAIT_S", 0.2)
+    client = client_factory()
+    store = client.app.state.store
+    storing, release = threading.Event(), threading.Event()
+    real_finish = store.finish
+
+    async def held_finish(job_id, state, **outcome):
+        if outcome.get("result") is not None:
+            storing.set()
+            while not release.is_set():
+                await asyncio.sleep(0.01)
+        return await real_finish(job_id, state, **outcome)
+
+    store.finish = held_finish
+    job = client.post("/v1/generate", json={"prompt": "a circle"}, headers=ASYNC).json()
+    assert storing.wait(30)
+    asked = client.delete(f"/v1/jobs/{job['id']}")
+    assert asked.status_code == 202 and asked.json()["cancel_requested"]
+    release.set()
+    wait_until(lambda: client.get(f"/v1/jobs/{job['id']}").json()["state"] != "running")
+    done = client.get(f"/v1/jobs/{job['id']}").json()
+    assert done["state"] == "succeeded" and len(done["result"]["images"]) == 1
 
 
 def test_repeated_prefer_headers_combine(client):
