@@ -83,6 +83,52 @@ def level_stride(level: str) -> int:
     return stride
 
 
+def halo_rows(level: str) -> int:
+    """Image rows above and below a band of rows that a forward to ``level`` reads so
+    that the band's own features are the whole image's.
+
+    At a band's cut each 3x3 convolution reflects the band's edge instead of reading the
+    rows beyond it, which spoils one more row of its output; a 2x2 pool halves the
+    spoiled rows (rounding up) and doubles what a row is worth in the image. Walked
+    through the plan: ``c -> c + 1`` per convolution, ``c -> ceil(c / 2)`` per pool, and
+    the halo is ``c * level_stride(level)`` (relu1_1: 1, relu2_1: 4, relu3_1: 12,
+    relu4_1: 32), a multiple of the stride."""
+    spoiled = 0
+    for step in encoder_plan(level):
+        spoiled = -(-spoiled // 2) if isinstance(step, PoolStep) else spoiled + 1
+    return spoiled * level_stride(level)
+
+
+#: Image rows a CPU forward computes at once (:meth:`VGGEncoder._banded`), on an image of
+#: at least ``BANDED_FROM_ROWS`` rows. ``.venv/bin/python benchmarks/encoder_bands.py`` on a
+#: 2-core AVX2 CPU, relu3_1, bands of 64 rows against the whole forward: 512 px 0.98x the
+#: time and 87 MB of peak RSS growth against 129; 1024 px 0.95x and 181 MB against 522;
+#: 256 px 1.09x the time (the halos' share in four bands; it stays whole). Bands of 128
+#: rows: 1.08x and 110 MB at 512 px, 1.02x and 205 MB at 1024.
+BAND_ROWS = 64
+BANDED_FROM_ROWS = 8 * BAND_ROWS
+
+
+def _banded_fits(x: Tensor, deepest: str) -> bool:
+    """Whether a forward to ``deepest`` runs in bands: on a CPU (a GPU holds the whole
+    map and would pay a launch per band), on an image of ``BANDED_FROM_ROWS`` rows or
+    more, with a halo of at most a quarter of a band on each side (relu4_1's 32 rows is
+    more)."""
+    return (
+        x.device.type == "cpu"
+        and x.shape[-2] >= BANDED_FROM_ROWS
+        and 4 * halo_rows(deepest) <= BAND_ROWS
+        and BAND_ROWS % level_stride(deepest) == 0
+    )
+
+
+def _memory_format(tensor: Tensor) -> torch.memory_format:
+    """Channels-last when ``tensor`` is laid out so (and not also plain contiguous)."""
+    if tensor.is_contiguous() or not tensor.is_contiguous(memory_format=torch.channels_last):
+        return torch.contiguous_format
+    return torch.channels_last
+
+
 def _layer_indices(state_dict: Mapping[str, Tensor]) -> dict[int, dict[str, Tensor]]:
     """Group ``"<index>.weight"`` / ``"<index>.bias"`` keys by Sequential index."""
     grouped: dict[int, dict[str, Tensor]] = {}
@@ -192,6 +238,12 @@ class VGGEncoder(nn.Module):
         if len(parts) > 1:  # a batch too large for CUDA's 32-bit kernels, in slices
             pieces = [self(x[part], wanted) for part in parts]
             return {level: torch.cat([piece[level] for piece in pieces]) for level in wanted}
+        deepest = max(wanted, key=LEVELS.index)
+        if _banded_fits(x, deepest):
+            return self._banded(x, wanted, deepest)
+        return self._whole(x, wanted)
+
+    def _whole(self, x: Tensor, wanted: set[str]) -> dict[str, Tensor]:
         stop = max(self.level_index[level] for level in wanted)
         features: dict[str, Tensor] = {}
         by_index = {self.level_index[level]: level for level in wanted}
@@ -200,6 +252,33 @@ class VGGEncoder(nn.Module):
             x = module(x)
             if index in by_index:
                 features[by_index[index]] = x
+        return features
+
+    def _banded(self, x: Tensor, wanted: set[str], deepest: str) -> dict[str, Tensor]:
+        """:meth:`forward` a band of ``BAND_ROWS`` image rows at a time, each read with
+        :func:`halo_rows` more above and below and cut back to its own rows: the same
+        features (bit for bit on the CPU measured, `benchmarks/encoder_bands.py`), with a band's maps instead of the
+        whole image's (relu1_1's 64 channels: 268 MB at 1024 x 1024). Bands start on
+        multiples of ``deepest``'s stride, so every pool sees the whole forward's pairs
+        of rows; the last band ends at the image's last row (its ceil-mode pool)."""
+        stride, halo, height = level_stride(deepest), halo_rows(deepest), x.shape[-2]
+        total = -(-height // stride)  # rows of the deepest level
+        step = BAND_ROWS // stride
+        features: dict[str, Tensor] = {}
+        for first in range(0, total, step):
+            last = min(total, first + step)
+            top, bottom = max(0, stride * first - halo), min(height, stride * last + halo)
+            for level, piece in self._whole(x[..., top:bottom, :], wanted).items():
+                scale = stride // level_stride(level)  # rows of this level per deepest row
+                rows = -(-height // level_stride(level))
+                start, stop = first * scale, min(last * scale, rows)
+                skip = (stride * first - top) // level_stride(level)
+                if level not in features:
+                    shape = (*piece.shape[:2], rows, piece.shape[-1])
+                    features[level] = torch.empty(
+                        shape, dtype=piece.dtype, device=piece.device
+                    ).contiguous(memory_format=_memory_format(piece))
+                features[level][..., start:stop, :] = piece[..., skip : skip + stop - start, :]
         return features
 
     def relu1_1_layers(self) -> tuple[nn.Conv2d, nn.Conv2d]:

@@ -8,7 +8,16 @@ import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
 from models.checkpoints import load_state_dict
-from models.vgg import LEVELS, VGGEncoder, deepest_level_in, level_channels, level_stride
+from models.vgg import (
+    BAND_ROWS,
+    BANDED_FROM_ROWS,
+    LEVELS,
+    VGGEncoder,
+    deepest_level_in,
+    halo_rows,
+    level_channels,
+    level_stride,
+)
 
 # Sequential indices of the convolutions in the AdaIN release's vgg_normalised.pth up to
 # relu4_1 (pytorch-AdaIN's net.vgg[:31]) and of the ReLU ending each level.
@@ -95,6 +104,45 @@ def test_features_match_functional_reference(size, random_published_state):
         expected_shape = (2, level_channels(level), -(-size[0] // stride), -(-size[1] // stride))
         assert features[level].shape == expected_shape
         torch.testing.assert_close(features[level].double(), reference[level], rtol=1e-4, atol=1e-5)
+
+
+def _conv1_1_rows(encoder: VGGEncoder) -> list[int]:
+    """The rows of each relu1_1 convolution output from now on (a forward hook)."""
+    rows: list[int] = []
+    encoder.layers[2].register_forward_hook(lambda module, args, out: rows.append(out.shape[-2]))
+    return rows
+
+
+@pytest.mark.parametrize("height", [512, 513, 515, 600, 703])
+@pytest.mark.parametrize("levels", [None, ("relu1_1",), ("relu2_1", "relu3_1")])
+def test_a_tall_image_is_encoded_in_bands_with_the_whole_images_features(
+    height, levels, random_published_state
+):
+    encoder = VGGEncoder("relu3_1")
+    state = random_published_state(encoder, 6)
+    encoder.load_published(state)
+    x = torch.rand(2, 3, height, 11, generator=torch.Generator().manual_seed(height))
+    rows = _conv1_1_rows(encoder)
+    with torch.inference_mode():
+        features = encoder(x, levels)
+        whole = encoder._whole(x, set(features))
+    deepest = max(features, key=LEVELS.index)
+    assert max(rows[:-1]) <= BAND_ROWS + 2 * halo_rows(deepest)  # never the whole map
+    assert len(rows) - 1 == -(-height // BAND_ROWS)  # one forward a band (then the whole)
+    reference = _reference_features(state, x)
+    for level, feature in features.items():
+        torch.testing.assert_close(feature, whole[level], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(feature.double(), reference[level], rtol=1e-4, atol=1e-5)
+
+
+def test_the_halo_is_what_a_cut_spoils_and_deep_or_short_forwards_stay_whole():
+    assert [halo_rows(level) for level in LEVELS] == [1, 4, 12, 32]
+    for depth, height in (("relu4_1", 600), ("relu3_1", BANDED_FROM_ROWS - 1)):
+        encoder = VGGEncoder(depth)
+        rows = _conv1_1_rows(encoder)
+        with torch.inference_mode():
+            encoder(torch.rand(1, 3, height, 16))
+        assert rows == [height]
 
 
 def test_forward_rejects_bad_requests():
