@@ -17,12 +17,15 @@ and for relu4_1 it is the AdaIN release's ``decoder.pth``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from functools import partial
 
 import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import Tensor, nn
 
+from models.bands import BAND_ROWS, fits_bands, in_row_bands
 from models.control import pause_point
 from models.devices import index_safe_slices
 from models.vgg import (
@@ -43,6 +46,19 @@ def _through(layers: nn.Sequential, x: Tensor) -> Tensor:
         pause_point()
         x = layer(x)
     return x
+
+
+def decoder_halo_rows(level: str) -> int:
+    """Feature rows above and below a band of rows that ``level``'s decoder reads so that
+    the band's image rows are the whole map's (:mod:`models.bands`): each convolution
+    spoils one more row at a band's cut and each upsampling doubles the spoiled rows, so
+    ``c -> c + 1`` per convolution and ``c -> 2 c`` per upsampling, walked from the
+    features to the image, then ``ceil(c / stride)`` (relu1_1: 1, relu2_1: 2, relu3_1: 3
+    rows of features, 12 of the image)."""
+    spoiled = 0
+    for step in reversed(encoder_plan(level)):
+        spoiled = 2 * spoiled if isinstance(step, PoolStep) else spoiled + 1
+    return -(-spoiled // level_stride(level))
 
 
 class Decoder(nn.Module):
@@ -109,11 +125,31 @@ class Decoder(nn.Module):
         peak = level_channels("relu1_1") * (height + 2) * (width + 2)
         return index_safe_slices(features.shape[0], peak)
 
+    def _in_bands(self, decode: Callable[[Tensor], Tensor], features: Tensor) -> Tensor:
+        """``decode(features)``, on a CPU a band of ``BAND_ROWS`` image rows at a time when
+        the image is large (:mod:`models.bands`): its last block's 64-channel maps are a
+        band's, not the image's."""
+        stride, halo = level_stride(self.level), decoder_halo_rows(self.level)
+        full_size = (stride * features.shape[-2], stride * features.shape[-1])
+        if not fits_bands(features, full_size, stride * halo):
+            return decode(features)
+        bands = in_row_bands(
+            lambda band: {"image": decode(band)},
+            features,
+            band=BAND_ROWS // stride,
+            halo=halo,
+            scales={"image": Fraction(stride)},
+        )
+        return bands["image"]
+
     def forward(self, features: Tensor) -> Tensor:
         self._check(features)
         parts = self._slices(features)
         if len(parts) > 1:
             return torch.cat([self(features[part]) for part in parts])
+        return self._in_bands(self._decode, features)
+
+    def _decode(self, features: Tensor) -> Tensor:
         return self._to_rgb(_through(self.layers[:-2], features))
 
     def forward_linear(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
@@ -148,6 +184,11 @@ class Decoder(nn.Module):
         per_image = features.shape[0] > 1 and matrix.shape[0] > 1
         if per_image and features.device.type != "cpu":
             return self.linear_then_decode(features, matrix, shift)
+        return self._in_bands(partial(self._decode_folded, matrix=matrix, shift=shift), features)
+
+    def _decode_folded(self, features: Tensor, matrix: Tensor, shift: Tensor) -> Tensor:
+        """:meth:`forward_linear` with the map folded into the first convolution."""
+        per_image = features.shape[0] > 1 and matrix.shape[0] > 1
         rest = self.layers[2:]
         first_is_last = len(self.layers) == 2  # relu1_1: the only conv is the one to RGB
         inputs = features if first_is_last else self.layers[0](features)  # _to_rgb pads itself

@@ -21,10 +21,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from fractions import Fraction
+from functools import partial
 
 import torch
 from torch import Tensor, nn
 
+from models.bands import BAND_ROWS, fits_bands, in_row_bands
 from models.control import pause_point
 from models.devices import index_safe_slices
 
@@ -97,36 +100,6 @@ def halo_rows(level: str) -> int:
     for step in encoder_plan(level):
         spoiled = -(-spoiled // 2) if isinstance(step, PoolStep) else spoiled + 1
     return spoiled * level_stride(level)
-
-
-#: Image rows a CPU forward computes at once (:meth:`VGGEncoder._banded`), on an image of
-#: at least ``BANDED_FROM_ROWS`` rows. ``.venv/bin/python benchmarks/encoder_bands.py`` on a
-#: 2-core AVX2 CPU, relu3_1, bands of 64 rows against the whole forward: 512 px 0.98x the
-#: time and 87 MB of peak RSS growth against 129; 1024 px 0.95x and 181 MB against 522;
-#: 256 px 1.09x the time (the halos' share in four bands; it stays whole). Bands of 128
-#: rows: 1.08x and 110 MB at 512 px, 1.02x and 205 MB at 1024.
-BAND_ROWS = 64
-BANDED_FROM_ROWS = 8 * BAND_ROWS
-
-
-def _banded_fits(x: Tensor, deepest: str) -> bool:
-    """Whether a forward to ``deepest`` runs in bands: on a CPU (a GPU holds the whole
-    map and would pay a launch per band), on an image of ``BANDED_FROM_ROWS`` rows or
-    more, with a halo of at most a quarter of a band on each side (relu4_1's 32 rows is
-    more)."""
-    return (
-        x.device.type == "cpu"
-        and x.shape[-2] >= BANDED_FROM_ROWS
-        and 4 * halo_rows(deepest) <= BAND_ROWS
-        and BAND_ROWS % level_stride(deepest) == 0
-    )
-
-
-def _memory_format(tensor: Tensor) -> torch.memory_format:
-    """Channels-last when ``tensor`` is laid out so (and not also plain contiguous)."""
-    if tensor.is_contiguous() or not tensor.is_contiguous(memory_format=torch.channels_last):
-        return torch.contiguous_format
-    return torch.channels_last
 
 
 def _layer_indices(state_dict: Mapping[str, Tensor]) -> dict[int, dict[str, Tensor]]:
@@ -239,8 +212,14 @@ class VGGEncoder(nn.Module):
             pieces = [self(x[part], wanted) for part in parts]
             return {level: torch.cat([piece[level] for piece in pieces]) for level in wanted}
         deepest = max(wanted, key=LEVELS.index)
-        if _banded_fits(x, deepest):
-            return self._banded(x, wanted, deepest)
+        stride, halo = level_stride(deepest), halo_rows(deepest)
+        if fits_bands(x, (x.shape[-2], x.shape[-1]), halo) and BAND_ROWS % stride == 0:
+            # relu1_1's map a band at a time (see models.bands), bit for bit the same here
+            # (benchmarks/row_bands.py)
+            scales = {level: Fraction(1, level_stride(level)) for level in wanted}
+            return in_row_bands(
+                partial(self._whole, wanted=wanted), x, band=BAND_ROWS, halo=halo, scales=scales
+            )
         return self._whole(x, wanted)
 
     def _whole(self, x: Tensor, wanted: set[str]) -> dict[str, Tensor]:
@@ -252,33 +231,6 @@ class VGGEncoder(nn.Module):
             x = module(x)
             if index in by_index:
                 features[by_index[index]] = x
-        return features
-
-    def _banded(self, x: Tensor, wanted: set[str], deepest: str) -> dict[str, Tensor]:
-        """:meth:`forward` a band of ``BAND_ROWS`` image rows at a time, each read with
-        :func:`halo_rows` more above and below and cut back to its own rows: the same
-        features (bit for bit on the CPU measured, `benchmarks/encoder_bands.py`), with a band's maps instead of the
-        whole image's (relu1_1's 64 channels: 268 MB at 1024 x 1024). Bands start on
-        multiples of ``deepest``'s stride, so every pool sees the whole forward's pairs
-        of rows; the last band ends at the image's last row (its ceil-mode pool)."""
-        stride, halo, height = level_stride(deepest), halo_rows(deepest), x.shape[-2]
-        total = -(-height // stride)  # rows of the deepest level
-        step = BAND_ROWS // stride
-        features: dict[str, Tensor] = {}
-        for first in range(0, total, step):
-            last = min(total, first + step)
-            top, bottom = max(0, stride * first - halo), min(height, stride * last + halo)
-            for level, piece in self._whole(x[..., top:bottom, :], wanted).items():
-                scale = stride // level_stride(level)  # rows of this level per deepest row
-                rows = -(-height // level_stride(level))
-                start, stop = first * scale, min(last * scale, rows)
-                skip = (stride * first - top) // level_stride(level)
-                if level not in features:
-                    shape = (*piece.shape[:2], rows, piece.shape[-1])
-                    features[level] = torch.empty(
-                        shape, dtype=piece.dtype, device=piece.device
-                    ).contiguous(memory_format=_memory_format(piece))
-                features[level][..., start:stop, :] = piece[..., skip : skip + stop - start, :]
         return features
 
     def relu1_1_layers(self) -> tuple[nn.Conv2d, nn.Conv2d]:

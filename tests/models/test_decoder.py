@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from models.adain.metrics import psnr
+from models.bands import BAND_ROWS, BANDED_FROM_ROWS
 from models.checkpoints import load_state_dict
-from models.decoder import Decoder, conv3x3_reflect, level_of_decoder
+from models.decoder import Decoder, conv3x3_reflect, decoder_halo_rows, level_of_decoder
 from models.images import load_image
 from models.vgg import LEVELS, VGGEncoder, level_channels, level_stride
 
@@ -95,6 +96,40 @@ def test_folded_linear_map_equals_decoding_the_transformed_features(level, share
     torch.testing.assert_close(written, expected, rtol=1e-10, atol=1e-10)
     with pytest.raises(ValueError, match="decoder expects"):
         decoder.forward_linear(features[:, :1], matrix, shift)
+
+
+@pytest.mark.parametrize("level", ["relu1_1", "relu2_1", "relu3_1"])
+@pytest.mark.parametrize("extra_rows", [0, 3])
+def test_a_tall_image_is_decoded_in_bands_with_the_whole_maps_pixels(level, extra_rows):
+    """From ``BANDED_FROM_ROWS`` image rows on, a CPU decode runs a band of rows at a
+    time (each first convolution sees a band and its halo, never the whole map) and
+    gives the whole decode's pixels, plain and with a folded linear map."""
+    gen = torch.Generator().manual_seed(13)
+    decoder = Decoder(level).double().eval()
+    channels, stride = level_channels(level), level_stride(level)
+    rows = BANDED_FROM_ROWS // stride + extra_rows
+    features = torch.rand(2, channels, rows, 3, generator=gen, dtype=torch.float64)
+    matrix = torch.randn(2, channels, channels, generator=gen, dtype=torch.float64) / channels
+    shift = torch.randn(2, channels, generator=gen, dtype=torch.float64)
+    seen: list[int] = []
+    first = decoder.layers[1] if level != "relu1_1" else None
+    if first is not None:
+        first.register_forward_hook(lambda module, args, out: seen.append(out.shape[-2]))
+    with torch.no_grad():
+        whole = decoder.layers(features.clone())
+        seen.clear()  # the whole map's, as the reference
+        torch.testing.assert_close(decoder(features), whole, rtol=1e-12, atol=1e-12)
+        for shared in (slice(0, 1), slice(None)):
+            got = decoder.forward_linear(features, matrix[shared], shift[shared])
+            expected = decoder._decode_folded(features, matrix[shared], shift[shared])
+            torch.testing.assert_close(got, expected, rtol=1e-12, atol=1e-12)
+    if first is not None:
+        assert max(seen) <= BAND_ROWS // stride + 2 * decoder_halo_rows(level) + 2
+        assert len(seen) > 1
+
+
+def test_the_decoders_halo_is_what_a_cut_spoils():
+    assert [decoder_halo_rows(level) for level in LEVELS] == [1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("size", [(2, 5), (3, 3), (4, 7), (9, 6)])

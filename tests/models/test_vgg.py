@@ -7,10 +7,9 @@ import torch
 import torch.nn.functional as F  # noqa: N812
 from torch import nn
 
+from models.bands import BAND_MAX_WIDTH, BAND_ROWS, BANDED_FROM_ROWS
 from models.checkpoints import load_state_dict
 from models.vgg import (
-    BAND_ROWS,
-    BANDED_FROM_ROWS,
     LEVELS,
     VGGEncoder,
     deepest_level_in,
@@ -135,13 +134,18 @@ def test_a_tall_image_is_encoded_in_bands_with_the_whole_images_features(
         torch.testing.assert_close(feature.double(), reference[level], rtol=1e-4, atol=1e-5)
 
 
-def test_the_halo_is_what_a_cut_spoils_and_deep_or_short_forwards_stay_whole():
+def test_the_halo_is_what_a_cut_spoils_and_deep_short_or_wide_forwards_stay_whole():
     assert [halo_rows(level) for level in LEVELS] == [1, 4, 12, 32]
-    for depth, height in (("relu4_1", 600), ("relu3_1", BANDED_FROM_ROWS - 1)):
+    cases = (
+        ("relu4_1", 600, 16),
+        ("relu3_1", BANDED_FROM_ROWS - 1, 16),
+        ("relu3_1", BANDED_FROM_ROWS, BAND_MAX_WIDTH + 1),
+    )
+    for depth, height, width in cases:
         encoder = VGGEncoder(depth)
         rows = _conv1_1_rows(encoder)
         with torch.inference_mode():
-            encoder(torch.rand(1, 3, height, 16))
+            encoder(torch.rand(1, 3, height, width))
         assert rows == [height]
 
 
