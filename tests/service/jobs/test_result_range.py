@@ -37,11 +37,9 @@ def _finished(client, images: list[bytes], media_type: str = "image/png") -> str
     return record.id
 
 
-def test_a_big_result_is_streamed_from_its_blob_never_read_whole(client_factory, monkeypatch):
-    monkeypatch.setattr(job_routes, "CHUNK_BYTES", 64 * 1024)  # several chunks an image
-    client = client_factory()
-    first, second = os.urandom(FILE_MIN_BYTES), os.urandom(300_001)
-    job_id = _finished(client, [first, second])
+def _ranges_read(monkeypatch) -> list[tuple[int, int]]:
+    """The ``(start, stop)`` of each range the volume reads from now on; a whole read of
+    a blob fails the test."""
     ranges: list[tuple[int, int]] = []
     read_range = VolumeBlobs.read_range
 
@@ -54,6 +52,15 @@ def test_a_big_result_is_streamed_from_its_blob_never_read_whole(client_factory,
 
     monkeypatch.setattr(VolumeBlobs, "read_range", counted)
     monkeypatch.setattr(VolumeBlobs, "read", whole)
+    return ranges
+
+
+def test_a_big_result_is_streamed_from_its_blob_never_read_whole(client_factory, monkeypatch):
+    monkeypatch.setattr(job_routes, "CHUNK_BYTES", 64 * 1024)  # several chunks an image
+    client = client_factory()
+    first, second = os.urandom(FILE_MIN_BYTES), os.urandom(300_001)
+    job_id = _finished(client, [first, second])
+    ranges = _ranges_read(monkeypatch)
 
     served = client.get(f"/v1/jobs/{job_id}/result?index=1")
     assert served.status_code == 200 and served.content == second
@@ -82,18 +89,7 @@ def test_a_big_results_json_reads_its_header_alone(client_factory, monkeypatch):
     client = client_factory()
     images = [os.urandom(FILE_MIN_BYTES), os.urandom(1234)]
     linked, inline = _finished(client, images), _finished(client, images[1:])
-    ranges: list[tuple[int, int]] = []
-    read_range = VolumeBlobs.read_range
-
-    def counted(self, ref, start, stop):
-        ranges.append((start, stop))
-        return read_range(self, ref, start, stop)
-
-    def whole(self, ref):
-        raise AssertionError("the route read the whole result")
-
-    monkeypatch.setattr(VolumeBlobs, "read_range", counted)
-    monkeypatch.setattr(VolumeBlobs, "read", whole)
+    ranges = _ranges_read(monkeypatch)
     body = client.get(f"/v1/jobs/{linked}").json()
     assert body["result"] == {
         "media_type": "image/png",
@@ -117,18 +113,7 @@ def test_a_thumbnail_reads_its_image_alone(client_factory, monkeypatch):
     first, second = buffer.getvalue(), os.urandom(FILE_MIN_BYTES)
     assert len(first) > FILE_MIN_BYTES  # the result is a blob file
     job_id = _finished(client, [second, first])
-    ranges: list[tuple[int, int]] = []
-    read_range = VolumeBlobs.read_range
-
-    def counted(self, ref, start, stop):
-        ranges.append((start, stop))
-        return read_range(self, ref, start, stop)
-
-    def whole(self, ref):
-        raise AssertionError("the route read the whole result")
-
-    monkeypatch.setattr(VolumeBlobs, "read_range", counted)
-    monkeypatch.setattr(VolumeBlobs, "read", whole)
+    ranges = _ranges_read(monkeypatch)
     answer = client.get(f"/v1/jobs/{job_id}/thumbnail", params={"index": 1, "size": 60})
     assert answer.status_code == 200 and answer.headers["content-type"] == "image/jpeg"
     assert Image.open(io.BytesIO(answer.content)).size == (60, 40)
