@@ -101,6 +101,7 @@ def _is_module(name: str) -> bool:
 #: text-to-image pipeline that joins diffusion and the shapes.
 MODELS_LAYERS: tuple[tuple[str, ...], ...] = (
     (
+        "models.bands",
         "models.checkpoints",
         "models.control",
         "models.decoder",
