@@ -337,7 +337,8 @@ class Executor:
                 if left <= 0:
                     raise DeadlineExceeded(f"no result within {timeout_s:g} s")
                 if await finished.wait(min(left, REREAD_S)):
-                    data = finished.result or await store.result(job_id)
+                    written = finished.result  # this process finished it: no read
+                    data = written.join() if written is not None else await store.result(job_id)
                     if data is not None:
                         done = True
                         break

@@ -15,6 +15,10 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from service.jobs.records import Packed
 
 
 def job_topic(job_id: str) -> str:
@@ -43,7 +47,7 @@ class Watch:
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
-        self.result: bytes | None = None
+        self.result: Packed | None = None
 
     def _set(self) -> None:
         self._event.set()
@@ -86,7 +90,7 @@ class ChangeHub:
         for watch in self._watches.get(topic, ()):
             watch._set()
 
-    def finished(self, job_id: str, result: bytes | None) -> None:
+    def finished(self, job_id: str, result: Packed | None) -> None:
         """This process moved ``job_id`` to a final state (its job and done topics);
         ``result``: the result it wrote, for the done topic's watchers (the same bytes
         the store holds: a job's outcome is written once)."""

@@ -193,14 +193,38 @@ async def off_loop_if_large(size: int, fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 
 
-def pack(header: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
-    """One JSON header and any number of byte strings as one blob.
+@dataclass(frozen=True)
+class Packed:
+    """A packed blob (:func:`packed`) as its pieces, not joined: the framing with the JSON
+    header, then each byte string as it was given. A big one is checksummed and written
+    piece by piece (``BlobStore.write``), so it is never copied whole: an 8192 px print's
+    76 MB PNG is held once while it is stored, not twice."""
+
+    pieces: tuple[bytes, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(len(piece) for piece in self.pieces)
+
+    def join(self) -> bytes:
+        """The packed bytes in one string (a copy: for what is small, or a reader that
+        needs it whole)."""
+        return b"".join(self.pieces)
+
+
+def packed(header: dict[str, Any], blobs: Sequence[bytes] = ()) -> Packed:
+    """One JSON header and any number of byte strings as one blob, in pieces.
 
     Layout: ``b"ATL1"``, the header's length (u32, big-endian), the UTF-8 JSON header
     (which records each blob's length), then the blobs back to back.
     """
     head = json.dumps({**header, "_sizes": [len(b) for b in blobs]}).encode()
-    return b"".join([_MAGIC, struct.pack(">I", len(head)), head, *blobs])
+    return Packed((_MAGIC + struct.pack(">I", len(head)) + head, *blobs))
+
+
+def pack(header: dict[str, Any], blobs: Sequence[bytes] = ()) -> bytes:
+    """:func:`packed`, joined into one byte string."""
+    return packed(header, blobs).join()
 
 
 @dataclass(frozen=True)
@@ -269,8 +293,9 @@ class JobResult:
     def size(self) -> int:
         return sum(len(image) for image in self.images)
 
-    def to_bytes(self) -> bytes:
-        return pack({"media_type": self.media_type, "fields": self.fields}, self.images)
+    def packed(self) -> Packed:
+        """The result as the store keeps it, in pieces (its images are not copied)."""
+        return packed({"media_type": self.media_type, "fields": self.fields}, self.images)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> JobResult:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from service.jobs.breaker import Breaker
 from service.jobs.changes import ChangeHub, cancel_topic, done_topic, job_topic, work_topic
-from service.jobs.records import JobRecord
+from service.jobs.records import JobRecord, Packed
 from service.jobs.shared import (
     Claim,
     Delivery,
@@ -299,7 +299,7 @@ class JobQueue(Backend):
         job_id: str,
         state: str,
         *,
-        result: bytes | None = None,
+        result: Packed | None = None,
         error: dict[str, str] | None = None,
         progress: tuple[int, int] | None = None,
     ) -> bool:

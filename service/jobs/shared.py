@@ -25,7 +25,7 @@ from service.errors import (
     ValidationFailed,
     WorkerLost,
 )
-from service.jobs.records import RUNNING, JobRecord
+from service.jobs.records import RUNNING, JobRecord, Packed
 from service.priorities import ASYNC_PRIORITIES, BACKGROUND
 
 #: The size a result (or checkpoint) read is given time for (a print-size PNG is tens
@@ -169,7 +169,7 @@ class Outcome:
     failure, and its last ``(step, total)`` (written with it)."""
 
     state: str
-    result: bytes | None = None
+    result: Packed | None = None
     error: dict[str, str] | None = None
     progress: tuple[int, int] | None = None
 

@@ -26,7 +26,7 @@ import hashlib
 import logging
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -61,8 +61,12 @@ def blob_name(job_id: str, kind: str) -> str:
     return f"{job_id}.{kind}.{uuid.uuid4().hex[:12]}"
 
 
-def checksum(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+def checksum(*pieces: bytes) -> str:
+    """The SHA-256 (hex) of the pieces' concatenation, without joining them."""
+    digest = hashlib.sha256()
+    for piece in pieces:
+        digest.update(piece)
+    return digest.hexdigest()
 
 
 class BlobStore(ABC):
@@ -72,8 +76,9 @@ class BlobStore(ABC):
     where: str
 
     @abstractmethod
-    def write(self, job_id: str, kind: str, data: bytes) -> BlobRef:
-        """Store ``data`` as a new blob, whole or not at all.
+    def write(self, job_id: str, kind: str, pieces: Sequence[bytes]) -> BlobRef:
+        """Store the concatenation of ``pieces`` as a new blob, whole or not at all
+        (written one piece after another: a big result is never joined in memory).
 
         Raises:
             StoreFull: no room (nothing is left behind).

@@ -15,8 +15,10 @@ the log only.
 
 from __future__ import annotations
 
+import io
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import boto3
@@ -62,15 +64,20 @@ class S3Blobs(BlobStore):
         self.where = f"the bucket {bucket!r}"
         self._s3 = client or boto3.client("s3", endpoint_url=endpoint_url, config=CLIENT_CONFIG)
 
-    def write(self, job_id: str, kind: str, data: bytes) -> BlobRef:
-        name, digest = blob_name(job_id, kind), checksum(data)
+    def write(self, job_id: str, kind: str, pieces: Sequence[bytes]) -> BlobRef:
+        name, digest = blob_name(job_id, kind), checksum(*pieces)
+        body = PiecesReader(pieces)
         try:
             self._s3.put_object(
-                Bucket=self.bucket, Key=self.prefix + name, Body=data, Metadata={"sha256": digest}
+                Bucket=self.bucket,
+                Key=self.prefix + name,
+                Body=body,
+                ContentLength=body.size,
+                Metadata={"sha256": digest},
             )
         except (BotoCoreError, ClientError) as exc:
             raise self._error(exc, "written") from exc
-        return BlobRef(name, digest, len(data))
+        return BlobRef(name, digest, body.size)
 
     def read(self, ref: BlobRef) -> bytes | None:
         data = self._get(ref.name)
@@ -146,3 +153,44 @@ class S3Blobs(BlobStore):
 
 class _PastTheEnd(Exception):
     """A range that starts at or past the object's end (S3's ``InvalidRange``)."""
+
+
+class PiecesReader(io.RawIOBase):
+    """A seekable, read-only file over the concatenation of ``pieces``, without joining
+    them: the body of a ``put_object`` (botocore reads it to checksum it, seeks back,
+    then sends it)."""
+
+    def __init__(self, pieces: Sequence[bytes]) -> None:
+        super().__init__()
+        self._pieces = [memoryview(piece).cast("B") for piece in pieces]
+        self.size = sum(len(piece) for piece in self._pieces)
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"negative seek position {base + offset}")
+        self._at = base + offset
+        return self._at
+
+    def readinto(self, buffer: Any) -> int:
+        out = memoryview(buffer).cast("B")
+        written, start = 0, 0
+        for piece in self._pieces:
+            stop = start + len(piece)
+            if written < len(out) and start <= self._at < stop:
+                take = min(len(out) - written, stop - self._at)
+                out[written : written + take] = piece[self._at - start : self._at - start + take]
+                written += take
+                self._at += take
+            start = stop
+        return written

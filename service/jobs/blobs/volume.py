@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from service.errors import StoreFull, StoreUnavailable
@@ -31,13 +32,14 @@ class VolumeBlobs(BlobStore):
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
-    def write(self, job_id: str, kind: str, data: bytes) -> BlobRef:
+    def write(self, job_id: str, kind: str, pieces: Sequence[bytes]) -> BlobRef:
         name = blob_name(job_id, kind)
         partial = self.root / (name + _TEMPORARY)
         try:
             self.root.mkdir(parents=True, exist_ok=True)
             with open(partial, "xb") as file:
-                file.write(data)
+                for piece in pieces:
+                    file.write(piece)
                 file.flush()
                 os.fsync(file.fileno())
             os.replace(partial, self.root / name)
@@ -51,7 +53,7 @@ class VolumeBlobs(BlobStore):
                     "finished jobs expire or an operator frees space"
                 ) from exc
             raise StoreUnavailable("the job files cannot be written right now") from exc
-        return BlobRef(name, checksum(data), len(data))
+        return BlobRef(name, checksum(*pieces), sum(len(piece) for piece in pieces))
 
     def read(self, ref: BlobRef) -> bytes | None:
         try:

@@ -26,6 +26,7 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from service.errors import StoreFull, StoreUnavailable
@@ -393,7 +394,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
         fields["wh_completed"] = "1" if job.wants("completed") else "0"
         fields["wh_progress_next"] = "0" if job.wants("progress") else "-1"
         flat = [item for pair in fields.items() for item in pair]
-        stored, blob = await self._put_value(record.id, "in", job.payload)
+        stored, blob = await self._put_value(record.id, "in", (job.payload,))
         async with forgotten_if_refused(self.blobs, blob):
             reply = await self._create_script(job, idem_key, fingerprint, stored, flat)
         outcome = text(reply[0])
@@ -533,7 +534,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
         result = outcome.result
         inputs = await self._blobs_of(job_id, "in")
         stored, blob = (
-            (b"", None) if result is None else await self._put_value(job_id, "out", result)
+            (b"", None) if result is None else await self._put_value(job_id, "out", result.pieces)
         )
         async with forgotten_if_refused(self.blobs, blob):
             if result is not None:
@@ -548,7 +549,7 @@ class RedisJobQueue(RedisBackend, JobQueue):
                 self.limits.results_max_bytes,
                 step,
                 total,
-                0 if result is None else len(result),
+                0 if result is None else result.size,
             )
         if not finished:  # finished before (a rerun's outcome came first)
             await forget_blob(self.blobs, blob)
@@ -557,13 +558,15 @@ class RedisJobQueue(RedisBackend, JobQueue):
         return bool(finished)
 
     # ----------------------------------------------------------- big values
-    async def _put_value(self, job_id: str, kind: str, data: bytes) -> tuple[bytes, BlobRef | None]:
-        """What Redis is to hold for ``data``: itself, or (big, with a blob store) a
-        reference to the blob it was just written to (off the event loop, outside the
-        breaker: its time is the blob store's)."""
-        if self.blobs is None or len(data) < FILE_MIN_BYTES:
-            return data, None
-        ref = await asyncio.to_thread(self.blobs.write, job_id, kind, data)
+    async def _put_value(
+        self, job_id: str, kind: str, pieces: Sequence[bytes]
+    ) -> tuple[bytes, BlobRef | None]:
+        """What Redis is to hold for the concatenation of ``pieces``: itself, or (big, with
+        a blob store) a reference to the blob they were just written to, piece by piece
+        (off the event loop, outside the breaker: its time is the blob store's)."""
+        if self.blobs is None or sum(len(piece) for piece in pieces) < FILE_MIN_BYTES:
+            return b"".join(pieces), None
+        ref = await asyncio.to_thread(self.blobs.write, job_id, kind, pieces)
         return reference(ref), ref
 
     async def _value(self, held: bytes) -> bytes | None:

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import sqlite3
+from collections.abc import Sequence
 from typing import Any
 
 from service.jobs import shared
@@ -73,7 +74,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
         return shared.Occupancy(mine, total, in_bytes)
 
     async def _create(self, job: shared.Submission) -> tuple[JobRecord, bool]:
-        blob = await self._write_blob(job.record.id, "in", job.payload)
+        blob = await self._write_blob(job.record.id, "in", (job.payload,))
         async with forgotten_if_refused(self.blobs, blob):
             record, created = await self._run(
                 self._create_tx, job, blob, payload_bytes=0 if blob else len(job.payload)
@@ -82,12 +83,13 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
             await forget_blob(self.blobs, blob)
         return record, created
 
-    async def _write_blob(self, job_id: str, kind: str, data: bytes) -> BlobRef | None:
-        """A big blob written to the blob store, off the store's thread and outside the
-        breaker (its time is the disk's, not the database's); None: small, kept in the row."""
-        if len(data) < FILE_MIN_BYTES:
+    async def _write_blob(self, job_id: str, kind: str, pieces: Sequence[bytes]) -> BlobRef | None:
+        """A big blob (the concatenation of ``pieces``) written to the blob store, off the
+        store's thread and outside the breaker (its time is the disk's, not the
+        database's); None: small, kept in the row."""
+        if sum(len(piece) for piece in pieces) < FILE_MIN_BYTES:
             return None
-        return await asyncio.to_thread(self.blobs.write, job_id, kind, data)
+        return await asyncio.to_thread(self.blobs.write, job_id, kind, pieces)
 
     async def _read_blob(self, blob: BlobRef) -> bytes | None:
         return await asyncio.to_thread(self.blobs.read, blob)
@@ -364,8 +366,8 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
 
     async def _finish(self, job_id: str, outcome: shared.Outcome) -> bool:
         result = outcome.result
-        blob = None if result is None else await self._write_blob(job_id, "out", result)
-        size = 0 if result is None or blob is not None else len(result)
+        blob = None if result is None else await self._write_blob(job_id, "out", result.pieces)
+        size = 0 if result is None or blob is not None else result.size
         async with forgotten_if_refused(self.blobs, blob):
             done = await self._run(self._finish_tx, job_id, outcome, blob, payload_bytes=size)
         if not done:  # finished before (a rerun's outcome came first)
@@ -401,7 +403,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
             state=outcome.state,
             finished_at=now,
             error=outcome.error,
-            result_bytes=len(result) if result is not None else 0,
+            result_bytes=result.size if result is not None else 0,
             lease_until=None,
             webhook_due=now if shared.wants_webhook(webhook, "completed") else None,
         )
@@ -413,7 +415,7 @@ class SqliteJobQueue(SqliteBackend, JobQueue):
             self._drop_blobs(db, job_id, "out")
             db.execute(
                 f"INSERT INTO blobs ({_BLOB_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                self._blob_row(job_id, "out", result, blob),
+                self._blob_row(job_id, "out", b"" if blob else result.join(), blob),
             )
             self._evict_results(db, keep=job_id)
 

@@ -18,7 +18,7 @@ import pytest
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.blobs.volume import VolumeBlobs
-from service.jobs.records import JobRecord, new_job_id
+from service.jobs.records import JobRecord, Packed, new_job_id
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.roles import JobQueue
 from service.jobs.sqlite_store import SqliteJobStore
@@ -83,9 +83,9 @@ def test_a_commit_whose_answer_was_lost_keeps_its_blob(
 
             _answer_lost(store, monkeypatch, LOST_ANSWERS[lost])
             with pytest.raises(type(LOST_ANSWERS[lost])):
-                await store.finish(record.id, "succeeded", result=result)
+                await store.finish(record.id, "succeeded", result=Packed((result,)))
             # the worker writes its outcome again (the runner retries): the first stands
-            assert not await store.finish(record.id, "succeeded", result=os.urandom(BIG))
+            assert not await store.finish(record.id, "succeeded", result=Packed((os.urandom(BIG),)))
             assert (await store.get(record.id)).state == "succeeded"
             assert await store.result(record.id) == result
             # the retry's blob went (on Redis the input's, which the lost call was to
@@ -140,7 +140,9 @@ def test_a_finish_cancelled_while_its_transaction_commits_keeps_the_result(tmp_p
             await store.create(record, b"{}", owner_max_jobs=10)
             assert await store.claim("w", "dit", ("background",), 30.0) is not None
             store._finish_tx = held_finish_tx  # type: ignore[method-assign]
-            finishing = asyncio.create_task(store.finish(record.id, "succeeded", result=result))
+            finishing = asyncio.create_task(
+                store.finish(record.id, "succeeded", result=Packed((result,)))
+            )
             await asyncio.to_thread(inside.wait, 30)
             finishing.cancel()
             with pytest.raises(asyncio.CancelledError):

@@ -17,7 +17,7 @@ from PIL import Image
 from service_fakes import wait_until
 
 from service.jobs.blobs import FILE_MIN_BYTES
-from service.jobs.records import JobRecord, new_job_id
+from service.jobs.records import JobRecord, Packed, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.sqlite_store.connection import SCHEMA
 from service.jobs.store import StoreLimits
@@ -147,7 +147,9 @@ def test_expired_jobs_give_their_disk_back(tmp_path):
             for index in range(40):
                 record = JobRecord(id=new_job_id(), kind="generate", model="dit", owner="o")
                 await store.create(record, b"{}", owner_max_jobs=100)
-                await store.finish(record.id, "succeeded", result=bytes(FILE_MIN_BYTES - index))
+                await store.finish(
+                    record.id, "succeeded", result=Packed((bytes(FILE_MIN_BYTES - index),))
+                )
             wal = path.with_name(path.name + "-wal")
             assert path.stat().st_size + wal.stat().st_size > 40 * (FILE_MIN_BYTES - 40)
             now[0] += 60

@@ -28,6 +28,7 @@ from service.jobs.records import (
     QUEUED,
     SUCCEEDED,
     JobRecord,
+    Packed,
     new_job_id,
 )
 from service.jobs.redis_store import RedisJobStore
@@ -153,7 +154,7 @@ def test_only_the_lease_holder_writes_and_every_name_reads_back_exactly(open_sto
 @pytest.mark.parametrize("state", [SUCCEEDED, FAILED, CANCELLED])
 def test_a_final_job_forgets_its_checkpoints_and_takes_no_more(open_store, state):
     async def scenario(store: JobStore, job: JobRecord) -> None:
-        result = b"result" if state == SUCCEEDED else None
+        result = Packed((b"result",)) if state == SUCCEEDED else None
         error = None if state == SUCCEEDED else {"code": "x", "message": "y"}
         assert await store.finish(job.id, state, result=result, error=error)
         assert await store.checkpoint(job.id, "chunk-0") is None
@@ -167,7 +168,7 @@ def test_a_deleted_job_forgets_its_checkpoints(open_store):
     async def scenario(store: JobStore, job: JobRecord) -> None:
         assert not await store.delete(job.id)  # unfinished: kept, with its checkpoints
         assert await store.checkpoint(job.id, "chunk-0") == b"piece"
-        assert await store.finish(job.id, SUCCEEDED, result=b"done")
+        assert await store.finish(job.id, SUCCEEDED, result=Packed((b"done",)))
         assert await store.delete(job.id)
         assert await store.checkpoint(job.id, "chunk-0") is None
 
@@ -187,7 +188,7 @@ def test_a_lost_lease_keeps_the_checkpoints_for_the_next_worker(open_store):
         assert await store.put_checkpoint(job.id, "w2", "chunk-1", b"second piece")
         assert not await store.put_checkpoint(job.id, "w1", "chunk-1", b"w1 is gone")
         assert await store.checkpoint(job.id, "chunk-1") == b"second piece"
-        assert await store.finish(job.id, SUCCEEDED, result=b"done")
+        assert await store.finish(job.id, SUCCEEDED, result=Packed((b"done",)))
         assert await store.checkpoint(job.id, "chunk-0") is None
         assert await store.checkpoint(job.id, "chunk-1") is None
 

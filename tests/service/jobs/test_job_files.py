@@ -15,7 +15,7 @@ import pytest
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.blobs.volume import VolumeBlobs
-from service.jobs.records import JobRecord, new_job_id
+from service.jobs.records import JobRecord, JobResult, Packed, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.sqlite_store.connection import COLUMNS, SCHEMA, db_value
 from service.jobs.store import StoreLimits
@@ -51,7 +51,7 @@ def test_a_big_input_and_result_live_in_files_and_go_with_their_job(tmp_path):
         assert [name.split(".")[1] for name in _files(store)] == ["in"]
         claim = await store.claim("w", "dit", ("background",), 30.0)
         assert claim is not None and claim.payload == payload
-        await store.finish(record.id, "succeeded", result=result)
+        await store.finish(record.id, "succeeded", result=Packed((result,)))
         assert [name.split(".")[1] for name in _files(store)] == ["out"]  # the input went
         assert await store.result(record.id) == result
         assert store.path.stat().st_size < BIG  # the database holds neither
@@ -65,7 +65,7 @@ def test_a_small_result_stays_in_the_database(tmp_path):
     async def scenario(store: SqliteJobStore) -> None:
         record = _record()
         await store.create(record, b"{}", owner_max_jobs=10)
-        await store.finish(record.id, "succeeded", result=b"small")
+        await store.finish(record.id, "succeeded", result=Packed((b"small",)))
         assert _files(store) == []
         assert await store.result(record.id) == b"small"
 
@@ -76,7 +76,7 @@ def test_a_damaged_file_reads_as_no_result_never_as_other_bytes(tmp_path):
     async def scenario(store: SqliteJobStore) -> None:
         record = _record()
         await store.create(record, b"{}", owner_max_jobs=10)
-        await store.finish(record.id, "succeeded", result=os.urandom(BIG))
+        await store.finish(record.id, "succeeded", result=Packed((os.urandom(BIG),)))
         (only,) = _files(store)
         path = store.blobs.root / only
         data = bytearray(path.read_bytes())
@@ -92,8 +92,8 @@ def test_a_second_finish_of_the_same_job_leaves_the_first_result_and_no_file(tmp
         record = _record()
         await store.create(record, b"{}", owner_max_jobs=10)
         first, second = os.urandom(BIG), os.urandom(BIG)
-        assert await store.finish(record.id, "succeeded", result=first)
-        assert not await store.finish(record.id, "succeeded", result=second)
+        assert await store.finish(record.id, "succeeded", result=Packed((first,)))
+        assert not await store.finish(record.id, "succeeded", result=Packed((second,)))
         assert len(_files(store)) == 1
         assert await store.result(record.id) == first
 
@@ -102,8 +102,8 @@ def test_a_second_finish_of_the_same_job_leaves_the_first_result_and_no_file(tmp
 
 def test_files_no_row_names_are_swept_at_start_once_old(tmp_path):
     files = VolumeBlobs(tmp_path / "jobs-files")
-    old = files.write("gone", "out", b"x")
-    fresh = files.write("writing", "out", b"y")
+    old = files.write("gone", "out", [b"x"])
+    fresh = files.write("writing", "out", [b"y"])
     an_hour_ago = time.time() - 7200
     os.utime(files.root / old.name, (an_hour_ago, an_hour_ago))
 
@@ -121,7 +121,7 @@ def test_a_full_volume_is_store_full_and_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "fsync", no_room)
     with pytest.raises(StoreFull) as full:
-        files.write("job", "out", b"data")
+        files.write("job", "out", [b"data"])
     assert "disk is full" in full.value.message and "No space" not in full.value.message
     assert list(files.root.iterdir()) == []
 
@@ -187,7 +187,7 @@ def test_a_store_made_before_files_opens_with_every_job_in_every_state(tmp_path)
         new = _record()
         await store.create(new, os.urandom(BIG), owner_max_jobs=10)  # new blobs: files
         assert len(_files(store)) == 1
-        assert await store.finish(running.id, "succeeded", result=b"done")
+        assert await store.finish(running.id, "succeeded", result=Packed((b"done",)))
         assert await store.result(running.id) == b"done"
 
     _run(scenario, tmp_path)
@@ -200,7 +200,7 @@ def test_a_store_made_before_files_opens_with_every_job_in_every_state(tmp_path)
 def test_the_volume_reads_a_range_without_the_rest_and_a_whole_blob_by_its_checksum(tmp_path):
     files = VolumeBlobs(tmp_path / "files")
     data = os.urandom(5000)
-    ref = files.write("job", "out", data)
+    ref = files.write("job", "out", [data])
     assert ref.size == 5000 and ref.name.startswith("job.out.")
     assert files.read_range(ref, 1000, 1100) == data[1000:1100]
     assert files.read_range(ref, 4990, 6000) == data[4990:]  # short at the end
@@ -218,7 +218,7 @@ def test_a_write_cut_short_leaves_no_blob_under_its_name(tmp_path, monkeypatch):
 
     monkeypatch.setattr(os, "replace", broken_rename)
     with pytest.raises(StoreUnavailable) as failed:
-        files.write("job", "out", b"data")
+        files.write("job", "out", [b"data"])
     assert not isinstance(failed.value, StoreFull) and "I/O" not in failed.value.message
     assert list(files.root.iterdir()) == []
 
@@ -238,7 +238,7 @@ def test_a_blob_that_cannot_be_deleted_now_leaves_the_jobs_change_done(tmp_path)
         try:
             record = _record()
             await store.create(record, b"{}", owner_max_jobs=10)
-            await store.finish(record.id, "succeeded", result=os.urandom(BIG))
+            await store.finish(record.id, "succeeded", result=Packed((os.urandom(BIG),)))
             assert await store.delete(record.id)
             assert await store.get(record.id) is None
             assert len(list(blobs.root.iterdir())) == 1  # left for the sweep
@@ -246,3 +246,26 @@ def test_a_blob_that_cannot_be_deleted_now_leaves_the_jobs_change_done(tmp_path)
             await store.close()
 
     asyncio.run(main())
+
+
+def test_a_big_result_is_written_in_its_pieces_never_joined(tmp_path, monkeypatch):
+    image, second = os.urandom(BIG), os.urandom(1000)
+    result = JobResult([image, second], "image/png", {"seeds": [7]}).packed()
+    assert result.pieces[1] is image and result.pieces[2] is second  # the images, not copies
+    whole = result.join()
+
+    def joined(self: Packed) -> bytes:
+        raise AssertionError("a big result was copied whole to be stored")
+
+    async def scenario(store: SqliteJobStore) -> None:
+        record = _record()
+        await store.create(record, b"{}", owner_max_jobs=10)
+        monkeypatch.setattr(Packed, "join", joined)
+        assert await store.finish(record.id, "succeeded", result=result)
+        monkeypatch.undo()
+        assert (await store.get(record.id)).result_bytes == len(whole)
+        assert await store.result(record.id) == whole  # checked against its checksum
+        (name,) = _files(store)
+        assert (store.blobs.root / name).read_bytes() == whole
+
+    _run(scenario, tmp_path)

@@ -22,6 +22,7 @@ from service.jobs.records import (
     SUCCEEDED,
     JobRecord,
     JobResult,
+    Packed,
     new_job_id,
 )
 from service.jobs.redis_store import RedisJobStore
@@ -113,7 +114,7 @@ def test_a_job_goes_from_queued_to_succeeded_with_its_result_written_once(open_s
         running = await store.get(job.id)
         assert (running.step, running.total, running.worker) == (3, 10, "w1")
         result = JobResult([b"png-1", b"png-2"], "image/png", {"seeds": [1, 2], "ignored": []})
-        assert await store.finish(job.id, SUCCEEDED, result=result.to_bytes())
+        assert await store.finish(job.id, SUCCEEDED, result=result.packed())
         assert not await store.finish(job.id, FAILED, error={"code": "x", "message": "y"})
         final = await store.get(job.id)
         assert final.state == SUCCEEDED and final.error is None
@@ -381,7 +382,7 @@ def test_results_are_bounded_in_bytes_oldest_finished_first(open_store):
         jobs = [await _create(store) for _ in range(3)]
         for job in jobs:
             await store.claim("w", "dit", (BACKGROUND,), LEASE)
-            await store.finish(job.id, SUCCEEDED, result=b"r" * 100)
+            await store.finish(job.id, SUCCEEDED, result=Packed((b"r" * 100,)))
         return [await store.get(job.id) for job in jobs]
 
     first, second, third = run(open_store, scenario)
@@ -460,7 +461,7 @@ def test_webhook_deliveries_fall_due_on_completion_and_progress(open_store):
             await store.set_progress(job.id, "w", 1, 4)
         progress = await store.due_webhooks(60.0, 10)
         for job in (done, chatty, quiet):
-            await store.finish(job.id, SUCCEEDED, result=b"r")
+            await store.finish(job.id, SUCCEEDED, result=Packed((b"r",)))
         # the progress delivery ends after the completion fell due: the completion stays due
         record = {"url": "http://x", "events": ["completed", "progress"], "last_status": 200}
         for delivery in progress:
@@ -551,7 +552,7 @@ def test_bulk_jobs_are_async_jobs_claimed_only_when_asked_for(open_store):
         without = await store.claim("w", "dit", (INTERACTIVE, BACKGROUND), LEASE)
         nothing = await store.claim("w", "dit", (INTERACTIVE, BACKGROUND), LEASE)
         bulk = await store.claim("w", "dit", (INTERACTIVE, BACKGROUND, BULK), LEASE)
-        assert await store.finish(bulk.record.id, SUCCEEDED, result=b"done")
+        assert await store.finish(bulk.record.id, SUCCEEDED, result=Packed((b"done",)))
         again, _ = await store.create(_job("alice", priority=BULK), b"x", owner_max_jobs=3)
         return created, full.value.limit, listed, without, nothing, bulk, again
 

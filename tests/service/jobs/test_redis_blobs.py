@@ -16,7 +16,7 @@ import redis
 from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.blobs.s3 import S3Blobs
 from service.jobs.blobs.volume import VolumeBlobs
-from service.jobs.records import JobRecord, JobResult, new_job_id
+from service.jobs.records import JobRecord, JobResult, Packed, new_job_id
 from service.jobs.redis_store import RedisJobStore
 from service.jobs.redis_store import queue as redis_queue
 from service.jobs.redis_store.values import REF_MAX_BYTES
@@ -47,7 +47,7 @@ def test_a_big_value_lives_in_the_blob_store_and_redis_holds_a_reference(redis_s
             assert (await store.get(record.id)).input_bytes == len(payload)
             claim = await store.claim("w", "dit", ("background",), 30.0)
             assert claim is not None and claim.payload == payload
-            await store.finish(record.id, "succeeded", result=result)
+            await store.finish(record.id, "succeeded", result=Packed((result,)))
             assert int(direct.get(f"{prefix}inbytes")) == 0
             assert direct.strlen(f"{prefix}out:{record.id}") < REF_MAX_BYTES
             assert int(direct.get(f"{prefix}outbytes")) == len(result)
@@ -81,11 +81,13 @@ def test_a_sweep_deletes_the_blobs_no_value_refers_to_and_keeps_the_others(
         try:
             await store.create(queued, os.urandom(FILE_MIN_BYTES), owner_max_jobs=10)
             await store.create(done, b"{}", owner_max_jobs=10)
-            await store.finish(done.id, "succeeded", result=os.urandom(FILE_MIN_BYTES))
-            orphan = blobs.write("gone", "out", b"no value names it")
+            await store.finish(done.id, "succeeded", result=Packed((os.urandom(FILE_MIN_BYTES),)))
+            orphan = blobs.write("gone", "out", [b"no value names it"])
             evicted = _record()  # expired or evicted inside a script: the sweep finds it
             await store.create(evicted, b"{}", owner_max_jobs=10)
-            await store.finish(evicted.id, "succeeded", result=os.urandom(FILE_MIN_BYTES))
+            await store.finish(
+                evicted.id, "succeeded", result=Packed((os.urandom(FILE_MIN_BYTES),))
+            )
             redis.Redis.from_url(redis_server.url).delete(f"{prefix}out:{evicted.id}")
             await store.reap()
             names = sorted(path.name.split(".")[0] for path in blobs.root.iterdir())
@@ -116,7 +118,7 @@ def test_two_replicas_on_one_redis_and_one_s3_serve_each_others_results_by_range
     async def write() -> None:
         store = writer.app.state.store
         await store.create(record, b"{}", owner_max_jobs=10)
-        packed = JobResult([b"first", image], "image/png", {"seeds": [1, 2]}).to_bytes()
+        packed = JobResult([b"first", image], "image/png", {"seeds": [1, 2]}).packed()
         await store.finish(record.id, "succeeded", result=packed)
 
     writer.portal.call(write)
@@ -133,3 +135,30 @@ def test_two_replicas_on_one_redis_and_one_s3_serve_each_others_results_by_range
     assert whole.status_code == 200 and whole.content == image
     job = reader.get(f"/v1/jobs/{record.id}").json()
     assert job["state"] == "succeeded" and base64.b64decode(job["result"]["images"][1]) == image
+
+
+def test_a_big_result_is_written_to_the_blob_store_in_its_pieces(
+    redis_server, tmp_path, monkeypatch
+):
+    prefix = f"pieces-{uuid.uuid4().hex[:8]}:"
+    blobs = VolumeBlobs(tmp_path / "blobs")
+    result = JobResult([os.urandom(FILE_MIN_BYTES), b"second"], "image/png").packed()
+    whole, record = result.join(), _record()
+
+    def joined(self: Packed) -> bytes:
+        raise AssertionError("a big result was copied whole to be stored")
+
+    async def main() -> None:
+        store = RedisJobStore(redis_server.url, StoreLimits(), prefix=prefix, blobs=blobs)
+        await store.start()
+        try:
+            await store.create(record, b"{}", owner_max_jobs=10)
+            monkeypatch.setattr(Packed, "join", joined)
+            assert await store.finish(record.id, "succeeded", result=result)
+            monkeypatch.undo()
+            assert (await store.get(record.id)).result_bytes == len(whole)
+            assert await store.result(record.id) == whole
+        finally:
+            await store.close()
+
+    asyncio.run(main())

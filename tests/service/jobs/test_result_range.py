@@ -30,7 +30,7 @@ def _finished(client, images: list[bytes], media_type: str = "image/png") -> str
     async def write() -> None:
         await store.create(record, b"{}", owner_max_jobs=10)
         await store.finish(
-            record.id, "succeeded", result=JobResult(images, media_type, {"seeds": [1]}).to_bytes()
+            record.id, "succeeded", result=JobResult(images, media_type, {"seeds": [1]}).packed()
         )
 
     client.portal.call(write)

@@ -6,16 +6,20 @@ botocore's text."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import io
 import os
 
 import pytest
 from botocore.stub import Stubber
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.blobs import FILE_MIN_BYTES, BlobRef
 from service.jobs.blobs.configured import open_blobs
-from service.jobs.blobs.s3 import S3Blobs
-from service.jobs.records import JobRecord, new_job_id
+from service.jobs.blobs.s3 import PiecesReader, S3Blobs
+from service.jobs.records import JobRecord, Packed, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
 from service.jobs.store import StoreLimits
 
@@ -38,7 +42,7 @@ def _keys(s3_server, blobs: S3Blobs) -> list[str]:
 
 def test_an_object_is_written_whole_and_read_whole_or_by_range(s3_server, blobs):
     data = os.urandom(100_000)
-    ref = blobs.write("job", "out", data)
+    ref = blobs.write("job", "out", [data])
     assert ref.size == len(data) and _keys(s3_server, blobs) == [f"jobs/{ref.name}"]
     head = s3_server.client().head_object(Bucket=blobs.bucket, Key=f"jobs/{ref.name}")
     assert head["Metadata"]["sha256"] == ref.checksum
@@ -49,7 +53,7 @@ def test_an_object_is_written_whole_and_read_whole_or_by_range(s3_server, blobs)
 
 
 def test_a_damaged_or_missing_object_reads_as_missing(s3_server, blobs):
-    ref = blobs.write("job", "out", b"the bytes")
+    ref = blobs.write("job", "out", [b"the bytes"])
     s3_server.client().put_object(Bucket=blobs.bucket, Key=f"jobs/{ref.name}", Body=b"other")
     assert blobs.read(ref) is None
     blobs.delete([ref.name])
@@ -58,7 +62,7 @@ def test_a_damaged_or_missing_object_reads_as_missing(s3_server, blobs):
 
 
 def test_a_sweep_deletes_old_objects_no_record_names(s3_server, blobs):
-    kept, orphan = blobs.write("a", "out", b"kept"), blobs.write("b", "out", b"orphan")
+    kept, orphan = blobs.write("a", "out", [b"kept"]), blobs.write("b", "out", [b"orphan"])
     assert blobs.sweep({kept.name}, older_than_s=3600.0) == 0  # both young
     assert blobs.sweep({kept.name}, older_than_s=-60.0) == 1
     assert _keys(s3_server, blobs) == [f"jobs/{kept.name}"]
@@ -90,7 +94,7 @@ def test_the_servers_errors_are_the_services_own(code, status, error):
             http_status_code=status,
         )
         with pytest.raises(StoreUnavailable) as raised:
-            blobs.write("job", "out", b"data")
+            blobs.write("job", "out", [b"data"])
     assert type(raised.value) is error
     assert "botocore" not in raised.value.message and code not in raised.value.message
 
@@ -116,7 +120,7 @@ def test_the_sqlite_store_keeps_its_big_blobs_in_the_bucket(s3_server, blobs, tm
             await store.create(record, payload, owner_max_jobs=10)
             claim = await store.claim("w", "dit", ("background",), 30.0)
             assert claim is not None and claim.payload == payload
-            await store.finish(record.id, "succeeded", result=result)
+            await store.finish(record.id, "succeeded", result=Packed((result,)))
             assert await store.result(record.id) == result
             (key,) = _keys(s3_server, blobs)
             assert key.startswith(f"jobs/{record.id}.out.")
@@ -127,3 +131,38 @@ def test_the_sqlite_store_keeps_its_big_blobs_in_the_bucket(s3_server, blobs, tm
             await store.close()
 
     asyncio.run(main())
+
+
+def test_an_object_is_written_from_its_pieces(s3_server, blobs):
+    pieces = [os.urandom(70_000), b"", os.urandom(3), os.urandom(200_000)]
+    whole = b"".join(pieces)
+    ref = blobs.write("job", "out", pieces)
+    assert ref.size == len(whole) and ref.checksum == hashlib.sha256(whole).hexdigest()
+    head = s3_server.client().head_object(Bucket=blobs.bucket, Key=f"jobs/{ref.name}")
+    assert head["Metadata"]["sha256"] == ref.checksum
+    assert blobs.read(ref) == whole
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    pieces=st.lists(st.binary(max_size=40), max_size=6),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["read", "seek"]), st.integers(-3, 300), st.integers(0, 2)),
+        max_size=12,
+    ),
+)
+def test_the_pieces_reader_reads_and_seeks_as_a_file_of_their_concatenation(pieces, steps):
+    reader, file = PiecesReader(pieces), io.BytesIO(b"".join(pieces))
+    for action, number, whence in steps:
+        if action == "read":
+            assert reader.read(max(number, -1)) == file.read(max(number, -1))
+        else:
+            offset = number if whence == io.SEEK_SET else number - 150
+            base = {io.SEEK_SET: 0, io.SEEK_CUR: file.tell(), io.SEEK_END: len(file.getvalue())}
+            if base[whence] + offset < 0:  # a file refuses it (BytesIO would go to 0)
+                with pytest.raises(ValueError):
+                    reader.seek(offset, whence)
+                continue
+            assert reader.seek(offset, whence) == file.seek(offset, whence)
+        assert reader.tell() == file.tell()
+    assert reader.read() == file.read()
