@@ -28,6 +28,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +40,7 @@ from PIL import Image, ImageCms
 from torch import Tensor
 
 from models.disk_picture import DiskPicture, Picture, picture_rows
-from models.png import BAND_FILTERS, NotBanded, encode_png, png_bands, png_size
+from models.png import ROWS_PER_BAND, NotBanded, encode_png, png_bands, png_size
 
 logger = logging.getLogger("atelier.images")
 
@@ -225,9 +226,9 @@ def to_float(image: Tensor) -> Tensor:
 
 def to_png(image: Picture) -> bytes:
     """``(3, H, W)`` uint8 (in memory or on disk) -> lossless PNG bytes, zlib's fastest
-    level, rows filtered so that they are read back a band at a time (a job's payload:
-    :func:`from_png` and :func:`picture_from_png` give the same pixels back)."""
-    return encode_png(image, level=1, filters=BAND_FILTERS)
+    level (a job's payload: :func:`from_png` and :func:`picture_from_png`, a band at a
+    time, give the same pixels back)."""
+    return encode_png(image, level=1)
 
 
 def from_png(data: bytes) -> Tensor:
@@ -239,8 +240,8 @@ def from_png(data: bytes) -> Tensor:
 def picture_from_png(data: bytes, *, on_disk_above: int) -> Picture:
     """:func:`from_png`, kept on disk when the longer side is above ``on_disk_above`` (a
     print's photo): :func:`to_png`'s bytes written a band at a time as they are read
-    (:func:`~models.png.png_bands`: no whole copy), any other PNG through Pillow's
-    whole decode (:func:`pil_to_picture`; a payload stored before the band filters).
+    (:func:`~models.png.png_bands`: no whole copy), a PNG that is not 8-bit RGB or is
+    interlaced through Pillow's whole decode (:func:`pil_to_picture`).
 
     Raises:
         ValueError: a corrupt PNG.
@@ -257,6 +258,62 @@ def picture_from_png(data: bytes, *, on_disk_above: int) -> Picture:
         with Image.open(io.BytesIO(data)) as image:
             return pil_to_picture(image, on_disk_above=on_disk_above)
     return picture
+
+
+def thumbnail_size(width: int, height: int, side: int) -> tuple[int, int]:
+    """``(width, height)`` of what ``Image.thumbnail((side, side))`` makes of a ``width``
+    x ``height`` picture: itself when it fits; else its longer side ``side`` and the
+    other the floor or the ceiling of its exact value, whichever keeps the aspect closer
+    (the floor on a tie), at least 1."""
+    if width <= side and height <= side:
+        return width, height
+    aspect = width / height
+    if aspect <= 1:
+        exact = side * aspect
+        across = min(math.floor(exact), math.ceil(exact), key=lambda n: abs(aspect - n / side))
+        return max(across, 1), side
+    exact = side / aspect
+    down = min(
+        math.floor(exact), math.ceil(exact), key=lambda n: 0 if n == 0 else abs(aspect - side / n)
+    )
+    return side, max(down, 1)
+
+
+#: Pillow's ``thumbnail`` first reduces by whole factors to at most this many times the
+#: size (its ``reducing_gap``), then resamples.
+THUMBNAIL_REDUCING_GAP = 2.0
+
+
+def png_thumbnail(data: bytes, side: int) -> Image.Image | None:
+    """What ``Image.thumbnail((side, side), LANCZOS)`` makes of an 8-bit RGB PNG, the
+    same pixels, read a band of rows at a time (:func:`~models.png.png_bands`): Pillow
+    first averages ``fx`` x ``fy`` boxes of pixels, ``f = floor(side_in / side_out /
+    THUMBNAIL_REDUCING_GAP)`` (at least 1) along each axis, and then resamples the
+    reduced picture with ``box = (0, 0, W / fx, H / fy)``; each band here holds a whole
+    number of boxes, so the reduced bands put together are Pillow's reduced picture.
+    An 8192 px print's thumbnail holds a band (1.5 MB) and the reduced picture, not the
+    whole decode (268 MB).
+
+    Returns:
+        The thumbnail (RGB); ``None`` when no factor is above 1 (the picture is under
+        twice the thumbnail's size on both axes: small, read whole by the caller).
+
+    Raises:
+        NotBanded: not an 8-bit RGB PNG without interlace.
+        ValueError: a corrupt PNG.
+    """
+    height, width = png_size(data)
+    size = thumbnail_size(width, height, side)
+    across = int(width / size[0] / THUMBNAIL_REDUCING_GAP) or 1
+    down = int(height / size[1] / THUMBNAIL_REDUCING_GAP) or 1
+    if size == (width, height) or (across, down) == (1, 1):
+        return None
+    reduced = Image.new("RGB", (-(-width // across), -(-height // down)))
+    rows = down * -(-ROWS_PER_BAND // down)
+    for top, band in png_bands(data, rows):
+        reduced.paste(Image.fromarray(band).reduce((across, down)), (0, top // down))
+    box = (0.0, 0.0, width / across, height / down)
+    return reduced.resize(size, Image.Resampling.LANCZOS, box=box)
 
 
 def tensor_to_pil(image: Picture, rows_per_strip: int = RGB8_ROWS_PER_STRIP) -> Image.Image:

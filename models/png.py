@@ -8,12 +8,14 @@ stores text as Latin-1 ``tEXt`` (a prompt's UTF-8 comes back garbled) and adds a
 ``pHYs`` chunk.
 
 Reading: Pillow decodes a PNG whole into an image of its own (4 bytes a pixel: 268 MB for
-an 8192 px photo). A job's payload is written here with the filters that a whole row
-undoes at once (:data:`BAND_FILTERS`: None, Sub, a running sum along the row, and Up, the
-row above added), so :func:`png_bands` reads it back a band at a time; Average and Paeth
-need each byte's reconstructed left neighbour first, a loop per byte. Any other PNG (a
-filter outside those, another colour type, interlaced) is :class:`NotBanded`: Pillow
-reads it whole. The files stay plain PNGs that any reader decodes.
+an 8192 px photo). :func:`png_bands` inflates the pixel stream itself and hands Pillow one
+band of rows at a time, as a PNG of its own that starts with the row above the band
+(:func:`unfiltered`): Pillow's decoder undoes every filter, exactly, and never holds more
+than a band. Any 8-bit RGB PNG without interlace is read so (a job's payload, a print's
+result); another colour type or an interlaced one is :class:`NotBanded`: Pillow reads it
+whole. An earlier reader undid None, Sub and Up itself in numpy and payloads were written
+with those three filters only (Average and Paeth need each byte's left neighbour first, a
+loop per byte in numpy); the five filters make smaller payloads.
 
 The file: the signature; ``IHDR`` (8-bit truecolour, no interlace); one ``iTXt`` chunk
 per text entry (UTF-8, uncompressed: what Pillow's ``PngInfo.add_itxt`` writes); the
@@ -37,17 +39,17 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 import torch
+from PIL import Image
 
 from models.disk_picture import Picture, picture_rows
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: Every filter (None, Sub, Up, Average, Paeth), and those :func:`png_bands` undoes.
+#: Every filter: None, Sub, Up, Average, Paeth.
 ALL_FILTERS = (0, 1, 2, 3, 4)
-BAND_FILTERS = (0, 1, 2)
 #: Rows filtered and compressed at once.
 ROWS_PER_BAND = 64
 #: Bytes per pixel (8-bit RGB): how far to the left ``a`` lies.
@@ -59,10 +61,9 @@ def encode_png(
     text: Mapping[str, str] | None = None,
     *,
     level: int = 6,
-    filters: Sequence[int] = ALL_FILTERS,
 ) -> bytes:
     """``image`` as PNG bytes, with ``text`` in ``iTXt`` chunks and zlib's ``level``, each
-    row's filter the best of ``filters``.
+    row's filter the best of the five.
 
     Shape:
         - image: ``(3, H, W)``, uint8 or float in [0, 1] (clamped and rounded to 8 bits),
@@ -82,7 +83,7 @@ def encode_png(
     above = np.zeros(width * PIXEL_BYTES, dtype=np.uint8)
     for top in range(0, height, ROWS_PER_BAND):
         band = _rows(image, top, min(top + ROWS_PER_BAND, height))
-        data = compressor.compress(filtered(band, above, filters).data)
+        data = compressor.compress(filtered(band, above).data)
         if data:
             _chunk(out, b"IDAT", data)
         above = band[-1]
@@ -91,11 +92,9 @@ def encode_png(
     return out.getvalue()
 
 
-def filtered(
-    band: np.ndarray, above: np.ndarray, filters: Sequence[int] = ALL_FILTERS
-) -> np.ndarray:
+def filtered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
     """Each row of ``band`` with its filter type byte first and its bytes filtered by the
-    filter of ``filters`` of least absolute sum (see the module's text).
+    filter of least absolute sum (see the module's text).
 
     Shape:
         - band: ``(n, W * 3)`` uint8; above: ``(W * 3,)`` uint8, the row above the band
@@ -117,7 +116,6 @@ def filtered(
     candidates = (x, x - a, x - b, x - average, x - paeth)
     # |byte as signed| = min(u, 256 - u)
     cost = np.stack([np.minimum(f, np.negative(f)).sum(axis=1, dtype=np.int64) for f in candidates])
-    cost[[kind not in filters for kind in range(len(candidates))]] = np.iinfo(np.int64).max
     chosen = cost.argmin(axis=0)
     out = np.empty((x.shape[0], x.shape[1] + 1), dtype=np.uint8)
     out[:, 0] = chosen
@@ -144,8 +142,8 @@ def _chunk(out: io.BytesIO, kind: bytes, data: bytes) -> None:
 
 
 class NotBanded(ValueError):
-    """A PNG that :func:`png_bands` does not read: not 8-bit RGB, interlaced, or a row
-    filtered by Average or Paeth (Pillow reads it whole)."""
+    """A PNG that :func:`png_bands` does not read: not 8-bit RGB, or interlaced (Pillow
+    reads it whole)."""
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -161,14 +159,14 @@ def png_size(data: bytes) -> tuple[int, int]:
 
 
 def png_bands(data: bytes, rows_per_band: int = ROWS_PER_BAND) -> Iterator[tuple[int, np.ndarray]]:
-    """The pixels of an 8-bit RGB PNG whose rows use :data:`BAND_FILTERS` (a job's payload,
-    :func:`encode_png` with ``filters=BAND_FILTERS``), a band at a time, top to bottom:
-    ``(top, (n, W, 3) uint8)``. Each chunk's CRC is checked, as Pillow checks it.
+    """The pixels of an 8-bit RGB PNG without interlace (a job's payload, a print's
+    result: :func:`encode_png`'s), a band at a time, top to bottom: ``(top, (n, W, 3)
+    uint8)``. Each chunk's CRC is checked, as Pillow checks it.
 
     Raises:
-        NotBanded: a PNG it does not read (found at the header, or at the first row
-            filtered otherwise: the bands before it have been given).
-        ValueError: a corrupt PNG (a bad CRC, a broken zlib stream, rows missing).
+        NotBanded: another colour type or depth, or interlaced (found at the header).
+        ValueError: a corrupt PNG (a bad CRC, a broken zlib stream, a row's filter byte
+            none of PNG's, rows missing).
     """
     height, width = png_size(data)
     if data[24:29] != bytes([8, 2, 0, 0, 0]):  # depth, colour type, compression, filter, lace
@@ -200,30 +198,33 @@ def png_bands(data: bytes, rows_per_band: int = ROWS_PER_BAND) -> Iterator[tuple
 
 
 def unfiltered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
-    """:func:`filtered`'s rows undone, where each uses a filter of :data:`BAND_FILTERS`:
-    Sub's bytes summed along the row, pixel by pixel and modulo 256 (a running sum per
-    channel), Up's the row above added.
+    """:func:`filtered`'s rows undone, whatever filter each uses, by Pillow's PNG decoder:
+    the rows are decoded as a PNG of their own whose first row is ``above`` as it is
+    (filter None), so each filter sees the row above it that it saw in the whole picture.
+    The extra row is dropped.
 
     Shape:
         - band: ``(n, 1 + W * 3)`` uint8; above: ``(W * 3,)``, the row above the band
           (zeros above the first); output: ``(n, W * 3)`` uint8.
 
     Raises:
-        NotBanded: a row filtered by Average or Paeth (or no filter of PNG's).
+        ValueError: a row's filter byte is none of PNG's five.
     """
-    out = np.empty((band.shape[0], band.shape[1] - 1), dtype=np.uint8)
-    for index, row in enumerate(band):
-        kind, values = int(row[0]), row[1:]
-        if kind == 0:
-            out[index] = values
-        elif kind == 1:  # uint8 sums wrap: modulo 256
-            out[index] = values.reshape(-1, PIXEL_BYTES).cumsum(axis=0, dtype=np.uint8).ravel()
-        elif kind == 2:
-            out[index] = values + above
-        else:
-            raise NotBanded(f"a row filtered by filter {kind}")
-        above = out[index]
-    return out
+    rows, stride = band.shape
+    raw = np.empty((rows + 1, stride), dtype=np.uint8)
+    raw[0, 0], raw[0, 1:], raw[1:] = 0, above, band
+    out = io.BytesIO()
+    out.write(SIGNATURE)
+    header = struct.pack(">IIBBBBB", (stride - 1) // PIXEL_BYTES, rows + 1, 8, 2, 0, 0, 0)
+    _chunk(out, b"IHDR", header)
+    _chunk(out, b"IDAT", zlib.compress(raw.data, 0))  # stored: the rows as they are
+    _chunk(out, b"IEND", b"")
+    try:
+        with Image.open(out, formats=["PNG"]) as image:
+            pixels = np.array(image)  # writable (a band: a small copy)
+    except (OSError, SyntaxError) as exc:
+        raise ValueError(f"a corrupt PNG row: {exc}") from None
+    return pixels[1:].reshape(rows, stride - 1)
 
 
 def _chunks(data: bytes) -> Iterator[tuple[bytes, bytes]]:

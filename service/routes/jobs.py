@@ -28,6 +28,8 @@ from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
 from models.devices import return_freed_memory
+from models.images import png_thumbnail
+from models.png import NotBanded
 from service.errors import (
     ErrorBody,
     JobNotFound,
@@ -278,22 +280,36 @@ def make_thumbnail(image_bytes: bytes, media_type: str, side: int) -> bytes | No
     if media_type not in STILL_TYPES:
         return None
     try:
-        with Image.open(io.BytesIO(image_bytes)) as opened:
-            if max(opened.size) <= side:
-                return pack({"media_type": media_type}, [image_bytes])
-            image: Image.Image = opened
-            if image.mode not in ("RGB", "L"):  # a palette would resample as nearest
-                opened.draft("RGB", (side, side))
-                image = opened.convert("RGB")
-            # in place: a JPEG decodes small (its draft), anything else is reduced by an
-            # integer factor before the resample, with no converted copy of its size
-            image.thumbnail((side, side), Image.Resampling.LANCZOS)
-            small = image.convert("RGB")
-    except (OSError, Image.DecompressionBombError, SyntaxError):
+        small = _banded_thumbnail(image_bytes, media_type, side)
+        if small is None:
+            with Image.open(io.BytesIO(image_bytes)) as opened:
+                if max(opened.size) <= side:
+                    return pack({"media_type": media_type}, [image_bytes])
+                image: Image.Image = opened
+                if image.mode not in ("RGB", "L"):  # a palette would resample as nearest
+                    opened.draft("RGB", (side, side))
+                    image = opened.convert("RGB")
+                # in place: a JPEG decodes small (its draft), anything else is reduced by
+                # an integer factor before the resample, with no converted copy of its size
+                image.thumbnail((side, side), Image.Resampling.LANCZOS)
+                small = image.convert("RGB")
+    except (OSError, Image.DecompressionBombError, SyntaxError, ValueError):
         return None
     out = io.BytesIO()
     small.save(out, "JPEG", quality=THUMBNAIL_QUALITY)
     return pack({"media_type": "image/jpeg"}, [out.getvalue()])
+
+
+def _banded_thumbnail(image_bytes: bytes, media_type: str, side: int) -> Image.Image | None:
+    """A big 8-bit RGB PNG's thumbnail read a band at a time (:func:`~models.images.png_thumbnail`:
+    Pillow's pixels without its whole decode, 268 MB for an 8192 px print); ``None`` for
+    any other image, or one small enough to decode whole."""
+    if media_type != "image/png":
+        return None
+    try:
+        return png_thumbnail(image_bytes, side)
+    except NotBanded:
+        return None
 
 
 async def _result_image(store: JobStore, job_id: str, index: int) -> tuple[bytes, str] | None:

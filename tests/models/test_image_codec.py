@@ -25,13 +25,16 @@ from models.images import (
     pil_to_picture,
     pil_to_tensor,
     pil_to_uint8,
+    png_thumbnail,
     resize_to,
     save_image,
     tensor_to_pil,
+    thumbnail_size,
     to_float,
     to_png,
     to_uint8,
 )
+from models.png import NotBanded, encode_png
 
 
 def _levels(*shape, seed=0):
@@ -288,3 +291,42 @@ def test_load_image_converts_an_embedded_profile_to_srgb(tmp_path):
     pixels = load_image(path)
     assert pixels.shape == (1, 3, 10, 20)
     assert float(pixels[0, 2].mean()) > 0.8 and float(pixels[0, 0].mean()) < 0.2
+
+
+@settings(max_examples=300, deadline=None)
+@given(width=st.integers(1, 3000), height=st.integers(1, 3000), side=st.integers(1, 600))
+def test_thumbnail_size_is_pillows(width, height, side):
+    image = Image.new("1", (width, height))
+    image.thumbnail((side, side))
+    assert thumbnail_size(width, height, side) == image.size
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    width=st.integers(1, 1400),
+    height=st.integers(1, 1400),
+    side=st.integers(16, 200),
+    seed=st.integers(0, 2**16),
+)
+def test_a_png_thumbnail_read_in_bands_is_pillows_thumbnail(width, height, side, seed):
+    """Pillow's own thumbnail of the whole decode, pixel for pixel, wherever the band
+    reader reduces (else it leaves the picture to the caller's whole decode)."""
+    rng = np.random.default_rng(seed)
+    smooth = Image.fromarray(rng.integers(0, 256, (5, 7, 3), np.uint8)).resize((width, height))
+    pixels = np.asarray(smooth) ^ rng.integers(0, 32, (height, width, 3), dtype=np.uint8)
+    data = encode_png(torch.from_numpy(pixels).permute(2, 0, 1))
+    with Image.open(io.BytesIO(data)) as whole:
+        whole.thumbnail((side, side), Image.Resampling.LANCZOS)
+        expected = np.asarray(whole)
+    made = png_thumbnail(data, side)
+    reduces = max(width / expected.shape[1], height / expected.shape[0]) >= 4
+    assert (made is not None) == (reduces and (width, height) != whole.size)
+    if made is not None:
+        np.testing.assert_array_equal(np.asarray(made), expected)
+
+
+def test_a_png_that_is_not_8_bit_rgb_has_no_banded_thumbnail():
+    buffer = io.BytesIO()
+    Image.new("L", (900, 900)).save(buffer, "PNG")
+    with pytest.raises(NotBanded):
+        png_thumbnail(buffer.getvalue(), 64)

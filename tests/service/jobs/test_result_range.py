@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 import pytest
-from PIL import Image
+from PIL import Image, ImageFile
 
 from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.blobs.volume import VolumeBlobs
@@ -120,6 +120,33 @@ def test_a_thumbnail_reads_its_image_alone(client_factory, monkeypatch):
     assert sum(stop - start for start, stop in ranges) < len(first) + 1024  # and the header
     missing = client.get(f"/v1/jobs/{job_id}/thumbnail", params={"index": 2})
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "no_thumbnail"
+
+
+def test_a_big_png_results_thumbnail_is_read_in_bands_with_pillows_pixels(
+    client_factory, monkeypatch
+):
+    """A print's PNG is never decoded whole for its thumbnail (Pillow would hold 4 bytes a
+    pixel): Pillow decodes bands of it, and the thumbnail is the one its whole decode
+    makes, to the byte."""
+    client = client_factory()
+    noise = np.random.default_rng(1).integers(0, 256, (400, 600, 3), np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(noise).save(buffer, "PNG")
+    with Image.open(io.BytesIO(buffer.getvalue())) as whole:
+        whole.thumbnail((60, 60), Image.Resampling.LANCZOS)
+        expected = io.BytesIO()
+        whole.convert("RGB").save(expected, "JPEG", quality=job_routes.THUMBNAIL_QUALITY)
+    job_id = _finished(client, [buffer.getvalue()])
+    decoded, load = [], ImageFile.ImageFile.load
+
+    def counted(image: ImageFile.ImageFile):
+        decoded.append(image.size)
+        return load(image)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", counted)
+    answer = client.get(f"/v1/jobs/{job_id}/thumbnail", params={"size": 60})
+    assert answer.status_code == 200 and answer.content == expected.getvalue()
+    assert decoded and max(height for _, height in decoded) < 400 // 4  # bands, not whole
 
 
 def test_a_small_result_held_by_the_store_answers_the_same_bytes(client_factory):
