@@ -98,25 +98,3 @@ async def off_loop_as_bulk(function: Callable[..., T], *args: Any, **keywords: A
     :data:`BULK_NICE`), awaited from the event loop."""
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(_bulk_threads, partial(function, *args, **keywords))
-
-
-#: Threads that read stored blobs a piece at a time (a result's download, its thumbnail's
-#: image, the sizes in its JSON: ``service.jobs.blobs.StoredBlob``).
-BLOB_READ_THREADS = 4
-
-_blob_read_threads = ThreadPoolExecutor(
-    max_workers=BLOB_READ_THREADS,
-    thread_name_prefix="blob-read",
-    initializer=lower_this_thread,
-    initargs=(BULK_NICE,),
-)
-
-
-async def off_loop_as_blob_read(function: Callable[..., T], *args: Any) -> T:
-    """``function(*args)`` on a blob-reading thread, at bulk's OS priority: serving a
-    print's tens of MB copies them out of the page cache (or the network), about as much
-    CPU as the event loop spends sending them, and that share takes what the forwards
-    leave. Threads of their own, so that a download never waits for a print's CPU work
-    on the bulk threads."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_blob_read_threads, partial(function, *args))

@@ -15,7 +15,6 @@ from service.priorities import (
     BULK_NICE,
     INTERACTIVE,
     PRIORITIES,
-    off_loop_as_blob_read,
     off_loop_as_bulk,
     rank,
 )
@@ -42,15 +41,3 @@ def test_bulk_cpu_work_runs_on_its_own_threads_at_a_lower_priority():
     assert name.startswith("bulk-cpu")
     assert bulk_nice == min(19, loop_nice + BULK_NICE)
     assert _nice() == loop_nice  # the caller's thread keeps its priority
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread nice is Linux's")
-def test_blob_reads_run_on_their_own_threads_at_bulk_priority():
-    async def scenario() -> tuple[str, int, int]:
-        name, nice = await off_loop_as_blob_read(lambda: (threading.current_thread().name, _nice()))
-        return name, nice, _nice()
-
-    name, read_nice, loop_nice = asyncio.run(scenario())
-    assert name.startswith("blob-read")
-    assert read_nice == min(19, loop_nice + BULK_NICE)
-    assert _nice() == loop_nice

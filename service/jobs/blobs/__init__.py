@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from service.errors import StoreFull, StoreUnavailable
-from service.priorities import off_loop_as_blob_read
 
 logger = logging.getLogger("atelier.jobs")
 
@@ -181,14 +180,13 @@ async def forget_blob(blobs: BlobStore | None, blob: BlobRef | None) -> None:
 
 @dataclass(frozen=True)
 class StoredBlob:
-    """A packed blob in a :class:`BlobStore`, each piece read on a blob-reading thread
-    (:func:`~service.priorities.off_loop_as_blob_read`: at bulk's OS priority)."""
+    """A packed blob in a :class:`BlobStore`, each piece read on a worker thread."""
 
     blobs: BlobStore
     ref: BlobRef
 
     async def read(self, start: int, stop: int) -> bytes:
-        data = await off_loop_as_blob_read(self.blobs.read_range, self.ref, start, stop)
+        data = await asyncio.to_thread(self.blobs.read_range, self.ref, start, stop)
         if data is None:
             raise StoreUnavailable(f"a job's result is no longer in {self.blobs.where}")
         return data

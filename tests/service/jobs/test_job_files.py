@@ -8,13 +8,12 @@ import asyncio
 import errno
 import os
 import sqlite3
-import threading
 import time
 
 import pytest
 
 from service.errors import StoreFull, StoreUnavailable
-from service.jobs.blobs import FILE_MIN_BYTES, StoredBlob
+from service.jobs.blobs import FILE_MIN_BYTES
 from service.jobs.blobs.volume import VolumeBlobs
 from service.jobs.records import JobRecord, JobResult, Packed, new_job_id
 from service.jobs.sqlite_store import SqliteJobStore
@@ -270,18 +269,3 @@ def test_a_big_result_is_written_in_its_pieces_never_joined(tmp_path, monkeypatc
         assert (store.blobs.root / name).read_bytes() == whole
 
     _run(scenario, tmp_path)
-
-
-def test_a_stored_blob_is_read_on_the_low_priority_blob_threads(tmp_path, monkeypatch):
-    files = VolumeBlobs(tmp_path / "files")
-    ref = files.write("job", "out", [b"0123456789"])
-    threads = []
-    read_range = VolumeBlobs.read_range
-
-    def noted(self, ref, start, stop):
-        threads.append(threading.current_thread().name)
-        return read_range(self, ref, start, stop)
-
-    monkeypatch.setattr(VolumeBlobs, "read_range", noted)
-    assert asyncio.run(StoredBlob(files, ref).read(2, 5)) == b"234"
-    assert len(threads) == 1 and threads[0].startswith("blob-read")
