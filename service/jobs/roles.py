@@ -209,7 +209,7 @@ class JobQueue(Backend):
 
     @abstractmethod
     async def result(self, job_id: str) -> bytes | None:
-        """The job's packed result (``JobResult.to_bytes``), once it succeeded."""
+        """The job's packed result (``JobResult.packed``, joined), once it succeeded."""
 
     @abstractmethod
     async def result_source(self, job_id: str) -> PackedSource | None:
