@@ -389,10 +389,9 @@ class JobRunner:
             )
             await self._finish(job_id, FAILED, error=ResultTooLarge(message).as_dict())
             return FAILED
-        # in pieces: a print's image is written to the store as it is, never copied whole
-        return await self._finish(
-            job_id, SUCCEEDED, result=result.packed()
-        )  # the store sets step = total
+        # in pieces: a print's image is written to the store as it is, never copied
+        # whole; the store sets step = total
+        return await self._finish(job_id, SUCCEEDED, result=result.packed())
 
     async def _finish(self, job_id: str, state: str, **outcome: Any) -> str:
         """Write the outcome and the job's last progress, retrying while the store is
