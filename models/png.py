@@ -48,8 +48,6 @@ from PIL import Image
 from models.disk_picture import Picture, picture_rows
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
-#: Every filter: None, Sub, Up, Average, Paeth.
-ALL_FILTERS = (0, 1, 2, 3, 4)
 #: Rows filtered and compressed at once.
 ROWS_PER_BAND = 64
 #: Bytes per pixel (8-bit RGB): how far to the left ``a`` lies.
