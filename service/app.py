@@ -31,7 +31,6 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import Headers, MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.catalog import ModelCatalog
 from service.config import Settings
 from service.errors import (
     PayloadTooLarge,
@@ -39,6 +38,7 @@ from service.errors import (
     ShuttingDown,
     install_error_handlers,
 )
+from service.execution.executor import ModelCatalog
 from service.execution.runner import JobRunner, reap_forever, worker_name
 from service.images import DecodeSlots, PreparationBudget
 from service.jobs.blobs.configured import open_blobs

@@ -1,4 +1,5 @@
-"""How a validated request's work runs: now, as a job, or waited for.
+"""Where a model is served, and how a validated request's work runs there: now, as a job, or
+waited for.
 
 The work routes (``POST /v1/generate``, ``/v1/stylize``, ``/v1/images/generations``)
 parse their request into a :class:`~service.execution.work.Work` and hand it to the
@@ -22,6 +23,20 @@ back as soon as the work is out of its hands: the job stored, or the run started
 its client's leaving (the work is cancelled, 499). Interactive work goes before
 background work (``service.priorities``); the key is the owner every batcher and the
 job store share fairly between.
+
+The :class:`ModelCatalog` says where the model a work asks for is served, in a :class:`Served`:
+
+* **local**: this process loaded it; synchronous requests run on its worker pool at
+  once, and this process's job runner also takes the model's jobs from the store;
+* **remote**: a live worker on the shared job store serves it (``atelier worker``, or
+  another replica); requests become jobs on the queue, synchronous ones are waited for;
+* **known, not served now**: a worker served it before and none does now (the
+  workers were scaled to zero, or are restarting); async jobs are accepted and wait in
+  the queue, synchronous requests get 503.
+
+What a replica that does not load a model still needs to validate requests for it (the
+DiT's defaults and image size, AdaIN's work per preset) comes from the details each worker
+publishes to the store (``ModelEntry.details``).
 """
 
 from __future__ import annotations
@@ -30,14 +45,14 @@ import asyncio
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
 
 from models.devices import return_freed_memory
-from service.catalog import Served
+from models.dit.options import GenerateDefaults
 from service.config import Settings
 from service.errors import (
     ClientClosedRequest,
@@ -52,10 +67,12 @@ from service.execution.runner import JobRunner
 from service.execution.work import RunContext, Work
 from service.images import PreparationBudget
 from service.jobs.records import JobRecord, JobResult, new_job_id, off_loop_if_large
-from service.jobs.store import JobStore, Watch, done_topic
+from service.jobs.store import JobStore, StoreUnavailable, Watch, done_topic
 from service.jobs.webhooks import WebhookPolicy, WebhookRefused, check_target, webhook_request
 from service.keys import Caller
 from service.priorities import BACKGROUND, BULK, INTERACTIVE, off_loop_as_bulk
+from service.workers.loading import ModelStatus
+from service.workers.pool import AnyWorkerPool
 
 T = TypeVar("T")
 
@@ -113,6 +130,92 @@ class Accepted:
     """Work taken as a background job: the job as stored (the route answers 202)."""
 
     job: JobRecord
+
+
+# ---------------------------------------------------------------- the models
+@dataclass(frozen=True)
+class Served:
+    """How one model is served from here (see the module docstring)."""
+
+    name: str
+    details: dict[str, Any]
+    pool: AnyWorkerPool | None
+    live: bool
+
+    @property
+    def defaults(self) -> GenerateDefaults:
+        """The text-to-image model's defaults and limits."""
+        raw = dict(self.details["defaults"])
+        raw["samplers"] = tuple(raw["samplers"])
+        return GenerateDefaults(**raw)
+
+    @property
+    def image_size(self) -> int:
+        return int(self.details["image_size"])
+
+    def full_size_passes(self, preset: str) -> float:
+        """The style-transfer model's work for one image with ``preset``, in full-size
+        passes (``StyleTransferModel.full_size_passes``)."""
+        return float(self.details["full_size_passes"][preset])
+
+    def model_parameters(self) -> dict[str, Any]:
+        """The model's own settings that shape a result (e.g. AdaIN's levels)."""
+        return {
+            key: self.details[key] for key in ("levels", "mode", "dtype") if key in self.details
+        }
+
+
+class ModelCatalog:
+    """The models of this replica's pools and of the workers on its job store.
+
+    Args:
+        pools: this process's pools by model name.
+        statuses: this process's load results (why a model is not loaded here).
+        store: the job store, where remote workers publish their models.
+        cache_s: how long what the store said is reused.
+    """
+
+    def __init__(
+        self,
+        pools: Mapping[str, AnyWorkerPool],
+        statuses: Mapping[str, ModelStatus],
+        store: JobStore,
+        *,
+        cache_s: float = 1.0,
+    ) -> None:
+        self.pools = dict(pools)
+        self.statuses = dict(statuses)
+        self.store = store
+        self.cache_s = cache_s
+        self._remote: dict[str, tuple[dict[str, Any], bool]] = {}
+        self._read_at = -float("inf")
+
+    async def remote(self) -> dict[str, tuple[dict[str, Any], bool]]:
+        """``{name: (details, served now)}`` as the job store says (cached briefly)."""
+        if time.monotonic() - self._read_at >= self.cache_s:
+            try:
+                self._remote = await self.store.models()
+            except StoreUnavailable:
+                self._remote = {}
+            self._read_at = time.monotonic()
+        return self._remote
+
+    async def lookup(self, name: str) -> Served:
+        """How ``name`` is served from here.
+
+        Raises:
+            NotReady: no worker has ever served it (503 ``model_not_loaded``).
+        """
+        pool = self.pools.get(name)
+        if pool is not None:
+            return Served(name, pool.details, pool, True)
+        remote = (await self.remote()).get(name)
+        if remote is not None:
+            details, live = remote
+            return Served(name, details, None, live)
+        status = self.statuses.get(name)
+        reason = status.error if status is not None and status.error else "not requested"
+        raise NotReady(f"model {name!r} is not loaded ({reason})", code="model_not_loaded")
 
 
 def _nothing() -> None:

@@ -25,10 +25,9 @@ from typing import Annotated, Any, Protocol, TypeVar
 from fastapi import Depends, Header, Request
 from starlette.types import Receive
 
-from service.catalog import ModelCatalog
 from service.config import Settings
 from service.errors import Overloaded, ValidationFailed
-from service.execution.executor import Executor, Submission
+from service.execution.executor import Executor, ModelCatalog, Submission
 from service.images import DecodeSlots
 from service.jobs.feeds import JobFeeds
 from service.jobs.store import JobStore

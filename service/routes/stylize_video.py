@@ -16,9 +16,9 @@ from starlette.concurrency import run_in_threadpool
 from models.adain.options import StyleOptions
 from models.adain.presets import get_preset, styles_side
 from models.video import VideoError, VideoInfo, fit_size, probe
-from service.catalog import Served
 from service.config import Settings
 from service.errors import BadVideo, UnsupportedMediaType, ValidationFailed
+from service.execution.executor import Served
 from service.execution.video import StylizeVideoWork
 from service.images import Decoding, ImageLimits
 
