@@ -80,58 +80,6 @@ T = TypeVar("T")
 REREAD_S = 1.0
 
 
-def fingerprint(*parts: bytes | str) -> str:
-    """The request's identity for ``Idempotency-Key``: SHA-256 over its parts."""
-    digest = hashlib.sha256()
-    for part in parts:
-        data = part.encode() if isinstance(part, str) else part
-        digest.update(len(data).to_bytes(8, "big"))
-        digest.update(data)
-    return digest.hexdigest()
-
-
-@dataclass(frozen=True)
-class Submission:
-    """How the client asked for its work to run."""
-
-    respond_async: bool = False
-    idempotency: tuple[str, str] | None = None  # (key, fingerprint)
-    webhook: dict[str, Any] | None = None
-    #: Live previews in the job's event stream (``service.jobs.previews``): the job's
-    #: parameters say ``"previews": true``. Work answered at once has no stream: none.
-    previews: bool = False
-
-    @classmethod
-    def of(
-        cls,
-        *,
-        respond_async: bool,
-        idempotency_key: str | None,
-        identity: Sequence[bytes | str],
-        webhook: dict[str, Any] | None = None,
-        previews: bool = False,
-    ) -> Submission:
-        """The submission of a request; with an ``Idempotency-Key``, the request is
-        known by the :func:`fingerprint` of ``identity`` (its route, fields, uploads;
-        not ``previews``, which changes how the job is watched, not its result)."""
-        idempotency = None
-        if idempotency_key is not None:
-            idempotency = (idempotency_key, fingerprint(*identity))
-        return cls(
-            respond_async=respond_async,
-            idempotency=idempotency,
-            webhook=webhook,
-            previews=previews,
-        )
-
-
-@dataclass(frozen=True)
-class Accepted:
-    """Work taken as a background job: the job as stored (the route answers 202)."""
-
-    job: JobRecord
-
-
 # ---------------------------------------------------------------- the models
 @dataclass(frozen=True)
 class Served:
@@ -216,6 +164,61 @@ class ModelCatalog:
         status = self.statuses.get(name)
         reason = status.error if status is not None and status.error else "not requested"
         raise NotReady(f"model {name!r} is not loaded ({reason})", code="model_not_loaded")
+
+
+# ------------------------------------------------------------ the submission
+
+
+def fingerprint(*parts: bytes | str) -> str:
+    """The request's identity for ``Idempotency-Key``: SHA-256 over its parts."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class Submission:
+    """How the client asked for its work to run."""
+
+    respond_async: bool = False
+    idempotency: tuple[str, str] | None = None  # (key, fingerprint)
+    webhook: dict[str, Any] | None = None
+    #: Live previews in the job's event stream (``service.jobs.previews``): the job's
+    #: parameters say ``"previews": true``. Work answered at once has no stream: none.
+    previews: bool = False
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        respond_async: bool,
+        idempotency_key: str | None,
+        identity: Sequence[bytes | str],
+        webhook: dict[str, Any] | None = None,
+        previews: bool = False,
+    ) -> Submission:
+        """The submission of a request; with an ``Idempotency-Key``, the request is
+        known by the :func:`fingerprint` of ``identity`` (its route, fields, uploads;
+        not ``previews``, which changes how the job is watched, not its result)."""
+        idempotency = None
+        if idempotency_key is not None:
+            idempotency = (idempotency_key, fingerprint(*identity))
+        return cls(
+            respond_async=respond_async,
+            idempotency=idempotency,
+            webhook=webhook,
+            previews=previews,
+        )
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """Work taken as a background job: the job as stored (the route answers 202)."""
+
+    job: JobRecord
 
 
 def _nothing() -> None:
