@@ -32,20 +32,34 @@ connection and task then count no more, and once its answer ends the connection 
 closed (a job's streams end together: counted again, they would fill the cap for the
 moment their clients take to close them). Streams have their own bounds
 (``max_event_streams``, ``key_max_event_streams``).
+
+Zero-copy send: every request's scope offers ASGI's zero-copy send extension
+(:data:`ZERO_COPY_SEND`). A route that answers with bytes of a file on disk (a job's
+result on the blob volume: :class:`FileSpanResponse`) sends ``{"type":
+"http.response.zerocopysend", "file": f, "offset": o, "count": n, "more_body": False}``,
+and the bytes go from the page cache to the socket by ``sendfile(2)`` (``loop.sendfile``,
+which copies through Python where the transport cannot, e.g. TLS). uvloop's loop has no
+``sendfile``: there the extension is not offered and routes stream their bytes. h11 is
+told of the bytes with a placeholder of their length (``send_with_data_passthrough``, as
+h11's documentation describes for sendfile), so its framing and keep-alive stay right.
+``benchmarks/result_send.py`` measures the server's CPU per GB sent both ways (4.5x less
+by ``sendfile``: ``docs/service.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import IO, Any
 from weakref import WeakKeyDictionary
 
 import h11
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol, RequestResponseCycle
 from uvicorn.server import ServerState
 
 from service.errors import HeaderTimeout, HeaderTooLarge, ServiceError
@@ -69,6 +83,21 @@ _HEAD_TOO_LARGE_RESPONSE = _bare_response(
     HeaderTooLarge(f"the request head is over {MAX_HEAD_BYTES} bytes")
 )
 _HEAD_END = b"\r\n\r\n"
+#: ASGI's zero-copy send extension, in every request's ``scope["extensions"]``.
+ZERO_COPY_SEND = "http.response.zerocopysend"
+
+
+@dataclass(frozen=True)
+class _FileSpan:
+    """``count`` bytes of ``file`` from ``offset``: what h11 is handed in place of the
+    bytes (it needs their length only) and what is then sent by ``sendfile``."""
+
+    file: IO[bytes]
+    offset: int
+    count: int
+
+    def __len__(self) -> int:
+        return self.count
 
 
 @dataclass
@@ -108,6 +137,40 @@ class _Uncounted:
         return item in self.members
 
 
+def offers_zero_copy_send(scope: Scope) -> bool:
+    """Whether the server that ``scope`` came from takes :data:`ZERO_COPY_SEND` (this
+    module's protocol does; a test client does not)."""
+    return ZERO_COPY_SEND in scope.get("extensions", {})
+
+
+class FileSpanResponse(Response):
+    """``count`` bytes of an open ``file`` from ``offset``, sent with :data:`ZERO_COPY_SEND`
+    (its ``Content-Length`` is ``count``); the file is closed once they are sent."""
+
+    def __init__(
+        self,
+        file: IO[bytes],
+        offset: int,
+        count: int,
+        *,
+        status_code: int,
+        media_type: str,
+        headers: dict[str, str],
+    ) -> None:
+        headers = {**headers, "Content-Length": str(count)}
+        super().__init__(status_code=status_code, media_type=media_type, headers=headers)
+        self.file, self.offset, self.count = file, offset, count
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            start = {"type": "http.response.start", "status": self.status_code}
+            await send({**start, "headers": self.raw_headers})
+            span = {"file": self.file, "offset": self.offset, "count": self.count}
+            await send({"type": ZERO_COPY_SEND, **span, "more_body": False})
+        finally:
+            self.file.close()
+
+
 class HeadTimeoutProtocol(H11Protocol):
     """``H11Protocol`` plus a deadline for each request's head and for a body that is
     still arriving after its answer.
@@ -142,7 +205,12 @@ class HeadTimeoutProtocol(H11Protocol):
     def handle_events(self) -> None:
         starting = self.conn.their_state is h11.IDLE  # a new request may begin here
         before = set(self._all_tasks) if starting else None
+        cycle = self.cycle
         super().handle_events()
+        # asyncio's own loops send files (uvloop's has no ``sendfile``: no offer there)
+        offer = isinstance(self.loop, asyncio.BaseEventLoop)
+        if offer and self.cycle is not None and self.cycle is not cycle:
+            self._offer_zero_copy_send(self.cycle)
         if before is None:
             return
         started = self._all_tasks - before  # the task uvicorn made for the request
@@ -150,6 +218,51 @@ class HeadTimeoutProtocol(H11Protocol):
         if len(started) == 1 and scope is not None:
             (task,) = started
             scope["state"]["exempt_from_connection_cap"] = lambda: self._leave_cap(task)
+
+    def _offer_zero_copy_send(self, cycle: RequestResponseCycle) -> None:
+        """Add :data:`ZERO_COPY_SEND` to the new request's scope and its ``send`` (uvicorn
+        hands the app ``cycle.send`` when the request's task starts, after this)."""
+        cycle.scope.setdefault("extensions", {})[ZERO_COPY_SEND] = {}
+        plain_send = cycle.send
+
+        async def send(message: Any) -> None:
+            if message["type"] != ZERO_COPY_SEND:
+                await plain_send(message)
+                return
+            span = _FileSpan(message["file"], message.get("offset") or 0, message["count"])
+            if await self._send_file_span(cycle, span):
+                more_body = bool(message.get("more_body", False))
+                await plain_send(
+                    {"type": "http.response.body", "body": b"", "more_body": more_body}
+                )
+
+        cycle.send = send  # type: ignore[method-assign]
+
+    async def _send_file_span(self, cycle: RequestResponseCycle, span: _FileSpan) -> bool:
+        """Send ``span`` as body bytes of ``cycle``'s answer; False when the client has
+        gone (before or while it was sent)."""
+        if cycle.flow.write_paused and not cycle.disconnected:
+            await cycle.flow.drain()
+        if cycle.disconnected:
+            return False
+        if not cycle.response_started or cycle.response_complete:
+            raise RuntimeError(f"{ZERO_COPY_SEND} is a body message: send the answer's start first")
+        if cycle.scope["method"] == "HEAD" or span.count == 0:
+            return True
+        data = h11.Data(data=span)  # type: ignore[arg-type]  # h11 reads its length only
+        # the span comes back in its place among the pieces (a chunked answer's framing)
+        pieces: Sequence[object] = cycle.conn.send_with_data_passthrough(data) or ()
+        try:
+            for piece in pieces:
+                if isinstance(piece, _FileSpan):
+                    await self.loop.sendfile(self.transport, span.file, span.offset, span.count)
+                elif isinstance(piece, bytes):
+                    self.transport.write(piece)
+        except (OSError, RuntimeError):  # the client went, or the transport is closing
+            cycle.disconnected = True
+            self.transport.close()
+            return False
+        return True
 
     def _head_too_large(self, data: bytes) -> bool:
         """Count the head's bytes in ``data`` (the head ends at its blank line)."""

@@ -42,6 +42,7 @@ from service.errors import (
 from service.jobs.blobs import PackedSource
 from service.jobs.records import JobRecord, JobResult, pack, read_layout, unpack
 from service.jobs.store import JobStore, job_topic
+from service.protocol import FileSpanResponse, offers_zero_copy_send
 from service.routes.deps import CallerDep, DrainDep, FeedsDep, StoreDep, app_owned
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -212,7 +213,9 @@ async def get_job_result(
 ) -> Response:
     """The image bytes themselves, not base64 in JSON: what a large result is fetched by
     (``curl -o``, a browser's download, an ``<img>``), resumable with ``Range``. Only the
-    image's bytes (or the range of them) are read from the store, a chunk at a time."""
+    image's bytes (or the range of them) are read from the store, a chunk at a time, or,
+    from a file on the blob volume, sent by the server from the disk (``sendfile``:
+    ``service.protocol.FileSpanResponse``)."""
     if job.state != "succeeded":
         raise JobNotReady(f"the job is {job.state}; its result exists once it succeeded")
     source = await store.result_source(job.id)
@@ -233,6 +236,15 @@ async def get_job_result(
     if wanted is not None:
         headers["Content-Range"] = f"bytes {start}-{stop - 1}/{end - begin}"
     headers["Content-Length"] = str(stop - start)
+    if offers_zero_copy_send(request.scope) and (file := await source.open_file()) is not None:
+        return FileSpanResponse(
+            file,
+            begin + start,
+            stop - start,
+            status_code=status,
+            media_type=media_type,
+            headers=headers,
+        )
     return StreamingResponse(
         _pieces(source, begin + start, begin + stop),
         status_code=status,

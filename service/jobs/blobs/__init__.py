@@ -28,7 +28,7 @@ import uuid
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import IO, Protocol
 
 from service.errors import StoreFull, StoreUnavailable
 
@@ -102,6 +102,16 @@ class BlobStore(ABC):
             StoreUnavailable: it cannot be read right now.
         """
 
+    def open_file(self, ref: BlobRef) -> IO[bytes] | None:
+        """The blob as a file open for reading, for the server to send from the disk by
+        ``sendfile`` (``service.protocol``); ``None`` where the blob is no local file (an
+        object in a bucket) or is gone. The caller closes it.
+
+        Raises:
+            StoreUnavailable: it cannot be opened right now.
+        """
+        return None
+
     @abstractmethod
     def delete(self, names: list[str]) -> None:
         """Delete these blobs (a missing one is no error)."""
@@ -124,6 +134,11 @@ class PackedSource(Protocol):
         """
         ...
 
+    async def open_file(self) -> IO[bytes] | None:
+        """The blob as an open local file (the caller closes it), or ``None`` where it is
+        none: its bytes are then read with :meth:`read`."""
+        ...
+
 
 @dataclass(frozen=True)
 class HeldBytes:
@@ -133,6 +148,9 @@ class HeldBytes:
 
     async def read(self, start: int, stop: int) -> bytes:
         return self.data[start:stop]
+
+    async def open_file(self) -> None:
+        return None
 
 
 async def forget(blobs: BlobStore, names: list[str]) -> None:
@@ -190,3 +208,6 @@ class StoredBlob:
         if data is None:
             raise StoreUnavailable(f"a job's result is no longer in {self.blobs.where}")
         return data
+
+    async def open_file(self) -> IO[bytes] | None:
+        return await asyncio.to_thread(self.blobs.open_file, self.ref)

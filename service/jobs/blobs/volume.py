@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import IO
 
 from service.errors import StoreFull, StoreUnavailable
 from service.jobs.blobs import BlobRef, BlobStore, blob_name, checksum
@@ -76,6 +77,19 @@ class VolumeBlobs(BlobStore):
             return None
         except OSError as exc:
             raise StoreUnavailable("the job files cannot be read right now") from exc
+
+    def open_file(self, ref: BlobRef) -> IO[bytes] | None:
+        try:
+            file = open(self.root / ref.name, "rb")  # noqa: SIM115 - the caller closes it
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreUnavailable("the job files cannot be read right now") from exc
+        if hasattr(os, "posix_fadvise"):
+            # read ahead now, on this thread: ``sendfile`` then finds the bytes in the page
+            # cache instead of waiting for the disk on the event loop
+            os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_WILLNEED)
+        return file
 
     def delete(self, names: list[str]) -> None:
         for name in names:
