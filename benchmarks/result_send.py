@@ -55,7 +55,7 @@ class StreamedOnRequest:
 
 
 def settings_for(state_dir: str) -> Settings:
-    return Settings(state_dir=Path(state_dir), load_models="nothing", devices="cpu", _env_file=None)
+    return Settings(state_dir=Path(state_dir), load_models="", devices="cpu", _env_file=None)
 
 
 def serve(state_dir: str, port: int) -> None:

@@ -245,7 +245,7 @@ def test_the_route_streams_where_the_server_has_no_zero_copy_send(tmp_path):
 
     image = _noise_png(400)
     job = _seed_succeeded_job(tmp_path, image)
-    settings = Settings(state_dir=tmp_path, load_models="nothing", devices="cpu", _env_file=None)
+    settings = Settings(state_dir=tmp_path, load_models="", devices="cpu", _env_file=None)
     with TestClient(create_app(settings)) as client:
         whole = client.get(f"/v1/jobs/{job}/result")
         part = client.get(f"/v1/jobs/{job}/result", headers={"Range": "bytes=10-19"})
