@@ -21,6 +21,10 @@ loopback port)
        polling loop (the figure then measured the benchmark's client). The bytes read
        and the server's CPU seconds over the phase are reported, beside its CPU seconds
        for the idle round of small jobs: the difference is what the reads cost it.
+    4. Idle again: the small jobs once more, the prints done and the readers gone. The
+       ratios divide by the p95 of both idle rounds' jobs together: one round's p95
+       moved twofold between two runs whose idle rounds ran the same code (0.73 s and
+       1.50 s), and each ratio with it. Both rounds' own p95s are reported.
 
     Figures: the store's breaker openings (``/readyz`` turning 503; target 0); the small
     jobs' p95 over idle while the prints are painted and stored, and while the results
@@ -276,8 +280,10 @@ async def _big_results(args: argparse.Namespace, store: str):
                 reading = Footprint(server.pid)
                 reads, beside_reads, read = await _reads_beside_small_jobs(client, finals, args)
                 reading_growth, reading_cpu_s = reading.growth_mb(), reading.cpu_s()
+                idle_after = await _small_jobs(client, args)
                 watch.stopped = True
                 await watching
+    idle_before, idle = idle, idle + idle_after
     states = [final["state"] for final in finals]
     expected = [_result_bytes(final) for final in finals]
     sizes_right = all(size == want for (size, _, _), want in zip(reads, expected, strict=True))
@@ -294,6 +300,8 @@ async def _big_results(args: argparse.Namespace, store: str):
         "result_mb": [round(size / 2**20, 1) for size, _, _ in reads],
         "breaker_openings": watch.openings,
         "small_idle_p95_s": round(p95(idle), 3),
+        "small_idle_before_p95_s": round(p95(idle_before), 3),
+        "small_idle_after_p95_s": round(p95(idle_after), 3),
         "small_loaded_p95_s": round(p95(loaded), 3),
         "small_loaded_median_s": round(statistics.median(loaded), 3),
         "small_beside_reads_p95_s": round(p95(beside_reads), 3),
