@@ -3,8 +3,9 @@ AdaIN), the server's peak RSS growth stage by stage of the job.
 
 The stages follow the job's progress (``GET /v1/jobs/{id}`` polled every 50 ms; a
 print's steps are the base, then each octave's statistics and tiles): the upload (the
-request: the photo decoded and stored as the job's PNG payload), the payload decoded
-with the plan and the base, each octave, then the encode and the store. At each change
+request: the photo checked, at 1/8 scale for a JPEG, and stored as uploaded), the photo
+decoded by the worker with the plan and the base, each octave, then the encode and the
+store. At each change
 of stage the peak RSS (``VmHWM``) is read and reset, so each row is that stage's own
 peak over the server's RSS before the submit; the progress is reported after a group of
 steps, so a boundary may be off by a step or two. Then the print's thumbnail, as a
@@ -38,7 +39,7 @@ from models.images import fit_longer_side
 def stage_bounds(side: int, aspect: float) -> list[tuple[int, str]]:
     """``(first step, name)`` of each stage: ``step`` is the job's progress (steps done)."""
     width, height = fit_longer_side(side, round(side * aspect), side)
-    bounds, done = [(0, "payload decoded, plan, base")], 1
+    bounds, done = [(0, "photo decoded, plan, base")], 1
     for octave, size in enumerate(octave_sizes((height, width), BASE_SIDE)):
         bounds.append((done, f"octave {octave} ({size[1]} x {size[0]})"))
         tiles = -(-size[0] // 512) * -(-size[1] // 512)  # models.adain.large.TILE_SIDE
@@ -65,7 +66,7 @@ async def measure(
     bounds = stage_bounds(side, aspect)
     async with httpx.AsyncClient(base_url=server.url, timeout=600) as client:
         reset_peak_rss(server.pid)
-        stage = "upload (decode, payload stored)"
+        stage = "upload (checked, stored as uploaded)"
         peaks: dict[str, float] = {}
 
         def next_stage(name: str) -> None:

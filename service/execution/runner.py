@@ -293,8 +293,8 @@ class JobRunner:
 
     def _begin(self, running: _Running, claim: Claim, work: Work | None = None) -> None:
         """Run the claimed job (``work``: its input, when the caller has it decoded). The
-        job's task holds its payload only until it is decoded (a print's photo: tens of
-        MB of PNG), so a caller lets the claim go once the job has begun."""
+        job's task holds its payload only until it is decoded (a print's photo: its
+        upload, up to tens of MB), so a caller lets the claim go once the job has begun."""
         record = claim.record
         self._running[record.id] = running
         job_input = claim.payload if work is None else work
@@ -617,8 +617,9 @@ async def reap_forever(store: JobStore, interval_s: float) -> None:
 
 
 def _decode_and_trim(payload: bytes) -> Work:
-    """The payload's work; then the decode's freed memory goes back (a print's photo
-    is decoded through a Pillow copy larger than its pixels)."""
+    """The payload's work; then the decode's freed memory goes back (its PNGs are
+    decoded through Pillow copies larger than their pixels; a print's photo stored
+    before it travelled as uploaded was one)."""
     work = work_from_payload(payload)
     return_freed_memory()
     return work

@@ -6,20 +6,22 @@ work (``service.priorities``): its steps yield the device to every other forward
 its CPU work outside them (its plan, taking its tiles in, encoding its picture) runs on
 the low-priority bulk threads. The 8-bit
 images travel in a job's payload as PNGs (:func:`~models.images.to_png`,
-:func:`~models.images.from_png`), as the video work's styles do; a print's photo is kept
-on disk from its decode to the end of its painting (``models.disk_picture``: 201 MB at
-8192 px, read a strip or a tile at a time).
+:func:`~models.images.from_png`), as the video work's styles do. A print's photo travels
+as it was uploaded (:class:`UploadedPhoto`: checked by its request, decoded in the job's
+turn, so that its decode never holds memory beside the print painted before it) and is
+kept on disk from its decode to the end of its painting (``models.disk_picture``: 201 MB
+at 8192 px, read a strip or a tile at a time).
 """
 
 from __future__ import annotations
 
 import asyncio
+import threading
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, ClassVar
 
 import torch
-from PIL import Image
 
 from models.adain.options import StyleOptions
 from models.adain.presets import BASE_SIDE
@@ -36,6 +38,7 @@ from models.images import (
 )
 from service.errors import StorageFull
 from service.execution.work import RunContext, Work
+from service.images import ImageLimits, decode_image
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
 from service.priorities import off_loop_as_bulk
@@ -47,14 +50,55 @@ from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
 STEPS_IN_FLIGHT = 2
 
 
+#: One print's whole picture in this process's memory at a time: a photo's decode
+#: (Pillow's image of it, 4 bytes a pixel: 268 MB at 8192 px) or a result's encode. The
+#: next print starts while the one before is encoded (``bulk_jobs_per_device``); its
+#: decode waits for that encode, so the two never add up.
+WHOLE_PICTURE = threading.Lock()
+
+
+@dataclass(frozen=True)
+class UploadedPhoto:
+    """A print's photo as it was uploaded: its request checked it
+    (:func:`~service.images.check_image`: every error a decode would find, at 1/8 scale
+    for a JPEG) and planned its ``size``; the worker decodes it in the job's turn
+    (:meth:`decode`), after the print before it is painted. Decoded in the request, a
+    JPEG's whole-image decode (268 MB at 8192 px) waited in memory beside that print.
+
+    Shape:
+        ``size``: ``(H, W)`` of the decoded photo; :attr:`shape` is ``(3, H, W)``.
+    """
+
+    data: bytes
+    size: tuple[int, int]
+    limits: ImageLimits
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (3, *self.size)
+
+    def decode(self) -> Picture:
+        """The photo at :attr:`size`, on disk (:func:`~service.images.decode_image`),
+        decoded while it holds :data:`WHOLE_PICTURE`; Pillow's whole image, freed, is
+        given back to the OS before the painting starts (else the allocator keeps its
+        268 MB at 8192 px under the base pass's memory)."""
+        with WHOLE_PICTURE:
+            photo = decode_image(
+                self.data, self.limits, name="content", size=self.size, on_disk_above=BASE_SIDE
+            )
+            return_freed_memory()
+        return photo
+
+
 @dataclass(frozen=True, eq=False)
 class StylizeWork(Work):
     """One stylisation: decoded 8-bit images and the options.
 
     Shape:
-        - content: ``(3, H, W)`` uint8; a print's (above the base) on disk
+        - content: ``(3, H, W)`` uint8 in memory for a still; a print's (above the
+          base) as uploaded (:class:`UploadedPhoto`), or decoded on disk
           (:class:`~models.disk_picture.DiskPicture`: its painting reads it a tile at a
-          time), a still's in memory
+          time)
         - styles: each ``(3, h_i, w_i)`` uint8
         - masks: each ``(3, H, W)`` uint8 (read as their channel mean), or ``None``
     """
@@ -63,7 +107,7 @@ class StylizeWork(Work):
     model: ClassVar[str] = "adain"
     encodes_images: ClassVar[bool] = True
 
-    content: Picture
+    content: Picture | UploadedPhoto
     styles: tuple[torch.Tensor, ...]
     masks: tuple[torch.Tensor, ...] | None
     options: StyleOptions
@@ -104,9 +148,15 @@ class StylizeWork(Work):
         )
 
     def to_payload(self) -> bytes:
-        images = [self.content, *self.styles, *(self.masks or ())]
+        if isinstance(self.content, UploadedPhoto):
+            content = self.content.data
+            photo = {"size": list(self.content.size), "limits": asdict(self.content.limits)}
+        else:
+            content, photo = to_png(self.content), None
+        images = [to_png(image) for image in (*self.styles, *(self.masks or ()))]
         header = {
             "kind": self.kind,
+            "photo": photo,
             "styles": len(self.styles),
             "masks": None if self.masks is None else len(self.masks),
             "options": asdict(self.options),
@@ -114,14 +164,20 @@ class StylizeWork(Work):
             "quality": self.quality,
             "parameters": self.request_parameters,
         }
-        return pack(header, [to_png(image) for image in images])
+        return pack(header, [content, *images])
 
     @classmethod
     def from_payload(cls, header: dict[str, Any], blobs: list[bytes]) -> StylizeWork:
-        try:  # a print's photo is kept on disk, read a band at a time
-            content = picture_from_png(blobs[0], on_disk_above=BASE_SIDE)
-        except ScratchFull as exc:  # the job fails once: its photo would not fit again
-            raise StorageFull(f"the print's photo could not be kept: {exc.strerror}") from None
+        photo = header.get("photo")  # absent in jobs stored before it existed
+        content: Picture | UploadedPhoto
+        if photo is not None:
+            size = (int(photo["size"][0]), int(photo["size"][1]))
+            content = UploadedPhoto(blobs[0], size, ImageLimits(**photo["limits"]))
+        else:
+            try:  # a print's photo is kept on disk, read a band at a time
+                content = picture_from_png(blobs[0], on_disk_above=BASE_SIDE)
+            except ScratchFull as exc:  # the job fails once: its photo would not fit again
+                raise StorageFull(f"the print's photo could not be kept: {exc.strerror}") from None
         images = [from_png(blob) for blob in blobs[1:]]
         styles = header["styles"]
         masks = None if header["masks"] is None else tuple(images[styles:])
@@ -138,23 +194,28 @@ class StylizeWork(Work):
     async def run(
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> JobResult:
+        parameters = {**self.request_parameters, **pool.provenance()}
         if self.print_size:  # painted in tiles: no previews
-            # the canvas is on disk (models.disk_picture); a PNG is written from it a band
-            # at a time, a JPEG or WebP from the copy Pillow compresses
-            image: Picture | Image.Image = await self._run_print_size(pool, context)
-            context.done_with_device()
-            if self.format != "png":
-                image = await off_loop_as_bulk(tensor_to_pil, image)
+            canvas = await self._run_print_size(pool, context)
+            context.done_with_device()  # the next print may start while this one encodes
+            data, media_type = await off_loop_as_bulk(self._encode_print, canvas, parameters)
         else:
             image = await context.submit(pool, self.job(), 0)
-        parameters = {**self.request_parameters, **pool.provenance()}
-        encode = partial(encode_image, image, self.format, parameters, quality=self.quality)
-        del image  # the encode holds it
-        if self.print_size:
-            data, media_type = await off_loop_as_bulk(encode)
-        else:
+            encode = partial(encode_image, image, self.format, parameters, quality=self.quality)
+            del image  # the encode holds it
             data, media_type = await asyncio.to_thread(encode)
         return JobResult([data], media_type, {"parameters": parameters})
+
+    def _encode_print(self, canvas: DiskPicture, parameters: dict[str, Any]) -> tuple[bytes, str]:
+        """The print's file, made while it holds :data:`WHOLE_PICTURE` (the next print's
+        photo is not decoded meanwhile): a PNG a band at a time from the canvas on disk,
+        a JPEG or WebP from Pillow's copy of it (268 MB at 8192 px), given back after."""
+        with WHOLE_PICTURE:
+            image = canvas if self.format == "png" else tensor_to_pil(canvas)
+            encoded = encode_image(image, self.format, parameters, quality=self.quality)
+            del image
+            return_freed_memory()
+            return encoded
 
     async def _run_print_size(
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
@@ -167,6 +228,8 @@ class StylizeWork(Work):
         Raises:
             StorageFull: the worker's temporary folder has no room for the print's
                 pictures (the job fails once: it would not fit again).
+            BadImage: the uploaded photo does not decode (its request checked it; a
+                JPEG at 1/8 scale).
         """
         try:
             return await self._paint_print(pool, context)
@@ -176,9 +239,12 @@ class StylizeWork(Work):
     async def _paint_print(
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> DiskPicture:
+        photo = self.content
+        if isinstance(photo, UploadedPhoto):
+            photo = await off_loop_as_bulk(photo.decode)
         session = await off_loop_as_bulk(
             pool.model.print_stylization,
-            self.content,
+            photo,
             [to_float(style)[None] for style in self.styles],
             **self.options.keywords(),
         )

@@ -33,13 +33,12 @@ from models.adain.presets import (
     stylize_cost,
 )
 from models.adain.stats import check_masks, convex_weights
-from models.disk_picture import Picture
 from models.images import SNIFF_BYTES, check_output_side, sniff
 from models.video import looks_like_video
 from service.config import Settings
 from service.errors import UnsupportedMediaType, ValidationFailed, error_responses, shorten
 from service.execution.executor import Accepted
-from service.execution.stylize import StylizeWork
+from service.execution.stylize import StylizeWork, UploadedPhoto
 from service.images import (
     ACCEPTED_FORMATS,
     HEADER_BYTES,
@@ -139,14 +138,19 @@ def _decode_all(
     *,
     size: int,
     style_size: int,
+    print_size: bool,
     decoding: Decoding,
-) -> tuple[Picture, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
+) -> tuple[torch.Tensor | UploadedPhoto, tuple[torch.Tensor, ...], tuple[torch.Tensor, ...] | None]:
     """Decode and resize every upload to 8-bit RGB (CPU work: runs in the thread pool):
     the photo (and masks) to ``size``, the styles to ``style_size``. A print's photo
-    (above the base) is kept on disk: its painting reads it a tile at a time."""
-    content_image = decoding.decode_photo(
-        content, name="content", size=size, on_disk_above=BASE_SIDE
-    )
+    (``print_size``: above the base) is only checked: the worker decodes it in its turn
+    (:class:`~service.execution.stylize.UploadedPhoto`)."""
+    content_image: torch.Tensor | UploadedPhoto
+    if print_size:
+        planned = decoding.check(content, name="content", size=size)
+        content_image = UploadedPhoto(content, planned, decoding.limits)
+    else:
+        content_image = decoding.decode(content, name="content", size=size)
     style_images = tuple(
         decoding.decode(data, name=f"style[{i}]", size=style_size) for i, data in enumerate(styles)
     )
@@ -374,6 +378,7 @@ async def stylize(
             mask_bytes,
             size=size,
             style_size=style_side,
+            print_size=painted > BASE_SIDE,
             decoding=_decoding(context, slots, deadline),
         )
         parameters = {

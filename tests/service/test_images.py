@@ -24,6 +24,7 @@ from service.images import (
     DecodeSlots,
     ImageLimits,
     PreparationBudget,
+    check_image,
     decode_image,
     output_size,
 )
@@ -114,9 +115,14 @@ def test_greyscale_is_replicated_to_three_channels():
         (corpus.animated_gif(), BadImage, "animated_image"),
     ],
 )
-def test_bad_uploads_raise_their_documented_error(data, error, code):
+@pytest.mark.parametrize("read", ["decode", "check"])
+def test_bad_uploads_raise_their_documented_error(data, error, code, read):
+    """The same errors from a decode and from a print's check (which keeps no pixels)."""
     with pytest.raises(error) as info:
-        decode_image(data, LIMITS, name="content")
+        if read == "decode":
+            decode_image(data, LIMITS, name="content")
+        else:
+            check_image(data, LIMITS, name="content", size=64)
     assert info.value.code == code
     assert info.value.message.startswith("content:")
 
@@ -345,6 +351,39 @@ def test_every_exif_orientation_is_shown_upright(orientation, size):
     else:
         assert max(out.shape[-2:]) == size
         assert (out.shape[-2] > out.shape[-1]) == (upright.height > upright.width)
+
+
+@pytest.mark.parametrize("fmt", ["JPEG", "PNG"])
+@pytest.mark.parametrize("orientation", [1, 3, 6, 8])
+@pytest.mark.parametrize("size", [200, 900, 2000])
+def test_a_check_plans_the_size_its_decode_gives(fmt, orientation, size):
+    """A print's photo is checked in its request and decoded by the worker to the size
+    the check planned: the two agree, rotated, shrunk or kept (never enlarged)."""
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = _save(corpus.noise_rgb(1200, 500, seed=orientation), fmt, exif=exif)
+    limits = ImageLimits(max_pixels=4_000_000, max_side=4096)
+    planned = check_image(data, limits, name="content", size=size)
+    assert planned == tuple(decode_image(data, limits, size=size).shape[-2:])
+
+
+def test_a_check_reads_a_jpeg_at_an_eighth_of_its_size(monkeypatch):
+    """Every block of a checked JPEG is read, at 1/8 scale: 375 x 125 pixels held for a
+    3000 x 1000 photo, not its 3 MP."""
+    loaded = []
+    load = ImageFile.ImageFile.load
+
+    def spy(self):
+        loaded.append(self.size)
+        return load(self)
+
+    monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
+    limits = ImageLimits(max_pixels=4_000_000, max_side=4096)
+    data = _save(corpus.noise_rgb(3000, 1000, seed=1), "JPEG")
+    assert check_image(data, limits, name="content", size=2000) == (667, 2000)
+    assert loaded == [(375, 125)]
+    with pytest.raises(BadImage, match="truncated or corrupt"):
+        check_image(data[: len(data) * 3 // 4], limits, name="content", size=2000)
 
 
 def test_a_large_rotated_jpeg_shrinks_upright():

@@ -130,37 +130,31 @@ def test_a_print_size_job_runs_its_tiles_and_serves_the_image_as_a_file(client_f
     assert client.get(f"{job['result_url']}?index=1").status_code == 404
 
 
-def test_a_print_with_no_room_for_its_photo_is_refused_with_507(client_factory, photo, monkeypatch):
-    """A print's photo is kept on disk from its decode: a temporary folder with no room
-    for it answers the submit 507 ``storage_full``, in our words, and accepts nothing."""
-
-    def full(fd, offset, length):
-        raise OSError(errno.ENOSPC, "No space left on device")
-
-    monkeypatch.setattr(disk_picture.os, "posix_fallocate", full)
+def test_a_corrupt_print_photo_is_refused_at_the_submit(client_factory):
+    """A print's photo is only checked in its request (the worker decodes it), and the
+    check finds what a decode finds: a cut JPEG answers 400 and accepts nothing."""
+    buffer = io.BytesIO()
+    corpus.noise_rgb(WIDTH, HEIGHT, seed=5).save(buffer, format="JPEG")
     client = client_factory(max_side=2048)
-    refused = _post(client, photo[0], headers=ASYNC)
-    assert refused.status_code == 507, refused.text
-    error = refused.json()["error"]
-    assert error["code"] == "storage_full"
-    assert error["message"] == "content: the photo could not be kept: no room for a 1 MB " + (
-        f"picture in {tempfile.gettempdir()}"
-    )
+    refused = _post(client, buffer.getvalue()[: buffer.tell() // 2], headers=ASYNC)
+    assert refused.status_code == 400, refused.text
+    assert refused.json()["error"]["code"] == "corrupt_image"
     assert client.get("/v1/jobs").json()["jobs"] == []
 
 
 @pytest.mark.parametrize(
     ("room_for", "message"),
     [
-        (1, "the print's photo could not be kept"),  # the worker's decode of its payload
-        (2, "the print could not be painted"),  # its first octave's output
+        (0, "content: the photo could not be kept"),  # the worker's decode of the upload
+        (1, "the print could not be painted"),  # its first octave's output
     ],
 )
 def test_a_print_with_no_room_for_its_pictures_fails_once_with_storage_full(
     client_factory, photo, monkeypatch, room_for, message
 ):
-    """Room for the photo at the submit, then for ``room_for`` pictures (the route's photo
-    first): the job fails with ``storage_full`` after one attempt, saying so in our words."""
+    """Room for ``room_for`` pictures: the submit keeps nothing on disk (its photo is
+    checked, and travels as uploaded), so it is accepted; the job fails with
+    ``storage_full`` after one attempt, saying so in our words."""
     reserve = disk_picture.os.posix_fallocate
     made = []
 

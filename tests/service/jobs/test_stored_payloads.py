@@ -8,18 +8,22 @@ options as a plain dict with the weights as a list, and, for jobs queued before
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import asdict
 from fractions import Fraction
 
 import torch
+from PIL import Image
 
 from models.adain.options import StyleOptions
+from models.disk_picture import DiskPicture
 from models.images import to_png
 from models.video import VideoInfo
 from service.execution.kinds import work_from_payload
-from service.execution.stylize import StylizeWork
+from service.execution.stylize import StylizeWork, UploadedPhoto
 from service.execution.video import StylizeVideoWork
+from service.images import ImageLimits, decode_image
 from service.jobs.records import pack, unpack
 
 CONTENT = torch.arange(3 * 4 * 5, dtype=torch.uint8).reshape(3, 4, 5)
@@ -99,3 +103,35 @@ def test_a_video_input_stored_with_a_dict_of_options_loads_as_those_options():
     assert work.options == StyleOptions((1.0,), 0.8, False, "quality", 2.0)
     assert work.info == info and work.video == b"clip"
     assert StylizeVideoWork.from_payload(*unpack(work.to_payload())).options == work.options
+
+
+def _jpeg(width: int, height: int) -> bytes:
+    pixels = torch.randint(0, 256, (height, width, 3), generator=torch.Generator().manual_seed(3))
+    buffer = io.BytesIO()
+    Image.fromarray(pixels.to(torch.uint8).numpy()).save(buffer, "JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def test_a_prints_photo_is_stored_as_uploaded_and_decodes_to_its_planned_size():
+    """A print's photo travels as its upload's own bytes (no decode in the request) and
+    the worker decodes it, on disk, to the size its request planned."""
+    upload, limits = _jpeg(1500, 900), ImageLimits(max_pixels=4_000_000, max_side=2048)
+    photo = UploadedPhoto(upload, (720, 1200), limits)
+    work = StylizeWork(photo, (STYLE,), None, StyleOptions(), "png", {"size": 1200})
+    again = work_from_payload(work.to_payload())
+    assert isinstance(again, StylizeWork) and again.content == photo and again.print_size
+    _, blobs = unpack(work.to_payload())
+    assert blobs[0] == upload
+    decoded = again.content.decode()
+    assert isinstance(decoded, DiskPicture)
+    assert torch.equal(decoded.read(), decode_image(upload, limits, size=1200))
+
+
+def test_a_prints_input_stored_with_its_photo_as_a_png_still_loads_on_disk():
+    """Jobs queued before the photo travelled as uploaded hold it as a PNG."""
+    content = torch.randint(0, 256, (3, 300, 1100), generator=torch.Generator().manual_seed(4))
+    header = {"kind": "stylize", "styles": 1, "masks": None, "format": "png",
+              "options": asdict(StyleOptions()), "parameters": {}}  # fmt: skip
+    work = work_from_payload(pack(header, [to_png(content.to(torch.uint8)), to_png(STYLE)]))
+    assert isinstance(work, StylizeWork) and isinstance(work.content, DiskPicture)
+    assert torch.equal(work.content.read(), content.to(torch.uint8))
