@@ -316,47 +316,6 @@ def decode_image(
     )
 
 
-def check_image(
-    data: bytes,
-    limits: ImageLimits,
-    *,
-    name: str,
-    size: int,
-    slots: DecodeSlots | None = None,
-    deadline: float | None = None,
-) -> tuple[int, int]:
-    """What :func:`decode_image` would check and the size it would decode to, without
-    keeping the pixels: a print's photo is checked in its request and decoded in its
-    turn by the worker (``service.execution.stylize.UploadedPhoto``), so that a decode
-    never waits in memory beside the print painted before it.
-
-    Memory: a JPEG is read at 1/8 scale (``draft``: every coded block is still
-    entropy-decoded, so a truncated or corrupt file is found as the full decode finds
-    it; 4 MB for a 50 MP photo instead of Pillow's 268 MB at 8192 px); other formats
-    are read whole in their own mode, on the decode slots, and let go.
-
-    Returns:
-        ``(height, width)``: the size :func:`decode_image` with the same ``size``
-        decodes to.
-
-    Raises:
-        The errors of :func:`decode_image`.
-    """
-    choose_output = _target_chooser(limits, name, size)
-    output: tuple[int, int] | None = None
-
-    def choose_smallest(shown: tuple[int, int]) -> tuple[int, int]:
-        nonlocal output
-        output = choose_output(shown)
-        assert output is not None  # an int size always has a target
-        # the smallest draft a JPEG has; Pillow keeps any other format's full size
-        return (max(1, shown[0] // 8), max(1, shown[1] // 8))
-
-    _read_upload(data, limits, name, choose_smallest, _load_only, slots, deadline)
-    assert output is not None
-    return (output[1], output[0])
-
-
 def _load_only(planned: Decode) -> None:
     planned.image.load()
 
@@ -446,10 +405,38 @@ class Decoding:
         return in_memory(decoded)
 
     def check(self, data: bytes, *, name: str, size: int) -> tuple[int, int]:
-        """:func:`check_image` with this request's limits, slots and deadline."""
-        return check_image(
-            data, self.limits, name=name, size=size, slots=self.slots, deadline=self.deadline
+        """What :func:`decode_image` would check and the size it would decode to, without
+        keeping the pixels: a print's photo is checked in its request and decoded in its
+        turn by the worker (``service.execution.stylize.UploadedPhoto``), so that a
+        decode never waits in memory beside the print painted before it.
+
+        Memory: a JPEG is read at 1/8 scale (``draft``: every coded block is still
+        entropy-decoded, so a truncated or corrupt file is found as the full decode
+        finds it; Pillow holds 1/64 of its pixels, 4 MiB for an 8192 px photo against
+        256 MiB); other formats are read whole in their own mode, on the decode slots,
+        and let go.
+
+        Returns:
+            ``(height, width)``: the size :func:`decode_image` with the same ``size``
+            decodes to.
+
+        Raises:
+            The errors of :func:`decode_image`.
+        """
+        choose_output = _target_chooser(self.limits, name, size)
+        output: tuple[int, int] | None = None
+
+        def choose_smallest(shown: tuple[int, int]) -> tuple[int, int]:
+            nonlocal output
+            output = choose_output(shown)
+            # the smallest draft a JPEG has; Pillow keeps any other format's full size
+            return (max(1, shown[0] // 8), max(1, shown[1] // 8))
+
+        _read_upload(
+            data, self.limits, name, choose_smallest, _load_only, self.slots, self.deadline
         )
+        assert output is not None  # an int size always has one
+        return (output[1], output[0])
 
 
 def _open(data: bytes, name: str) -> Image.Image:

@@ -60,7 +60,7 @@ WHOLE_PICTURE = threading.Lock()
 @dataclass(frozen=True)
 class UploadedPhoto:
     """A print's photo as it was uploaded: its request checked it
-    (:func:`~service.images.check_image`: every error a decode would find, at 1/8 scale
+    (:meth:`~service.images.Decoding.check`: every error a decode would find, at 1/8 scale
     for a JPEG) and planned its ``size``; the worker decodes it in the job's turn
     (:meth:`decode`), after the print before it is painted. Decoded in the request, a
     JPEG's whole-image decode (268 MB at 8192 px) waited in memory beside that print.

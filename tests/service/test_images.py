@@ -22,9 +22,9 @@ from models.images import encode_image
 from service.errors import BadImage, DeadlineExceeded, PayloadTooLarge, UnsupportedMediaType
 from service.images import (
     DecodeSlots,
+    Decoding,
     ImageLimits,
     PreparationBudget,
-    check_image,
     decode_image,
     output_size,
 )
@@ -122,7 +122,7 @@ def test_bad_uploads_raise_their_documented_error(data, error, code, read):
         if read == "decode":
             decode_image(data, LIMITS, name="content")
         else:
-            check_image(data, LIMITS, name="content", size=64)
+            Decoding(LIMITS).check(data, name="content", size=64)
     assert info.value.code == code
     assert info.value.message.startswith("content:")
 
@@ -363,7 +363,7 @@ def test_a_check_plans_the_size_its_decode_gives(fmt, orientation, size):
     exif[0x0112] = orientation
     data = _save(corpus.noise_rgb(1200, 500, seed=orientation), fmt, exif=exif)
     limits = ImageLimits(max_pixels=4_000_000, max_side=4096)
-    planned = check_image(data, limits, name="content", size=size)
+    planned = Decoding(limits).check(data, name="content", size=size)
     assert planned == tuple(decode_image(data, limits, size=size).shape[-2:])
 
 
@@ -380,10 +380,10 @@ def test_a_check_reads_a_jpeg_at_an_eighth_of_its_size(monkeypatch):
     monkeypatch.setattr(ImageFile.ImageFile, "load", spy)
     limits = ImageLimits(max_pixels=4_000_000, max_side=4096)
     data = _save(corpus.noise_rgb(3000, 1000, seed=1), "JPEG")
-    assert check_image(data, limits, name="content", size=2000) == (667, 2000)
+    assert Decoding(limits).check(data, name="content", size=2000) == (667, 2000)
     assert loaded == [(375, 125)]
     with pytest.raises(BadImage, match="truncated or corrupt"):
-        check_image(data[: len(data) * 3 // 4], limits, name="content", size=2000)
+        Decoding(limits).check(data[: len(data) * 3 // 4], name="content", size=2000)
 
 
 def test_a_large_rotated_jpeg_shrinks_upright():
