@@ -300,6 +300,55 @@ def test_the_next_print_is_painted_while_the_last_ones_result_is_encoded(
     assert [_done(client, job["id"])["state"] for job in (first, second)] == ["succeeded"] * 2
 
 
+class _CountedLock:
+    """A lock that counts the times it was asked for, held or not."""
+
+    def __init__(self) -> None:
+        self.lock, self.asked = threading.Lock(), 0
+
+    def __enter__(self) -> None:
+        self.asked += 1
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_the_next_prints_photo_is_decoded_once_the_last_ones_result_is_encoded(
+    client_factory, photo, monkeypatch
+):
+    """The second print runs while the first one's picture is encoded, but its photo's
+    decode (Pillow's whole image) waits for that encode: the two never hold their memory
+    at once (``WHOLE_PICTURE``)."""
+    lock, decodes = _CountedLock(), []
+    encoding, release = threading.Event(), threading.Event()
+    encode, decode = stylize_execution.encode_image, stylize_execution.decode_image
+
+    def held_encode(*args: Any, **keywords: Any) -> tuple[bytes, str]:
+        encoding.set()
+        release.wait(30)
+        return encode(*args, **keywords)
+
+    def counted_decode(*args: Any, **keywords: Any) -> Any:
+        decodes.append(1)
+        return decode(*args, **keywords)
+
+    monkeypatch.setattr(stylize_execution, "WHOLE_PICTURE", lock)
+    monkeypatch.setattr(stylize_execution, "encode_image", held_encode)
+    monkeypatch.setattr(stylize_execution, "decode_image", counted_decode)
+    client = client_factory(max_side=2048, bulk_jobs_per_device=1)
+    first = _post(client, photo[0], headers=ASYNC).json()
+    wait_until(encoding.is_set)  # the first print's decode, then its encode, asked
+    second = _post(client, photo[0], headers=ASYNC).json()
+    try:
+        wait_until(lambda: lock.asked == 3)  # the second print's decode asks
+        assert len(decodes) == 1  # and waits
+    finally:
+        release.set()
+    assert [_done(client, job["id"])["state"] for job in (first, second)] == ["succeeded"] * 2
+    assert len(decodes) == 2
+
+
 def test_masks_above_the_base_are_refused(client_factory, photo):
     client = client_factory(max_side=2048)
     files = [
