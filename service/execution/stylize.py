@@ -16,7 +16,7 @@ at 8192 px, read a strip or a tile at a time).
 from __future__ import annotations
 
 import asyncio
-import threading
+import weakref
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, ClassVar
@@ -50,11 +50,22 @@ from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
 STEPS_IN_FLIGHT = 2
 
 
-#: One print's whole picture in this process's memory at a time: a photo's decode
-#: (Pillow's image of it, 4 bytes a pixel: 268 MB at 8192 px) or a result's encode. The
-#: next print starts while the one before is encoded (``bulk_jobs_per_device``); its
-#: decode waits for that encode, so the two never add up.
-WHOLE_PICTURE = threading.Lock()
+_WHOLE_PICTURE: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def whole_picture() -> asyncio.Lock:
+    """One print's whole picture in memory at a time on this event loop (a server's
+    process): a photo's decode (Pillow's image of it, 4 bytes a pixel: 268 MB at 8192 px)
+    or a result's encode. The next print starts while the one before is encoded
+    (``bulk_jobs_per_device``); its decode waits for that encode, so the two never add
+    up. Awaited on the loop: a print waiting for it holds no bulk thread."""
+    loop = asyncio.get_running_loop()
+    lock = _WHOLE_PICTURE.get(loop)
+    if lock is None:
+        lock = _WHOLE_PICTURE[loop] = asyncio.Lock()
+    return lock
 
 
 @dataclass(frozen=True)
@@ -78,15 +89,13 @@ class UploadedPhoto:
         return (3, *self.size)
 
     def decode(self) -> Picture:
-        """The photo at :attr:`size`, on disk (:func:`~service.images.decode_image`),
-        decoded while it holds :data:`WHOLE_PICTURE`; Pillow's whole image, freed, is
-        given back to the OS before the painting starts (else the allocator keeps its
-        268 MB at 8192 px under the base pass's memory)."""
-        with WHOLE_PICTURE:
-            photo = decode_image(
-                self.data, self.limits, name="content", size=self.size, on_disk_above=BASE_SIDE
-            )
-            return_freed_memory()
+        """The photo at :attr:`size`, on disk (:func:`~service.images.decode_image`);
+        Pillow's whole image, freed, is given back to the OS before the painting starts
+        (else the allocator keeps its 268 MB at 8192 px under the base pass's memory)."""
+        photo = decode_image(
+            self.data, self.limits, name="content", size=self.size, on_disk_above=BASE_SIDE
+        )
+        return_freed_memory()
         return photo
 
 
@@ -198,7 +207,8 @@ class StylizeWork(Work):
         if self.print_size:  # painted in tiles: no previews
             canvas = await self._run_print_size(pool, context)
             context.done_with_device()  # the next print may start while this one encodes
-            data, media_type = await off_loop_as_bulk(self._encode_print, canvas, parameters)
+            async with whole_picture():
+                data, media_type = await off_loop_as_bulk(self._encode_print, canvas, parameters)
         else:
             image = await context.submit(pool, self.job(), 0)
             encode = partial(encode_image, image, self.format, parameters, quality=self.quality)
@@ -207,15 +217,14 @@ class StylizeWork(Work):
         return JobResult([data], media_type, {"parameters": parameters})
 
     def _encode_print(self, canvas: DiskPicture, parameters: dict[str, Any]) -> tuple[bytes, str]:
-        """The print's file, made while it holds :data:`WHOLE_PICTURE` (the next print's
-        photo is not decoded meanwhile): a PNG a band at a time from the canvas on disk,
-        a JPEG or WebP from Pillow's copy of it (268 MB at 8192 px), given back after."""
-        with WHOLE_PICTURE:
-            image = canvas if self.format == "png" else tensor_to_pil(canvas)
-            encoded = encode_image(image, self.format, parameters, quality=self.quality)
-            del image
-            return_freed_memory()
-            return encoded
+        """The print's file (made holding :func:`whole_picture`): a PNG a band at a time
+        from the canvas on disk, a JPEG or WebP from Pillow's copy of it (268 MB at
+        8192 px), given back after."""
+        image = canvas if self.format == "png" else tensor_to_pil(canvas)
+        encoded = encode_image(image, self.format, parameters, quality=self.quality)
+        del image
+        return_freed_memory()
+        return encoded
 
     async def _run_print_size(
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
@@ -241,7 +250,8 @@ class StylizeWork(Work):
     ) -> DiskPicture:
         photo = self.content
         if isinstance(photo, UploadedPhoto):
-            photo = await off_loop_as_bulk(photo.decode)
+            async with whole_picture():
+                photo = await off_loop_as_bulk(photo.decode)
         session = await off_loop_as_bulk(
             pool.model.print_stylization,
             photo,

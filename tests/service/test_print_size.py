@@ -6,6 +6,7 @@ The fake paints a photo above 1024 px as its negative, one band of rows a step
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import errno
@@ -301,16 +302,20 @@ def test_the_next_print_is_painted_while_the_last_ones_result_is_encoded(
 
 
 class _CountedLock:
-    """A lock that counts the times it was asked for, held or not."""
+    """:func:`~service.execution.stylize.whole_picture`'s lock, counting the times it was
+    asked for, held or not."""
 
     def __init__(self) -> None:
-        self.lock, self.asked = threading.Lock(), 0
+        self.lock: asyncio.Lock | None = None
+        self.asked = 0
 
-    def __enter__(self) -> None:
+    async def __aenter__(self) -> None:
         self.asked += 1
-        self.lock.acquire()
+        self.lock = self.lock or asyncio.Lock()  # made on the app's loop
+        await self.lock.acquire()
 
-    def __exit__(self, *exc: object) -> None:
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.lock is not None
         self.lock.release()
 
 
@@ -319,7 +324,7 @@ def test_the_next_prints_photo_is_decoded_once_the_last_ones_result_is_encoded(
 ):
     """The second print runs while the first one's picture is encoded, but its photo's
     decode (Pillow's whole image) waits for that encode: the two never hold their memory
-    at once (``WHOLE_PICTURE``)."""
+    at once (``whole_picture``)."""
     lock, decodes = _CountedLock(), []
     encoding, release = threading.Event(), threading.Event()
     encode, decode = stylize_execution.encode_image, stylize_execution.decode_image
@@ -333,7 +338,7 @@ def test_the_next_prints_photo_is_decoded_once_the_last_ones_result_is_encoded(
         decodes.append(1)
         return decode(*args, **keywords)
 
-    monkeypatch.setattr(stylize_execution, "WHOLE_PICTURE", lock)
+    monkeypatch.setattr(stylize_execution, "whole_picture", lambda: lock)
     monkeypatch.setattr(stylize_execution, "encode_image", held_encode)
     monkeypatch.setattr(stylize_execution, "decode_image", counted_decode)
     client = client_factory(max_side=2048, bulk_jobs_per_device=1)
