@@ -155,8 +155,9 @@ def pil_to_picture(image: Image.Image, *, on_disk_above: int) -> Picture:
 
 
 #: Rows of an image converted to RGB at once (:func:`_rgb8_strips`): a strip's copies
-#: (Pillow's crop, its array, the tensor's) add to a print's decode, Pillow's 256 MiB at
-#: 8192 px: 14 MiB more at 64 rows, 43 MiB at 256 (peak RSS, one run each).
+#: (Pillow's crop, its array) add to a print's decode; at 8192 px an 8-bit RGB photo's
+#: conversion grows the RSS 205 MB for its 192 MB array, 226 MB at 256 rows
+#: (``benchmarks/decode_memory.py --side 8192``, one run each).
 RGB8_ROWS_PER_STRIP = 64
 
 
