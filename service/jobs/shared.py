@@ -13,7 +13,6 @@ says which function here it mirrors.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -235,9 +234,26 @@ def gcra(tat: float | None, now: float, rate_per_s: float, burst: float) -> tupl
 
 
 # -------------------------------------------------------------------------- tasks
+#: How often :func:`stop_task` cancels again a task that is still running.
+RECANCEL_S = 0.05
+
+
 async def stop_task(task: asyncio.Task[Any] | None) -> None:
-    """Cancel a background task and wait until it has ended (``None``: nothing)."""
-    if task is not None:
+    """Cancel a background task and wait until it has ended (``None``: nothing); an
+    exception it ended with is raised here.
+
+    The cancel is repeated every :data:`RECANCEL_S` while the task runs on: a library
+    it awaits can swallow one. Python 3.11's ``asyncio.wait_for`` returns the awaited
+    result when the cancel lands in the loop turn that result arrives (fixed in 3.12,
+    gh-86296), and redis-py sends every command through it: the Redis store's change
+    listener, cancelled as its ``SUBSCRIBE`` was sent, went on listening, and the
+    store's ``close`` waited for it for ever. The caller's own cancellation is raised,
+    not taken for the task's.
+    """
+    if task is None:
+        return
+    while not task.done():
         task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await asyncio.wait({task}, timeout=RECANCEL_S)
+    if not task.cancelled():
+        task.result()
