@@ -279,8 +279,12 @@ def package_index(report: Report, cache: Path) -> None:
 
 
 def download(wheels: Path, wanted: list[str]) -> None:
-    run(sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:",
-        "-d", str(wheels), *wanted)  # fmt: skip
+    """Wheels of ``wanted`` and their dependencies into ``wheels``: the published ones,
+    and, for a project published as source only (``pyvips``: pure Python, its libvips
+    comes in the ``pyvips-binary`` wheel), the wheel built from it here, since the image
+    installs wheels alone."""
+    run(sys.executable, "-m", "pip", "wheel", "-q", "--prefer-binary",
+        "-w", str(wheels), *wanted)  # fmt: skip
 
 
 _NOT_FOUND = re.compile(r"No matching distribution found for ([^;\s]+)")

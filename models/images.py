@@ -30,7 +30,7 @@ import json
 import logging
 import math
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast, overload
 
@@ -40,6 +40,7 @@ from PIL import Image, ImageCms
 from torch import Tensor
 
 from models.disk_picture import DiskPicture, Picture, picture_rows
+from models.jpeg_strips import decoded_scale, jpeg_strips
 from models.png import ROWS_PER_BAND, NotBanded, encode_png, png_bands, png_size
 
 logger = logging.getLogger("atelier.images")
@@ -487,6 +488,10 @@ class Decode:
     profile: bytes | None
     target: tuple[int, int] | None
     name: str = "image"
+    #: the file's bytes, where a JPEG kept on disk may be decoded in strips
+    data: bytes | None = field(default=None, repr=False)
+    #: the scale a JPEG decodes at (``draft``): 1, 2, 4 or 8
+    scale: int = 1
 
     @classmethod
     def plan(
@@ -494,20 +499,24 @@ class Decode:
         image: Image.Image,
         choose: Callable[[tuple[int, int]], tuple[int, int] | None],
         name: str = "image",
+        data: bytes | None = None,
     ) -> Decode:
         """Read the orientation (a PNG's EXIF may follow its pixels: reading it decodes
         them), ask ``choose`` the target for the size as displayed ``(width, height)``
         (it may refuse by raising), and set a JPEG to decode at the smallest of 1/1, 1/2,
-        1/4, 1/8 scale still at least that target (``draft``)."""
+        1/4, 1/8 scale still at least that target (``draft``). ``data``: the bytes
+        ``image`` was opened from (see :meth:`pixels`)."""
         transpose = _ORIENTATION_TRANSPOSE.get(_orientation(image))
         swapped = transpose in _SWAPPING_TRANSPOSES
         width, height = image.size
         target = choose((height, width) if swapped else (width, height))
         if target is not None and swapped:
             target = (target[1], target[0])  # in the stored orientation
+        scale = 1
         if target is not None and image.format == "JPEG":
             image.draft(image.mode, target)
-        return cls(image, transpose, image.info.get("icc_profile"), target, name)
+            scale = decoded_scale((width, height), image.size)
+        return cls(image, transpose, image.info.get("icc_profile"), target, name, data, scale)
 
     @overload
     def pixels(self) -> Tensor: ...
@@ -521,9 +530,14 @@ class Decode:
         ``on_disk_above``: a result with a longer side above it is kept on disk
         (:func:`pil_to_picture`).
 
+        A JPEG kept on disk, greyscale or RGB, whose bytes the plan has, is decoded a
+        strip at a time instead (:meth:`_strips_to_disk`): the same steps, never whole.
+
         Shape:
             Output: ``(3, H, W)`` uint8, as displayed.
         """
+        if on_disk_above is not None and self._decodes_in_strips(on_disk_above):
+            return self._strips_to_disk()
         self.image.load()
         small = resize_to(self.image, self.image.size if self.target is None else self.target)
         if self.profile:
@@ -533,6 +547,72 @@ class Decode:
         if on_disk_above is None:
             return pil_to_uint8(small)
         return pil_to_picture(small, on_disk_above=on_disk_above)
+
+    def _decodes_in_strips(self, on_disk_above: int) -> bool:
+        size = self.image.size if self.target is None else self.target
+        return (
+            self.data is not None
+            and self.image.format == "JPEG"
+            and self.image.mode in ("RGB", "L")
+            and max(size) > on_disk_above
+        )
+
+    def _strips_to_disk(self) -> DiskPicture:
+        """:meth:`pixels` of a JPEG a strip at a time (:func:`~models.jpeg_strips.jpeg_strips`:
+        decoded, resized), each converted to sRGB and to RGB as the whole image is, and
+        written upright to the picture on disk (:func:`_place_strip`). A profile that
+        :func:`to_srgb` ignores is ignored from the first strip on (logged once)."""
+        assert self.data is not None  # _decodes_in_strips
+        width, height = self.image.size if self.target is None else self.target
+        swapped = self.transpose in _SWAPPING_TRANSPOSES
+        picture = DiskPicture((3, width, height) if swapped else (3, height, width), torch.uint8)
+        profile = self.profile
+        for top, strip in jpeg_strips(self.data, self.scale, (width, height), RGB8_ROWS_PER_STRIP):
+            image = Image.fromarray(strip[:, :, 0] if strip.shape[2] == 1 else strip)
+            if profile:
+                converted = to_srgb(image, profile, self.name)
+                profile = None if converted is image else profile
+                image = converted
+            rgb = torch.from_numpy(np.array(image.convert("RGB"))).permute(2, 0, 1)
+            _place_strip(picture, top, rgb, self.transpose, height)
+        return picture
+
+
+#: Where a strip of the stored image goes in the upright one, per EXIF transpose:
+#: ``(swapped, flipped dims, counted from the bottom)``: the strip ``(3, n, W)`` is
+#: transposed to ``(3, W, n)`` when the transpose swaps the sides (it becomes columns),
+#: flipped along those dims, and its offset is counted from the stored bottom when the
+#: stored rows run upwards in the upright image.
+_STRIP_PLACEMENT: dict[Image.Transpose | None, tuple[bool, tuple[int, ...], bool]] = {
+    None: (False, (), False),
+    Image.Transpose.FLIP_LEFT_RIGHT: (False, (2,), False),
+    Image.Transpose.FLIP_TOP_BOTTOM: (False, (1,), True),
+    Image.Transpose.ROTATE_180: (False, (1, 2), True),
+    Image.Transpose.TRANSPOSE: (True, (), False),
+    Image.Transpose.ROTATE_90: (True, (1,), False),
+    Image.Transpose.ROTATE_270: (True, (2,), True),
+    Image.Transpose.TRANSVERSE: (True, (1, 2), True),
+}
+
+
+def _place_strip(
+    picture: DiskPicture,
+    top: int,
+    strip: Tensor,
+    transpose: Image.Transpose | None,
+    stored_height: int,
+) -> None:
+    """Write ``strip``, rows ``top:top + n`` of the stored image ``(3, n, W)``, where
+    ``transpose`` puts them in the upright ``picture``."""
+    swapped, flipped, from_bottom = _STRIP_PLACEMENT[transpose]
+    placed = strip.transpose(1, 2) if swapped else strip
+    if flipped:
+        placed = placed.flip(flipped)
+    offset = stored_height - top - strip.shape[1] if from_bottom else top
+    if swapped:
+        picture.write(0, offset, placed)
+    else:
+        picture.write(offset, 0, placed)
 
 
 def _orientation(image: Image.Image) -> int:

@@ -370,10 +370,10 @@ def _read_upload(
             # a JPEG's EXIF precedes its pixels: plan (and draft) it now; a PNG's may
             # follow them, so reading it decodes them: where a large image's pixels are
             # read (on a slot, at low priority)
-            plan = Decode.plan(image, choose, name) if image.format == "JPEG" else None
+            plan = Decode.plan(image, choose, name, data) if image.format == "JPEG" else None
 
             def run() -> T:
-                return read(plan or Decode.plan(image, choose, name))
+                return read(plan or Decode.plan(image, choose, name, data))
 
             pixels = image.size[0] * image.size[1]
             try:

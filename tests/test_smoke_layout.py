@@ -109,6 +109,7 @@ MODELS_LAYERS: tuple[tuple[str, ...], ...] = (
         "models.flow",
         "models.hub",
         "models.images",
+        "models.jpeg_strips",
         "models.png",
         "models.temporal",
         "models.text_encoder",
