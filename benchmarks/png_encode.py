@@ -16,8 +16,13 @@ into a disk picture a band at a time (``models.images.picture_from_png``: Pillow
 each band's filters, ``models.png.unfiltered``) against Pillow's whole decode
 (``from_png``): seconds and peak RSS growth, measured as above, the pixels compared.
 
+Last, the band height: our encoder at ``models.png.ROWS_PER_BAND`` rows beside the same
+at ``--rows`` (64 by default, the height before it was 16), seconds and peak RSS growth
+as above.
+
 Usage:
-    python benchmarks/png_encode.py [--side 4096] [--repeats 3] [--images ../shared/images/style]
+    python benchmarks/png_encode.py [--side 4096] [--repeats 3] [--rows 64]
+        [--images ../shared/images/style]
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from PIL import Image
 from result_faults import smooth_photo
 from serve_process import peak_rss_mb, reset_peak_rss, rss_mb
 
+from models import png as png_module
 from models.devices import return_freed_memory
 from models.disk_picture import DiskPicture
 from models.images import (
@@ -109,6 +115,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--side", type=int, default=4096)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--rows", type=int, default=64, help="a band height to compare")
     parser.add_argument(
         "--images", type=Path, default=Path(__file__).parent.parent.parent / "shared/images/style"
     )
@@ -146,6 +153,29 @@ def main() -> None:
         print(
             f"{name:<34} {len(banded) / 2**20:6.1f} "
             f"{read_s:7.2f} {whole_s:8.2f} {read_s / whole_s:5.2f}x {read_rss:9.0f} {whole_rss:10.0f}"
+        )
+    compare_band_heights(payloads, args.rows, args.repeats)
+
+
+def compare_band_heights(pictures: dict[str, torch.Tensor], rows: int, repeats: int) -> None:
+    """Our encoder at ``ROWS_PER_BAND`` rows and at ``rows``: seconds, peak RSS growth."""
+    ours = png_module.ROWS_PER_BAND
+    print(
+        f"\n{'bands of rows':<34} {f'{ours} s':>7} {f'{rows} s':>7} {'time':>6} "
+        f"{f'{ours} RSS':>8} {f'{rows} RSS':>8}"
+    )
+    for name, image in pictures.items():
+        level = 1 if image.shape[-2] * image.shape[-1] > FAST_PNG_PIXELS else 6
+        encode = partial(encode_png, image, level=level)
+        _, ours_s, ours_rss = measure(encode, repeats)
+        png_module.ROWS_PER_BAND = rows
+        try:
+            _, rows_s, rows_rss = measure(encode, repeats)
+        finally:
+            png_module.ROWS_PER_BAND = ours
+        print(
+            f"{name:<34} {ours_s:7.2f} {rows_s:7.2f} {ours_s / rows_s:5.2f}x "
+            f"{ours_rss:8.0f} {rows_rss:8.0f}"
         )
 
 
