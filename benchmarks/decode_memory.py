@@ -19,15 +19,12 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-from collections.abc import Callable
 
 import numpy as np
 from PIL import Image
-from serve_process import peak_rss_mb, reset_peak_rss, rss_mb
+from serve_process import forked_peak_growth
 
 from models.adain.presets import BASE_SIDE
-from models.devices import return_freed_memory
 from models.images import Decode, pil_to_uint8
 
 
@@ -49,34 +46,12 @@ def pictures(side: int) -> dict[str, bytes]:
     return found
 
 
-def in_child(measure: Callable[[], float]) -> tuple[float, float]:
-    """``(peak RSS growth, measure())`` in MB, in a forked child: the growth of
-    ``measure`` over the child's RSS before it. The parent's freed memory is given back
-    first: pages it still held would be reused by the child without growing its RSS."""
-    return_freed_memory()
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: measure once, report, leave
-        os.close(read)
-        pid = os.getpid()
-        before = rss_mb(pid)
-        reset_peak_rss(pid)
-        result = measure()
-        os.write(write, f"{peak_rss_mb(pid) - before} {result}".encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        growth, result = (float(value) for value in pipe.read().split())
-    os.waitpid(child, 0)
-    return growth, result
-
-
 def conversion_growth(data: bytes) -> tuple[float, float]:
     """The peak RSS growth (MB) of ``pil_to_uint8`` on ``data`` decoded, and the size of
     the array it returns (MB)."""
     with Image.open(io.BytesIO(data)) as image:
         image.load()
-        return in_child(lambda: pil_to_uint8(image).numel() / 2**20)
+        return forked_peak_growth(lambda: pil_to_uint8(image).numel() / 2**20)
 
 
 def print_photo_growth(data: bytes, *, in_strips: bool) -> tuple[float, float]:
@@ -88,7 +63,7 @@ def print_photo_growth(data: bytes, *, in_strips: bool) -> tuple[float, float]:
             plan = Decode.plan(image, lambda shown: None, "photo", data if in_strips else None)
             return plan.pixels(on_disk_above=BASE_SIDE).nbytes / 2**20
 
-    return in_child(decode)
+    return forked_peak_growth(decode)
 
 
 def main() -> None:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
 import statistics
 import time
 from collections.abc import Callable
@@ -41,10 +40,9 @@ import numpy as np
 import torch
 from PIL import Image
 from result_faults import smooth_photo
-from serve_process import peak_rss_mb, reset_peak_rss, rss_mb
+from serve_process import forked_peak_growth
 
 from models import png as png_module
-from models.devices import return_freed_memory
 from models.disk_picture import DiskPicture
 from models.images import (
     FAST_PNG_PIXELS,
@@ -93,22 +91,8 @@ def measure(encode: Callable[[], T], repeats: int) -> tuple[T, float, float]:
 
 
 def rss_growth(encode: Callable[[], object]) -> float:
-    return_freed_memory()
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: encode once, report, leave
-        os.close(read)
-        pid = os.getpid()
-        before = rss_mb(pid)
-        reset_peak_rss(pid)
-        encode()
-        os.write(write, f"{peak_rss_mb(pid) - before}".encode())
-        os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as pipe:
-        growth = float(pipe.read())
-    os.waitpid(child, 0)
-    return growth
+    """The peak RSS growth (MB) of one more ``encode``, in a forked child."""
+    return forked_peak_growth(lambda: float(encode() is None))[0]
 
 
 def main() -> None:

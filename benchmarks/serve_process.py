@@ -14,11 +14,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
+
+from models.devices import return_freed_memory
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +81,28 @@ def reset_peak_rss(pid: int) -> None:
     """Linux >= 4.0: writing 5 to ``clear_refs`` resets ``VmHWM`` to the current RSS."""
     with open(f"/proc/{pid}/clear_refs", "w") as clear_refs:
         clear_refs.write("5")
+
+
+def forked_peak_growth(measure: Callable[[], float]) -> tuple[float, float]:
+    """``(peak RSS growth, measure())`` in MB, ``measure`` run once in a forked child: its
+    growth over the child's RSS before it. The parent's freed memory is given back first:
+    pages it still held would be reused by the child without growing its RSS."""
+    return_freed_memory()
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # the child: measure once, report, leave
+        os.close(read)
+        pid = os.getpid()
+        before = rss_mb(pid)
+        reset_peak_rss(pid)
+        result = measure()
+        os.write(write, f"{peak_rss_mb(pid) - before} {result}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        growth, result = (float(value) for value in pipe.read().split())
+    os.waitpid(child, 0)
+    return growth, result
 
 
 def cpu_seconds(pid: int) -> float:
