@@ -530,8 +530,9 @@ class Decode:
         ``on_disk_above``: a result with a longer side above it is kept on disk
         (:func:`pil_to_picture`).
 
-        A JPEG kept on disk, greyscale or RGB, whose bytes the plan has, is decoded a
-        strip at a time instead (:meth:`_strips_to_disk`): the same steps, never whole.
+        A JPEG kept on disk, greyscale or RGB, whose bytes the plan has and whose target
+        is a size it decodes at directly (no resize left), is decoded a strip at a time
+        instead (:meth:`_strips_to_disk`): the same steps and pixels, never whole.
 
         Shape:
             Output: ``(3, H, W)`` uint8, as displayed.
@@ -549,25 +550,25 @@ class Decode:
         return pil_to_picture(small, on_disk_above=on_disk_above)
 
     def _decodes_in_strips(self, on_disk_above: int) -> bool:
-        size = self.image.size if self.target is None else self.target
         return (
             self.data is not None
             and self.image.format == "JPEG"
             and self.image.mode in ("RGB", "L")
-            and max(size) > on_disk_above
+            and self.target in (None, self.image.size)  # the drafted size: no resize
+            and max(self.image.size) > on_disk_above
         )
 
     def _strips_to_disk(self) -> DiskPicture:
-        """:meth:`pixels` of a JPEG a strip at a time (:func:`~models.jpeg_strips.jpeg_strips`:
-        decoded, resized), each converted to sRGB and to RGB as the whole image is, and
-        written upright to the picture on disk (:func:`_place_strip`). A profile that
-        :func:`to_srgb` ignores is ignored from the first strip on (logged once)."""
+        """:meth:`pixels` of a JPEG a strip at a time (:func:`~models.jpeg_strips.jpeg_strips`),
+        each converted to sRGB and to RGB as the whole image is, and written upright to
+        the picture on disk (:func:`_place_strip`). A profile that :func:`to_srgb`
+        ignores is ignored from the first strip on (logged once)."""
         assert self.data is not None  # _decodes_in_strips
-        width, height = self.image.size if self.target is None else self.target
+        width, height = self.image.size  # drafted: the target
         swapped = self.transpose in _SWAPPING_TRANSPOSES
         picture = DiskPicture((3, width, height) if swapped else (3, height, width), torch.uint8)
         profile = self.profile
-        for top, strip in jpeg_strips(self.data, self.scale, (width, height), RGB8_ROWS_PER_STRIP):
+        for top, strip in jpeg_strips(self.data, self.scale, RGB8_ROWS_PER_STRIP):
             image = Image.fromarray(strip[:, :, 0] if strip.shape[2] == 1 else strip)
             if profile:
                 converted = to_srgb(image, profile, self.name)

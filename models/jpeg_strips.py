@@ -7,10 +7,11 @@ few strips in memory (``benchmarks/decode_memory.py`` measures both). Its decode
 libjpeg-turbo, as Pillow's: at the same scale the pixels are the same.
 
 The scales a JPEG decodes at directly (1/1, 1/2, 1/4, 1/8 of each side, rounded up, as
-Pillow's ``draft``) are libjpeg's; what is left to a target size is libvips'
-antialiased bilinear (``resize``, ``kernel="linear"``), close to Pillow's but not its
-bytes. Orientation and colour are the caller's (:class:`models.images.Decode`): this
-module only decodes and resizes.
+Pillow's ``draft``) are libjpeg's, the same here as there. A resize beyond them is not
+done here: libvips' resamplers are not Pillow's (its antialiased bilinear came within
+2 levels of Pillow's, not to its bytes), so such a photo is decoded whole by Pillow, and
+the service has one resampler. Orientation and colour are the caller's
+(:class:`models.images.Decode`): this module only decodes.
 """
 
 from __future__ import annotations
@@ -36,12 +37,10 @@ def decoded_scale(stored: tuple[int, int], drafted: tuple[int, int]) -> int:
     raise ValueError(f"no JPEG scale decodes {stored} at {drafted}")
 
 
-def jpeg_strips(
-    data: bytes, scale: int, size: tuple[int, int], rows: int
-) -> Iterator[tuple[int, np.ndarray]]:
+def jpeg_strips(data: bytes, scale: int, rows: int) -> Iterator[tuple[int, np.ndarray]]:
     """``(top, (n, W, bands) uint8)`` strips of ``rows`` rows, top to bottom, of the JPEG
-    ``data`` decoded at 1/``scale`` and resized to ``size = (width, height)``; ``bands``
-    is 1 (greyscale) or 3 (RGB). Each strip is a fresh array the caller may keep.
+    ``data`` decoded at 1/``scale``; ``bands`` is 1 (greyscale) or 3 (RGB). Each strip is
+    a fresh array the caller may keep.
 
     Raises:
         OSError: the file does not decode (corrupt, or truncated: as Pillow's decode, a
@@ -57,9 +56,7 @@ def jpeg_strips(
         )
         if image.format != "uchar" or image.bands not in (1, 3):
             raise OSError(f"not an 8-bit greyscale or RGB JPEG ({image.bands} bands)")
-        width, height = size
-        if (image.width, image.height) != size:
-            image = image.resize(width / image.width, vscale=height / image.height, kernel="linear")
+        width, height = image.width, image.height
         region = pyvips.Region.new(image)
         for top in range(0, height, rows):
             count = min(rows, height - top)

@@ -1,7 +1,8 @@
 """A JPEG kept on disk is decoded a strip at a time (``models.jpeg_strips`` through
 ``Decode.pixels``) to the pixels the whole decode gives: each EXIF orientation, greyscale
-and RGB, every direct JPEG scale, an ICC profile; a resize left after the scale is close
-to Pillow's; a corrupt file fails as the whole decode does."""
+and RGB, every direct JPEG scale, an ICC profile; a photo that needs a resize after the
+scale is decoded whole (Pillow's resampler); a corrupt file fails as the whole decode
+does."""
 
 from __future__ import annotations
 
@@ -68,20 +69,22 @@ def test_strips_are_the_whole_decode_in_every_orientation(orientation, mode):
 @pytest.mark.parametrize("scale", [2, 4, 8])
 @pytest.mark.parametrize("orientation", [1, 6])
 def test_strips_at_a_direct_jpeg_scale_are_the_whole_decode(scale, orientation):
-    data = _jpeg(_photo(400, 240, seed=scale), orientation)
-    shown = (240, 400) if orientation >= 5 else (400, 240)
+    data = _jpeg(_photo(401, 243, seed=scale), orientation)  # sides no scale divides
+    shown = (243, 401) if orientation >= 5 else (401, 243)
     target = (-(-shown[0] // scale), -(-shown[1] // scale))
     strips, whole = _both(data, target)
     assert strips.shape == whole.shape == (3, target[1], target[0])
     assert torch.equal(strips, whole)
 
 
-def test_a_resize_left_after_the_scale_is_close_to_pillows():
+def test_a_resize_left_after_the_scale_is_pillows_whole_decode():
+    """libvips' resamplers are not Pillow's: a photo that needs one is decoded whole."""
     data = _jpeg(_photo(400, 240, seed=5))
-    strips, whole = _both(data, (150, 90))  # scale 2 (200 x 120), then 3/4
-    assert strips.shape == whole.shape == (3, 90, 150)
-    difference = (strips.int() - whole.int()).abs()
-    assert float(difference.float().mean()) < 0.5 and int(difference.max()) <= 4
+    plan = Decode.plan(Image.open(io.BytesIO(data)), lambda shown: (150, 90), "photo", data)
+    assert plan.scale == 2 and plan.image.size == (200, 120)  # then 3/4 by Pillow
+    assert not plan._decodes_in_strips(ON_DISK_ABOVE)
+    strips, whole = _both(data, (150, 90))
+    assert strips.shape == (3, 90, 150) and torch.equal(strips, whole)
 
 
 @pytest.mark.parametrize("mode", ["RGB", "L"])
