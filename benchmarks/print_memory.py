@@ -32,6 +32,7 @@ from job_faults import ASYNC
 from result_faults import _noise_png, smooth_photo
 from serve_process import Server, peak_rss_mb, reset_peak_rss, rss_mb
 
+from models.adain.large import TILE_SIDE
 from models.adain.presets import BASE_SIDE, octave_sizes
 from models.images import fit_longer_side
 
@@ -42,7 +43,7 @@ def stage_bounds(side: int, aspect: float) -> list[tuple[int, str]]:
     bounds, done = [(0, "photo decoded, plan, base")], 1
     for octave, size in enumerate(octave_sizes((height, width), BASE_SIDE)):
         bounds.append((done, f"octave {octave} ({size[1]} x {size[0]})"))
-        tiles = -(-size[0] // 512) * -(-size[1] // 512)  # models.adain.large.TILE_SIDE
+        tiles = -(-size[0] // TILE_SIDE) * -(-size[1] // TILE_SIDE)
         done += 1 + tiles
     bounds.append((done, "encoded and stored"))
     return bounds

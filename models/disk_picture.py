@@ -19,6 +19,7 @@ import mmap
 import os
 import tempfile
 import weakref
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -85,6 +86,10 @@ class DiskPicture:
             whole[:, top : top + height, left : left + width] = source
             del whole
 
+    def element_size(self) -> int:
+        """Bytes of one value (as :meth:`torch.Tensor.element_size`)."""
+        return int(np.dtype(self._numpy_dtype).itemsize)
+
     def close(self) -> None:
         """Delete the file (reads and writes fail after)."""
         self._closer()
@@ -121,16 +126,43 @@ def picture_region(picture: Picture, rows: slice, columns: slice) -> Tensor:
     return picture[:, rows, columns]
 
 
-#: Output rows :func:`gather` reads from disk at once (from the box of source rows and
-#: columns they lie in).
-GATHER_ROWS_PER_READ = 64
+#: The most bytes one read of a disk picture copies (:func:`read_chunks`): the box read
+#: is held twice while it is copied (its mapped pages and the copy), so a box of an
+#: octave's grid, whose rows lie spread over the whole picture, is read in several.
+READ_BOX_BYTES = 8 * 2**20
+
+
+def read_chunks(
+    first: Tensor, last: Tensor, row_bytes: int, budget: int | None = None
+) -> Iterator[slice]:
+    """Consecutive runs of output rows, each read from one box of source rows: output row
+    ``i`` needs source rows ``first[i]..last[i]``, a run's box spans from the least to
+    the greatest of its rows, and each box holds at most ``budget`` bytes
+    (``READ_BOX_BYTES`` by default; ``row_bytes`` a source row of the box; one output
+    row's box alone may exceed it). A run ends only where the next row would not fit.
+
+    Shape:
+        - first, last: ``(n,)`` long; output: slices that cover ``0..n`` in order.
+    """
+    budget = READ_BOX_BYTES if budget is None else budget
+    if row_bytes < 1 or budget < 1:
+        raise ValueError(f"row_bytes and budget must be >= 1, got {row_bytes} and {budget}")
+    start, low, high = 0, math.inf, -math.inf
+    for index, (top, bottom) in enumerate(zip(first.tolist(), last.tolist(), strict=True)):
+        low, high = min(low, top), max(high, bottom)
+        if index > start and (high - low + 1) * row_bytes > budget:
+            yield slice(start, index)
+            start, low, high = index, top, bottom
+    if start < len(first):
+        yield slice(start, len(first))
 
 
 def gather(picture: Picture, rows: Tensor, columns: Tensor) -> Tensor:
     """``picture[:, rows][:, :, columns]`` without a copy of the whole rows or columns.
-    From a :class:`DiskPicture`: ``GATHER_ROWS_PER_READ`` output rows at a time, each
-    chunk from the box its indices lie in (a tile's rows and columns are one small box;
-    an octave's grid of sparse rows is read a band at a time, never whole).
+    From a :class:`DiskPicture`: a run of output rows at a time, each from the box its
+    indices lie in, of at most ``READ_BOX_BYTES`` (:func:`read_chunks`; a tile's rows
+    and columns are one small box; an octave's grid of sparse rows is read a band at a
+    time, never whole).
 
     Shape:
         - picture: ``(C, H, W)``; rows, columns: ``(n,)``, ``(m,)`` long; output:
@@ -140,11 +172,11 @@ def gather(picture: Picture, rows: Tensor, columns: Tensor) -> Tensor:
         return picture[:, rows[:, None], columns[None, :]]
     left, right = int(columns.min()), int(columns.max()) + 1
     out = torch.empty((picture.shape[0], len(rows), len(columns)), dtype=picture.dtype)
-    for start in range(0, len(rows), GATHER_ROWS_PER_READ):
-        chunk = rows[start : start + GATHER_ROWS_PER_READ]
+    for these in read_chunks(
+        rows, rows, picture.shape[0] * (right - left) * picture.element_size()
+    ):
+        chunk = rows[these]
         top = int(chunk.min())
         box = picture.read(top, int(chunk.max()) + 1, left, right)
-        out[:, start : start + len(chunk)] = box[
-            :, (chunk - top)[:, None], (columns - left)[None, :]
-        ]
+        out[:, these] = box[:, (chunk - top)[:, None], (columns - left)[None, :]]
     return out

@@ -95,7 +95,14 @@ from models.adain.whitening import (
 from models.control import pause_point
 from models.decoder import Decoder
 from models.devices import return_freed_memory, to_host
-from models.disk_picture import DiskPicture, Picture, gather, picture_region, picture_rows
+from models.disk_picture import (
+    DiskPicture,
+    Picture,
+    gather,
+    picture_region,
+    picture_rows,
+    read_chunks,
+)
 from models.images import fit_longer_side, to_uint8
 from models.vgg import VGGEncoder
 
@@ -121,7 +128,9 @@ class TilingModel(Protocol):
 
 
 #: Side of a tile of an octave's pass (its output; the input adds ``HALO`` each side).
-TILE_SIDE = 512
+#: A tile's relu1_1 features are 17 MB of float32 at 256 px, 68 MB at 512, in the same
+#: time on the CPU (``benchmarks/print_memory.py --tile-sides``).
+TILE_SIDE = 256
 #: Input pixels a relu1_1 round trip reads beyond its output: two 3 x 3 convolutions.
 HALO = 2
 #: Smallest tile side: a two-pixel reflection needs three rows.
@@ -133,10 +142,6 @@ OCTAVE_LEVEL = "relu1_1"
 #: Rows of an octave's output turned into its residual at once (the photo's rows read
 #: as float32 for them: a strip, never the octave's whole photo).
 RESIDUAL_ROWS_PER_STRIP = 64
-#: Output rows of a resampled region computed from one read of the source (an octave's
-#: statistics read rows spread over the whole picture; a read per chunk keeps the box
-#: read small).
-RESAMPLE_ROWS_PER_READ = 128
 
 
 # ------------------------------------------------------------------------ the plan
@@ -238,9 +243,10 @@ def resample_region(
 ) -> Tensor:
     """Rows ``rows`` and columns ``columns`` of ``image`` enlarged to ``size`` (bicubic, or
     ``taps=bilinear_taps``), reading only the source pixels they need (a tile's, not the
-    picture's): ``RESAMPLE_ROWS_PER_READ`` output rows at a time, from the box of source
-    rows and columns their taps lie in (read from a :class:`~models.disk_picture.DiskPicture`,
-    a view of a tensor).
+    picture's): a run of output rows at a time, from the box of source rows and columns
+    their taps lie in (:func:`~models.disk_picture.read_chunks`: read from a
+    :class:`~models.disk_picture.DiskPicture`, at most ``READ_BOX_BYTES`` at once; a view
+    of a tensor).
 
     Shape:
         - image: ``(C, h, w)`` float; rows, columns: ``(n,)``, ``(m,)`` long in ``size``;
@@ -251,8 +257,9 @@ def resample_region(
     column_taps, column_weights = taps(image.shape[-1], size[1], columns)
     low, high = int(column_taps.min()), int(column_taps.max()) + 1
     result = torch.zeros(channels, len(rows), len(columns))
-    for start in range(0, len(rows), RESAMPLE_ROWS_PER_READ):
-        these = slice(start, start + RESAMPLE_ROWS_PER_READ)
+    row_bytes = channels * (high - low) * image.element_size()
+    first, last = row_taps.min(dim=1).values, row_taps.max(dim=1).values
+    for these in read_chunks(first, last, row_bytes):
         chunk_taps, chunk_weights = row_taps[these], row_weights[these]
         top, bottom = int(chunk_taps.min()), int(chunk_taps.max()) + 1
         if isinstance(image, DiskPicture):
@@ -287,27 +294,38 @@ def halve(photo: Tensor, rows_per_strip: int = 256) -> Tensor:
     return out.div_(scale)
 
 
-def halved(photo: Picture, times: int, out_rows_per_strip: int = 64) -> Tensor:
+def halved(photo: Picture, times: int, out_rows_per_strip: int = 64) -> Picture:
     """``photo`` halved ``times`` times by :func:`halve`, bit for bit, in strips of
     ``out_rows_per_strip`` output rows (each from its ``2^times`` as many input rows), so
-    that no octave between the photo and the result is held whole.
+    that no octave between the photo and the result is held whole; the result is kept
+    where the photo is (a print's coarsest octave, 50 MB of float32 at 2048 px, stays on
+    disk while the base and that octave are painted).
 
     Shape:
         - photo: ``(C, H, W)`` uint8 or float, in memory or on disk; output:
-          ``(C, h, w)`` float32, each side halved (rounding up) ``times`` times.
+          ``(C, h, w)`` float32, each side halved (rounding up) ``times`` times, on disk
+          when the photo is.
     """
     if times < 1:
         raise ValueError(f"times must be >= 1, got {times}")
     channels, height, width = photo.shape
     for _ in range(times):
         height, width = -(-height // 2), -(-width // 2)
-    out = torch.empty((channels, height, width), dtype=torch.float32)
+    shape = (channels, height, width)
+    out: Picture = (
+        DiskPicture(shape, torch.float32)
+        if isinstance(photo, DiskPicture)
+        else torch.empty(shape, dtype=torch.float32)
+    )
     span = out_rows_per_strip * 2**times  # strips start on multiples of 2^times rows
     for top in range(0, photo.shape[-2], span):
         strip = picture_rows(photo, top, top + span)
         for _ in range(times):
             strip = halve(strip)
-        out[:, top // 2**times : top // 2**times + out_rows_per_strip] = strip
+        if isinstance(out, DiskPicture):
+            out.write(top // 2**times, 0, strip)
+        else:
+            out[:, top // 2**times : top // 2**times + out_rows_per_strip] = strip
     return out
 
 
@@ -351,7 +369,7 @@ class HalfPhoto:
         return F.avg_pool2d(picked[None].float(), 2)[0].div_(255.0)
 
 
-#: An octave's photo: held whole (uint8 or float32), kept on disk (uint8), or a
+#: An octave's photo: held whole or kept on disk (uint8 or float32), or a
 #: :class:`HalfPhoto`.
 OctavePhoto = Picture | HalfPhoto
 
@@ -409,8 +427,8 @@ class Step:
 @dataclass
 class _Octave:
     size: tuple[int, int]
-    # (C, H, W), C = 3 or 1 (luma): uint8 at full size (on disk where the photo is), a
-    # HalfPhoto of it at the octave below (when that is not the coarsest), float32 below
+    # (C, H, W), C = 3 or 1 (luma): uint8 at full size, a HalfPhoto of it at the octave
+    # below (when that is not the coarsest), float32 below; on disk where the photo is
     photo: OctavePhoto | None
     matrix: Tensor | None = None  # (64, 64), float64
     shift: Tensor | None = None  # (64,)
@@ -474,8 +492,8 @@ class PrintStylization:
             self._octaves.append(_Octave(octave_size, below))
         self._octaves.reverse()
         whole = self._octaves[0].photo
-        # the base reads the coarsest whole: one octave's is the photo itself (at most
-        # twice the base's side, read whole from disk), else halved (a tensor)
+        # the base reads the coarsest whole (at most twice the base's side): the photo
+        # itself or its halving, read whole where it is kept on disk
         assert whole is not None and not isinstance(whole, HalfPhoto)
         if isinstance(whole, DiskPicture):
             whole = whole.read()

@@ -478,7 +478,7 @@ class StyleTransfer(nn.Module):
         self, content: Picture, styles: Sequence[Tensor], **keywords: Unpack[StyleKeywords]
     ) -> PrintStylization:
         """A print-size stylisation of one photo ``(3, H, W)`` larger than :attr:`base_side`
-        (:mod:`models.adain.large`), to run step by step; a GPU batches four tiles a step.
+        (:mod:`models.adain.large`), to run step by step; a GPU batches sixteen tiles a step.
         ``keywords``: as :meth:`stylize` takes them (no masks)."""
         return self._print_session(content, styles, StyleOptions(**keywords))
 
@@ -491,7 +491,7 @@ class StyleTransfer(nn.Module):
             styles,
             replace(options, style_scale=check_style_scale(options.style_scale)),
             base_side=self.base_side,
-            tiles_per_step=1 if self.device.type == "cpu" else 4,
+            tiles_per_step=1 if self.device.type == "cpu" else 16,
         )
 
     def _stylize_large(

@@ -16,6 +16,7 @@ from models.disk_picture import (
     in_memory,
     picture_region,
     picture_rows,
+    read_chunks,
 )
 
 
@@ -95,6 +96,51 @@ def test_regions_and_gathers_are_the_tensors_in_memory_and_on_disk():
         assert torch.equal(gather(picture, rows, columns), expected)
         assert torch.equal(picture_region(picture, slice(3, 9), slice(None)), pixels[:, 3:9])
         assert torch.equal(picture_region(picture, slice(0, 29), slice(5, 6)), pixels[:, :, 5:6])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_read_chunks_cover_the_rows_in_order_each_box_within_budget_and_as_long_as_fits(seed):
+    """Runs of output rows: consecutive, covering every row once; each run's box of
+    source rows at most the budget (unless it is one row); and each run stops only where
+    the next row would take its box past the budget."""
+    generator = torch.Generator().manual_seed(seed)
+    first = torch.randint(0, 500, (200,), generator=generator).sort().values
+    last = first + torch.randint(0, 4, (200,), generator=generator)  # a row's taps
+    first[::7] = torch.randint(0, 500, (len(first[::7]),), generator=generator)  # reflected
+    row_bytes, budget = 3 * 41, 3 * 41 * 60
+    runs = list(read_chunks(first, last, row_bytes, budget))
+    assert [run.start for run in runs] == [0] + [run.stop for run in runs[:-1]]
+    assert runs[-1].stop == len(first)
+
+    def box(run: slice) -> int:
+        return (int(last[run].max()) - int(first[run].min()) + 1) * row_bytes
+
+    for run in runs:
+        assert box(run) <= budget or run.stop - run.start == 1
+    for run, after in zip(runs, runs[1:], strict=False):
+        assert box(slice(run.start, run.stop + 1)) > budget, "the run could have gone on"
+        assert after.start == run.stop
+
+
+def test_a_gather_read_under_a_small_budget_is_the_same_and_never_reads_the_whole(monkeypatch):
+    """With a budget of a few rows, a gather of sparse rows over the whole picture reads
+    many small boxes, never the picture whole, and gives what indexing gives."""
+    pixels = torch.randint(0, 256, (3, 64, 40), dtype=torch.uint8)
+    on_disk = DiskPicture((3, 64, 40), torch.uint8)
+    on_disk.write(0, 0, pixels)
+    boxes = []
+    read = DiskPicture.read
+
+    def counted(picture, top=0, bottom=None, left=0, right=None):
+        region = read(picture, top, bottom, left, right)
+        boxes.append(region.numel())
+        return region
+
+    monkeypatch.setattr(DiskPicture, "read", counted)
+    monkeypatch.setattr(disk_picture_module, "READ_BOX_BYTES", 3 * 40 * 8)
+    rows, columns = torch.arange(0, 64, 3), torch.arange(0, 40, 2)
+    assert torch.equal(gather(on_disk, rows, columns), pixels[:, rows][:, :, columns])
+    assert len(boxes) > 1 and max(boxes) <= 3 * 40 * 8
 
 
 def test_a_picture_that_was_to_stay_in_memory_is_its_tensor_and_one_on_disk_is_refused():

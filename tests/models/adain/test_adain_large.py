@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F  # noqa: N812
 
+import models.disk_picture as disk_picture_module
 from models.adain import large
 from models.adain.large import (
     MIN_TILE_SIDE,
@@ -174,7 +175,9 @@ def test_a_photo_kept_on_disk_paints_the_print_bit_for_bit(model, size, options,
     """The photo as a DiskPicture (a served print's): the same pixels as from the tensor,
     with three octaves (the middle one a HalfPhoto of the file; luma on disk too) and
     with one (the base read from the file whole), and the photo never read whole when
-    there is more than one octave."""
+    there is more than one octave (reads of at most a few rows' bytes, as an 8 MB box is
+    at 8192 px)."""
+    monkeypatch.setattr(disk_picture_module, "READ_BOX_BYTES", 3 * size[1] * 16)
     content, chosen = _photo(*size), StyleOptions(**options)
     on_disk = DiskPicture(tuple(content.shape), torch.uint8)
     on_disk.write(0, 0, content)
