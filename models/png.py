@@ -38,20 +38,26 @@ growth (its output included) is 61-107 MB against 73-165 MB over the six picture
 
 from __future__ import annotations
 
+import errno
 import io
 import struct
+import tempfile
 import zlib
 from collections.abc import Iterator, Mapping
+from typing import IO
 
 import numpy as np
 import torch
 from PIL import Image
 
-from models.disk_picture import Picture, picture_rows
+from models.disk_picture import Picture, ScratchFull, picture_rows
 
 SIGNATURE = b"\x89PNG\r\n\x1a\n"
 #: Rows filtered and compressed at once.
 ROWS_PER_BAND = 16
+#: Bytes of a PNG written in memory; a bigger one goes on to a file in the temporary
+#: folder and is read back in one piece of its size (see the module's text).
+SPOOL_BYTES = 8 * 2**20
 #: Bytes per pixel (8-bit RGB): how far to the left ``a`` lies.
 PIXEL_BYTES = 3
 
@@ -74,10 +80,24 @@ def encode_png(
     height, width = image.shape[-2:]
     if height < 1 or width < 1:
         raise ValueError(f"a PNG needs at least one pixel, got {height} x {width}")
-    out = io.BytesIO()
+    with tempfile.SpooledTemporaryFile(SPOOL_BYTES, prefix="atelier-png-") as out:
+        try:
+            _write_png(out, image, text or {}, level)
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ScratchFull(
+                error.errno, f"no room for a PNG in {tempfile.gettempdir()}"
+            ) from None
+        out.seek(0)
+        return out.read()
+
+
+def _write_png(out: IO[bytes], image: Picture, text: Mapping[str, str], level: int) -> None:
+    height, width = image.shape[-2:]
     out.write(SIGNATURE)
     _chunk(out, b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-    for key, value in (text or {}).items():
+    for key, value in text.items():
         _chunk(out, b"iTXt", key.encode("latin-1") + b"\0\0\0\0\0" + value.encode("utf-8"))
     compressor = zlib.compressobj(level)
     above = np.zeros(width * PIXEL_BYTES, dtype=np.uint8)
@@ -89,7 +109,6 @@ def encode_png(
         above = band[-1]
     _chunk(out, b"IDAT", compressor.flush())
     _chunk(out, b"IEND", b"")
-    return out.getvalue()
 
 
 def filtered(band: np.ndarray, above: np.ndarray) -> np.ndarray:
@@ -133,7 +152,7 @@ def _rows(image: Picture, top: int, bottom: int) -> np.ndarray:
     return rows.permute(1, 2, 0).reshape(bottom - top, -1).numpy()
 
 
-def _chunk(out: io.BytesIO, kind: bytes, data: bytes) -> None:
+def _chunk(out: IO[bytes], kind: bytes, data: bytes) -> None:
     """One chunk: its length, type, data and the CRC-32 of type and data."""
     out.write(struct.pack(">I", len(data)))
     out.write(kind)

@@ -219,9 +219,17 @@ class StylizeWork(Work):
     def _encode_print(self, canvas: DiskPicture, parameters: dict[str, Any]) -> tuple[bytes, str]:
         """The print's file (made holding :func:`whole_picture`): a PNG a band at a time
         from the canvas on disk, a JPEG or WebP from Pillow's copy of it (268 MB at
-        8192 px), given back after."""
+        8192 px), given back after.
+
+        Raises:
+            StorageFull: the PNG has no room in the temporary folder (the job fails
+                once: it would not fit again).
+        """
         image = canvas if self.format == "png" else tensor_to_pil(canvas)
-        encoded = encode_image(image, self.format, parameters, quality=self.quality)
+        try:
+            encoded = encode_image(image, self.format, parameters, quality=self.quality)
+        except ScratchFull as exc:
+            raise StorageFull(f"the print could not be encoded: {exc.strerror}") from None
         del image
         return_freed_memory()
         return encoded

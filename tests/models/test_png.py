@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import io
+import os
 import struct
 import zlib
 
@@ -14,6 +16,7 @@ from hypothesis import strategies as st
 from PIL import Image
 
 import models.png as png_module
+from models.disk_picture import ScratchFull
 from models.images import encode_image, to_uint8
 from models.png import (
     NotBanded,
@@ -122,6 +125,55 @@ def test_encode_image_writes_how_the_image_was_made_and_the_pixels():
     assert media_type == "image/png"
     assert text == {"prompt": "ünïcode ✓", "seed": "7"}
     np.testing.assert_array_equal(pixels, image.permute(1, 2, 0).numpy())
+
+
+def test_a_png_past_the_spool_size_is_written_through_a_file_and_is_the_same_bytes(
+    monkeypatch, tmp_path
+):
+    """A PNG bigger than ``SPOOL_BYTES`` goes on to a file in the temporary folder and is
+    read back: the same bytes as one written in memory, and the file is gone after."""
+    pixels = torch.randint(0, 256, (3, 120, 90), dtype=torch.uint8)
+    in_memory = encode_png(pixels, {"prompt": "ünïcode"})
+    monkeypatch.setattr(png_module, "SPOOL_BYTES", 1024)
+    monkeypatch.setattr(png_module.tempfile, "tempdir", str(tmp_path))
+    rolled = []
+    spooled = png_module.tempfile.SpooledTemporaryFile
+
+    class Watched(spooled):  # type: ignore[misc, valid-type]
+        def rollover(self) -> None:
+            rolled.append(True)
+            super().rollover()
+
+    monkeypatch.setattr(png_module.tempfile, "SpooledTemporaryFile", Watched)
+    assert len(in_memory) > 1024
+    assert encode_png(pixels, {"prompt": "ünïcode"}) == in_memory
+    assert rolled and not list(tmp_path.iterdir())
+
+
+def test_no_room_for_a_big_png_is_scratch_full_and_other_errors_stay_themselves(monkeypatch):
+    """A full temporary folder while a big PNG is written is ``ScratchFull`` (its job
+    fails once with ``storage_full``); another write error is raised as it is."""
+    pixels = torch.randint(0, 256, (3, 64, 64), dtype=torch.uint8)
+
+    def failing(code):
+        class Failing(io.BytesIO):
+            def __init__(self, *args, **kwargs):
+                super().__init__()
+
+            def write(self, data):
+                if self.tell() + len(data) > 4096:
+                    raise OSError(code, os.strerror(code))
+                return super().write(data)
+
+        return Failing
+
+    monkeypatch.setattr(png_module.tempfile, "SpooledTemporaryFile", failing(errno.ENOSPC))
+    with pytest.raises(ScratchFull, match="no room for a PNG"):
+        encode_png(pixels)
+    monkeypatch.setattr(png_module.tempfile, "SpooledTemporaryFile", failing(errno.EIO))
+    with pytest.raises(OSError) as raised:
+        encode_png(pixels)
+    assert raised.type is OSError and raised.value.errno == errno.EIO
 
 
 @pytest.mark.parametrize("shape", [(4, 4), (1, 3, 4, 4), (3, 0, 5)])

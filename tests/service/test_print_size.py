@@ -177,6 +177,32 @@ def test_a_print_with_no_room_for_its_pictures_fails_once_with_storage_full(
     )
 
 
+def test_a_print_whose_png_has_no_room_fails_once_with_storage_full(
+    client_factory, photo, monkeypatch
+):
+    """The print's PNG goes through a file in the temporary folder past ``SPOOL_BYTES``:
+    no room there fails the job once with ``storage_full``, in our words."""
+    from models import png
+
+    spooled = png.tempfile.SpooledTemporaryFile
+
+    class Full(spooled):  # type: ignore[misc, valid-type]
+        def rollover(self) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(png, "SPOOL_BYTES", 100_000)  # past the 1 MB print, not its style
+    monkeypatch.setattr(png.tempfile, "SpooledTemporaryFile", Full)
+    client = client_factory(max_side=2048)
+    accepted = _post(client, photo[0], headers=ASYNC)
+    assert accepted.status_code == 202, accepted.text
+    job = _done(client, accepted.json()["id"])
+    assert job["state"] == "failed" and job["attempts"] == 1
+    assert job["error"]["code"] == "storage_full"
+    assert job["error"]["message"] == (
+        f"the print could not be encoded: no room for a PNG in {tempfile.gettempdir()}"
+    )
+
+
 def test_a_big_result_is_linked_from_the_jobs_json_not_embedded(client_factory, photo, monkeypatch):
     """A result over ``INLINE_RESULT_MAX_BYTES`` (here lowered under the 1 MB print) is
     named by its size in the job's JSON and read from ``result_url``; a small one stays
