@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Awaitable
+from contextlib import aclosing
 from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, ClassVar
 
 import torch
 
+from models.adain.large import Step
 from models.adain.options import StyleOptions
 from models.adain.presets import BASE_SIDE
 from models.devices import return_freed_memory
@@ -42,11 +45,12 @@ from service.images import ImageLimits, decode_image
 from service.jobs.records import JobResult, pack
 from service.model_types import StyleTransferModel
 from service.priorities import off_loop_as_bulk
-from service.workers.pool import WorkerPool, all_or_nothing
+from service.workers.pool import WorkerPool, in_order
 from service.workers.style_transfer import PrintStep, StylizeItem, StylizeJob
 
-#: Print-size steps of one job submitted at once: two keep a device busy between them
-#: (the next is queued while one runs) without holding a queue's places.
+#: Print-size steps of one job in flight: two keep a device busy (the next is queued
+#: while one runs, and while the one before is taken in) without holding a queue's
+#: places.
 STEPS_IN_FLIGHT = 2
 
 
@@ -238,8 +242,8 @@ class StylizeWork(Work):
         self, pool: WorkerPool[StyleTransferModel, StylizeItem], context: RunContext
     ) -> DiskPicture:
         """Every step of a print-size stylisation through the pool's batcher, phase by
-        phase, ``STEPS_IN_FLIGHT`` at a time (other work cuts in between them); progress
-        counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8,
+        phase, ``STEPS_IN_FLIGHT`` in flight (other work cuts in between them; each result
+        taken in while the next step runs); progress counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8,
         on disk.
 
         Raises:
@@ -267,17 +271,15 @@ class StylizeWork(Work):
             **self.options.keywords(),
         )
         done = 0
+
+        def submit(step: Step) -> Awaitable[torch.Tensor]:
+            return context.submit(pool, PrintStep(session, step), None, bulk=True)
+
         for phase in session.phases():
-            for start in range(0, len(phase), STEPS_IN_FLIGHT):
-                group = phase[start : start + STEPS_IN_FLIGHT]
-                steps = [
-                    context.submit(pool, PrintStep(session, step), None, bulk=True)
-                    for step in group
-                ]
-                results = await all_or_nothing(*steps)
-                for step, result in zip(group, results, strict=True):
+            async with aclosing(in_order(submit, phase, STEPS_IN_FLIGHT)) as results:
+                async for step, result in results:
                     await off_loop_as_bulk(session.accept, step, result)
-                done += len(group)
-                context.report(done, session.steps)
+                    done += 1
+                    context.report(done, session.steps)
             await off_loop_as_bulk(return_freed_memory)  # what the phase's steps freed
         return session.result()

@@ -16,7 +16,9 @@ batches, and the batcher's errors become API errors. Each model's entry point
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping
+import itertools
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, Generic, TypeAlias, TypeVar
 
@@ -42,6 +44,7 @@ from service.priorities import INTERACTIVE, PRIORITIES, rank
 ModelT = TypeVar("ModelT")
 JobT = TypeVar("JobT", bound=BatchJob)
 T = TypeVar("T")
+ItemT = TypeVar("ItemT")
 
 #: One batched forward, ``run(model, jobs, control)``: one ``(3, H, W)`` result per job
 #: that ``control`` kept (the ``models.control.StepControl`` contract).
@@ -209,6 +212,40 @@ async def all_or_nothing(*submissions: Awaitable[T]) -> list[T]:
         raise
     finally:
         for task in tasks:
+            task.cancel()
+
+
+async def in_order(
+    submit: Callable[[ItemT], Awaitable[T]], items: Iterable[ItemT], window: int
+) -> AsyncGenerator[tuple[ItemT, T], None]:
+    """``(item, result)`` of each item's submission, in the items' order, with ``window``
+    submissions in flight: the next is submitted as soon as the oldest's result comes, so
+    a device has the next item queued while its caller takes a result in. The first
+    failure cancels the rest (a deadline as a deadline, as :func:`all_or_nothing`) and is
+    raised; so does leaving early (use it under ``contextlib.aclosing``)."""
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    waiting = iter(items)
+    pending: deque[tuple[ItemT, asyncio.Future[T]]] = deque()
+
+    def send(count: int) -> None:
+        for item in itertools.islice(waiting, count):
+            pending.append((item, asyncio.ensure_future(submit(item))))
+
+    send(window)
+    try:
+        while pending:
+            item, task = pending.popleft()
+            try:
+                result = await task
+            except DeadlineExceeded:
+                for _, other in pending:
+                    other.cancel(DEADLINE)
+                raise
+            send(1)
+            yield item, result
+    finally:
+        for _, task in pending:
             task.cancel()
 
 
