@@ -34,6 +34,12 @@ Memory: a band of ``ROWS_PER_BAND`` rows in a few uint8 and int16 copies, and th
 compressed bytes. Bands of 16 rows instead of 64: at 8192 px the encode's peak RSS
 growth (its output included) is 61-107 MB against 73-165 MB over the six pictures of
 ``benchmarks/png_encode.py --side 8192 --repeats 1``, in 0.90x-0.99x the time (one run).
+A PNG past ``SPOOL_BYTES`` (8 MB) is written on to a file in the temporary folder and read
+back in one piece of its size: in the server (one malloc arena, no ``mmap`` for big
+blocks: ``atelier serve``'s tuning), a buffer that grows while other threads allocate is
+moved and copied as it grows, so an 8192 px print's encode took about twice its PNG
+(``benchmarks/print_memory.py --side 8192``: the encode stage 269-291 MB before, 181-201
+MB after, in runs that also had the print's other changes of the same session).
 """
 
 from __future__ import annotations

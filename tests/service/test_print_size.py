@@ -166,14 +166,8 @@ def test_a_print_with_no_room_for_its_pictures_fails_once_with_storage_full(
         reserve(fd, offset, length)
 
     monkeypatch.setattr(disk_picture.os, "posix_fallocate", full_after)
-    client = client_factory(max_side=2048)
-    accepted = _post(client, photo[0], headers=ASYNC)
-    assert accepted.status_code == 202, accepted.text
-    job = _done(client, accepted.json()["id"])
-    assert job["state"] == "failed" and job["attempts"] == 1
-    assert job["error"]["code"] == "storage_full"
-    assert job["error"]["message"] == f"{message}: no room for a 1 MB " + (
-        f"picture in {tempfile.gettempdir()}"
+    assert _failed_once_for_room(client_factory(max_side=2048), photo[0]) == (
+        f"{message}: no room for a 1 MB picture in {tempfile.gettempdir()}"
     )
 
 
@@ -192,15 +186,20 @@ def test_a_print_whose_png_has_no_room_fails_once_with_storage_full(
 
     monkeypatch.setattr(png, "SPOOL_BYTES", 100_000)  # past the 1 MB print, not its style
     monkeypatch.setattr(png.tempfile, "SpooledTemporaryFile", Full)
-    client = client_factory(max_side=2048)
-    accepted = _post(client, photo[0], headers=ASYNC)
+    assert _failed_once_for_room(client_factory(max_side=2048), photo[0]) == (
+        f"the print could not be encoded: no room for a PNG in {tempfile.gettempdir()}"
+    )
+
+
+def _failed_once_for_room(client, photo: bytes) -> str:
+    """The print is accepted (its submit keeps nothing on disk) and fails after one
+    attempt with ``storage_full``; returns the error's message."""
+    accepted = _post(client, photo, headers=ASYNC)
     assert accepted.status_code == 202, accepted.text
     job = _done(client, accepted.json()["id"])
     assert job["state"] == "failed" and job["attempts"] == 1
     assert job["error"]["code"] == "storage_full"
-    assert job["error"]["message"] == (
-        f"the print could not be encoded: no room for a PNG in {tempfile.gettempdir()}"
-    )
+    return job["error"]["message"]
 
 
 def test_a_big_result_is_linked_from_the_jobs_json_not_embedded(client_factory, photo, monkeypatch):
