@@ -243,8 +243,8 @@ class StylizeWork(Work):
     ) -> DiskPicture:
         """Every step of a print-size stylisation through the pool's batcher, phase by
         phase, ``STEPS_IN_FLIGHT`` in flight (other work cuts in between them; each result
-        taken in while the next step runs); progress counts steps; a cancelled job stops at its next step. Returns ``(3, H, W)`` uint8,
-        on disk.
+        taken in while the next step runs); progress counts steps; a cancelled job stops
+        at its next step. Returns ``(3, H, W)`` uint8, on disk.
 
         Raises:
             StorageFull: the worker's temporary folder has no room for the print's
