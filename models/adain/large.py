@@ -37,24 +37,25 @@ around it. Each tile is computed from its rows and columns plus a ``HALO`` of tw
 (reflected where it leaves the picture, as the whole-map pass pads it): the tiles are the
 whole-map pass cut in pieces, to float rounding, and there is no seam to blend.
 
-Cost and memory: the base costs a fixed ~20 GMAC; each octave one relu1_1 pass (~3.5 kMAC
-a pixel), ``4/3`` of the full-size pixels in all, so the cost per output pixel falls
-towards a constant as the photo grows. Held in memory at once, at most: the base's
+Cost and memory: the base costs a fixed ~20 GMAC; each octave one relu1_1 pass (~3.5
+kMAC a pixel), ``4/3`` of the full-size pixels in all, so the cost per output pixel
+falls towards a constant as the photo grows. Held in memory at once, at most: the base's
 residual (1024 px), the coarsest octave's photo (float32, at most 2048 px; on disk where
-the photo is) and the tiles of the steps in flight. The photo may itself be on disk (a served print's is: 8-bit, read
-a strip or a tile's box at a time, :func:`~models.disk_picture.gather`; its luma and its
-coarsest octave too). Each octave's output (float32 below full size, then its
-residual in place) and the result (8-bit) are kept on disk
-(:class:`~models.disk_picture.DiskPicture`), written a tile at a time and read a box at a
-time (:func:`resample_region`, in runs of rows whose box is at most
-``READ_BOX_BYTES``, 8 MB: an octave's statistics read rows spread over the whole
-picture); at 8192 x 8192 px they are 201 MB each. Nothing else of the picture's size is held whole: the octave below an 8-bit photo
-is read from it where it is needed (:class:`HalfPhoto`; its float32 pixels would be
-another 201 MB), coarser octaves are halved in strips (:func:`halved`), a residual is
-made in strips, and regions are gathered without a copy of the columns they lie in.
-Measured (``benchmarks/print_memory.py --side 8192``, one print on a served CPU replica,
-docs/service.md): the server's peak RSS growth while the finest octave is painted is
-149 MB with the photo on disk too and tiles of 256 px (244 MB with tiles of 512 and an
+the photo is) and the tiles of the steps in flight. The photo may itself be on disk (a
+served print's is: 8-bit, read a strip or a tile's box at a time,
+:func:`~models.disk_picture.gather`; its luma and its coarsest octave too). Each
+octave's output (float32 below full size, then its residual in place) and the result
+(8-bit) are kept on disk (:class:`~models.disk_picture.DiskPicture`), written a tile at
+a time and read a box at a time (:func:`resample_region`, in runs of rows whose box is
+at most ``READ_BOX_BYTES``, 8 MB: an octave's statistics read rows spread over the whole
+picture); at 8192 x 8192 px they are 201 MB each. Nothing else of the picture's size is
+held whole: the octave below an 8-bit photo is read from it where it is needed
+(:class:`HalfPhoto`; its float32 pixels would be another 201 MB), coarser octaves are
+halved in strips (:func:`halved`), a residual is made in strips, and regions are
+gathered without a copy of the columns they lie in. Measured
+(``benchmarks/print_memory.py --side 8192``, one print on a served CPU replica,
+docs/service.md): the server's peak RSS growth while the finest octave is painted is 149
+MB with the photo on disk too and tiles of 256 px (244 MB with tiles of 512 and an
 octave's statistics read in boxes of 128 rows), 422 MB with the photo in memory, 717-784
 MB with every picture in memory.
 
@@ -131,7 +132,7 @@ class TilingModel(Protocol):
 
 #: Side of a tile of an octave's pass (its output; the input adds ``HALO`` each side).
 #: A tile's relu1_1 features are 17 MB of float32 at 256 px, 68 MB at 512, in the same
-#: time on the CPU (``benchmarks/print_memory.py --tile-sides``).
+#: time on the CPU (``benchmarks/print_tiles.py``).
 TILE_SIDE = 256
 #: Input pixels a relu1_1 round trip reads beyond its output: two 3 x 3 convolutions.
 HALO = 2
