@@ -127,8 +127,8 @@ class TextToImageModel(ServedModel, Protocol):
         ...
 
     def understand(self, prompt: str) -> Understanding:
-        """What :meth:`sample` draws for ``prompt`` (its caption and ignored words), read
-        once per request."""
+        """What :meth:`sample` draws for ``prompt`` (its caption, ignored words and the
+        things the model never learned), read once per request."""
         ...
 
     def sample(

@@ -9,6 +9,10 @@ from dataclasses import dataclass
 #: The ``norms`` registry names a DiT may use for its affine token norms: they normalise
 #: the last dim of ``(B, T, D)`` and take ``eps``.
 TOKEN_NORMS = ("layer", "rms", "lp")
+#: The data world a model of each canvas size trains on: the shapes world is drawn at
+#: 32 px, the everyday-things world (which holds the shapes too, on their black canvas)
+#: at 64 px.
+WORLDS = {32: "shapes", 64: "things"}
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,16 @@ class DiTConfig:
     @property
     def num_tokens(self) -> int:
         return self.grid_size**2
+
+    @property
+    def world(self) -> str:
+        """The data world a model of this canvas size trains on (:data:`WORLDS`)."""
+        try:
+            return WORLDS[self.image_size]
+        except KeyError:
+            raise ValueError(
+                f"no training data is drawn at {self.image_size} px; sizes: {sorted(WORLDS)}"
+            ) from None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)

@@ -58,6 +58,10 @@ THINGS_CANVAS = 1.0
 #: checkpoint, 8 prompts, 25 DDPM steps (``benchmarks/gpu_check.py --device cpu
 #: --sections dit``): mean 0.00075, share 0.00004; the GPU check measures CUDA against it.
 BF16_TOLERANCE = {"mean_abs": 0.005, "share_over_0.1": 0.001}
+#: What a model of each data world learned to draw, where that is a closed list: the
+#: shapes world's three shapes. The things world reads what an object is openly (MiniLM
+#: puts "kitty" near "cat"), so it has no list to check a prompt against.
+LEARNED_THINGS: dict[str, frozenset[str] | None] = {"shapes": frozenset(SHAPES), "things": None}
 
 
 def _as_picture(x0: Tensor) -> Tensor:
@@ -321,9 +325,10 @@ class TextToImage:
     def understand(self, prompt: str) -> Understanding:
         """What :meth:`generate` draws for ``prompt``: ``.caption``, the understood prompt
         in the caption grammar (the plan in words; ``None`` when nothing was understood
-        and the prompt is drawn as it is), and ``.ignored``, the words it did not use
-        (:func:`~models.shapes.understand.understand`)."""
-        return understand(prompt)
+        and the prompt is drawn as it is), ``.ignored``, the words it did not use, and
+        ``.not_learned``, the things it names that this checkpoint's world does not hold
+        (:data:`LEARNED_THINGS`; :func:`~models.shapes.understand.understand`)."""
+        return understand(prompt, LEARNED_THINGS[self.config.world])
 
     def regions(
         self,

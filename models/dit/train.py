@@ -43,25 +43,12 @@ from models.text_encoder import TextEncoder
 
 #: Index range of the endless training stream.
 _STREAM_LENGTH = 2**62
-#: The data world of each canvas size: the shapes world is drawn at 32 px, the
-#: everyday-things world (which holds the shapes too, on their black canvas) at 64 px.
-WORLDS = {32: "shapes", 64: "things"}
-
-
-def world_of(config: DiTConfig) -> str:
-    """The data world a model of this canvas size trains on (:data:`WORLDS`)."""
-    try:
-        return WORLDS[config.image_size]
-    except KeyError:
-        raise ValueError(
-            f"no training data is drawn at {config.image_size} px; sizes: {sorted(WORLDS)}"
-        ) from None
 
 
 def training_stream(
     config: DiTConfig, *, seed: int, things: int | None = None
 ) -> Dataset[tuple[torch.Tensor, str]]:
-    """The endless training split of the model's world (:func:`world_of`).
+    """The endless training split of the model's world (``DiTConfig.world``).
 
     Args:
         config: the architecture; its ``image_size`` picks the world.
@@ -69,7 +56,7 @@ def training_stream(
         things: train on the first ``things`` objects of the vocabulary only (a
             CPU-sized proof of the recipe); ``None``: all of them.
     """
-    if world_of(config) == "shapes":
+    if config.world == "shapes":
         if things is not None:
             raise ValueError("a things subset needs a 64 px preset (the things world)")
         from models.shapes import ShapesDataset

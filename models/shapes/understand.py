@@ -60,7 +60,7 @@ size; ``inflect`` gives the singular and plural forms of open nouns.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import TypeAlias
 
@@ -288,12 +288,16 @@ class Understanding:
         negative: what the prompt asks not to draw ("no circles, just a square" ->
             ``"circle"``; several joined by ``", "``), ``None`` when nothing is negated:
             a negative prompt for the sampler, never part of ``parsed``.
+        not_learned: the things of ``parsed`` that the model reading the prompt never
+            learned to draw (a closed world's: the shapes model knows three shapes), in
+            prompt order; they are drawn as typed, and the picture will not show them.
     """
 
     prompt: str
     parsed: ParsedCaption | None
     ignored: tuple[str, ...]
     negative: str | None = None
+    not_learned: tuple[str, ...] = ()
 
     @property
     def caption(self) -> str | None:
@@ -702,15 +706,19 @@ class _Reader:
         return ParsedCaption(specs, relation)
 
 
-def understand(prompt: str) -> Understanding:
+def understand(prompt: str, learned: Collection[str] | None = None) -> Understanding:
     """Read a free-form prompt onto the caption grammar (see the module docstring).
 
     Args:
         prompt: any text.
+        learned: every thing the model that will draw the prompt learned, where that is
+            a closed list (the shapes world's three shapes); ``None``: an open reading,
+            nothing to check against.
 
     Returns:
         :class:`Understanding`: the scene specification (``None`` when no object was
-        understood) and the prompt's words that were not used.
+        understood), the prompt's words that were not used, and the things it names
+        outside ``learned``.
     """
     tokens = _TOKEN.findall(prompt.lower().replace("-", " ").replace("_", " "))
     items = _lex(tokens)
@@ -733,7 +741,12 @@ def understand(prompt: str) -> Understanding:
             ignored.append(tokens[t])
         previous = t
     negative = ", ".join(dict.fromkeys(reader.negatives)) or None
-    return Understanding(prompt, parsed, tuple(ignored), negative)
+    not_learned: tuple[str, ...] = ()
+    if parsed is not None and learned is not None:
+        not_learned = tuple(
+            dict.fromkeys(o.thing for o in parsed.objects if o.thing not in learned)
+        )
+    return Understanding(prompt, parsed, tuple(ignored), negative, not_learned)
 
 
 def same_constraints(a: ParsedCaption, b: ParsedCaption) -> bool:

@@ -42,11 +42,20 @@ def given_options(args: argparse.Namespace, flags: Mapping[str, str]) -> dict[st
     return {option: value for option, value in given.items() if value is not None}
 
 
-def print_understanding(understood: str | None, ignored: Sequence[str]) -> None:
-    """Say on stderr what the prompt was read as and which of its words were not used."""
+def print_understanding(
+    understood: str | None, ignored: Sequence[str], not_learned: Sequence[str]
+) -> None:
+    """Say on stderr what the prompt was read as, which of its words were not used, and
+    which things it names the model never learned to draw."""
     if understood is None:
         print("understood: nothing; drawn as typed", file=sys.stderr)
     else:
         print(f"understood: {understood}", file=sys.stderr)
     if ignored:
         print(f"ignored: {', '.join(ignored)}", file=sys.stderr)
+    if not_learned:
+        print(
+            f"not learned by this model: {', '.join(not_learned)} (drawn as typed; the "
+            "images will not show them)",
+            file=sys.stderr,
+        )

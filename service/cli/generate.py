@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"error: {exc}") from None
     understanding = pipe.understand(args.prompt)
-    print_understanding(understanding.caption, understanding.ignored)
+    print_understanding(understanding.caption, understanding.ignored, understanding.not_learned)
     images = pipe.sample(
         [understanding] * args.num_images,
         options,

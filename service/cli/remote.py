@@ -92,7 +92,7 @@ def generate(args: argparse.Namespace) -> int:
     except AtelierError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print_understanding(result.understood, result.ignored)
+    print_understanding(result.understood, result.ignored, result.not_learned)
     args.output.mkdir(parents=True, exist_ok=True)
     for seed, data in zip(result.seeds, result.images, strict=True):
         path = args.output / f"seed{seed}.png"

@@ -86,6 +86,7 @@ class GenerateWork(Work):
             **asdict(self.options),
             "understood": understanding.caption,
             "ignored": list(understanding.ignored),
+            "not_learned": list(understanding.not_learned),
             "parameters": parameters,
         }
         return JobResult(pngs, "image/png", fields)

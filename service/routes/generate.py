@@ -127,6 +127,11 @@ class GenerateResponse(BaseModel):
         "when nothing was understood and the prompt was drawn as given."
     )
     ignored: list[str] = Field(description="Words of the prompt that were not understood.")
+    not_learned: list[str] = Field(
+        description="Things the prompt names that the served model never learned to draw "
+        "(the shapes model knows circle, square and triangle): they are drawn as typed, "
+        "and the images will not show them."
+    )
 
 
 @router.post(

@@ -1027,14 +1027,20 @@ $("stylize-form").addEventListener("submit", async (event) => {
 });
 
 // ------------------------------------------------------------------ text to image
-// Says how the prompt was read: the plan in words, and the words it did not use.
+// Says how the prompt was read: the plan in words, the words it did not use, and the
+// things the model never learned to draw (absent from jobs older than the field).
 function showUnderstanding(result) {
   const shown = $("generate-understood");
+  const notLearned = result.not_learned ?? [];
   const drawn =
     result.understood === null ? "Not understood; drawn as typed." : `Drawn as: ${result.understood}.`;
   const ignored = result.ignored.length ? ` Ignored: ${result.ignored.join(", ")}.` : "";
-  shown.textContent = drawn + ignored;
-  shown.classList.toggle("partial", result.understood === null || result.ignored.length > 0);
+  const unknown = notLearned.length
+    ? ` This model has not learned to draw: ${notLearned.join(", ")}.`
+    : "";
+  shown.textContent = drawn + ignored + unknown;
+  const partial = result.understood === null || result.ignored.length > 0 || notLearned.length > 0;
+  shown.classList.toggle("partial", partial);
   shown.hidden = false;
 }
 

@@ -28,12 +28,16 @@ def test_generate_reads_atelier_server_and_writes_each_seed(
     fake_server, tmp_path, monkeypatch, capsys
 ):
     monkeypatch.setenv("ATELIER_SERVER", fake_server.url)
-    args = ["generate", "a red circle", "-n", "2", "--seed", "3", "--steps", "2"]
+    args = ["generate", "a red circle and a cat", "-n", "2", "--seed", "3", "--steps", "2"]
     assert main([*args, "-o", str(tmp_path)]) == 0
     for seed in (3, 4):
         pixels = pixels_of((tmp_path / f"seed{seed}.png").read_bytes())
         np.testing.assert_array_equal(pixels, FakeTextToImage.pixels(seed))
-    assert "understood: " in capsys.readouterr().err
+    said = capsys.readouterr().err.splitlines()
+    assert said[-2:] == [
+        "understood: a red circle and a cat",
+        "not learned by this model: cat (drawn as typed; the images will not show them)",
+    ]
 
 
 def test_the_servers_errors_and_local_flags_are_refused_plainly(fake_server, tmp_path, capsys):

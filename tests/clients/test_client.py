@@ -120,13 +120,15 @@ def test_a_two_second_video_is_a_job_whose_frames_count_up(fake_server, tmp_path
 def test_generate_at_once_and_as_a_job_draw_each_seed(fake_server):
     steps: list[Progress] = []
     with Client(fake_server.url) as client:
-        now = client.generate("a red circle", seed=5, num_images=2, steps=3)
-        job = client.generate("a red circle", seed=5, num_images=2, steps=3, progress=steps.append)
+        prompt = "a red circle above a cat"
+        now = client.generate(prompt, seed=5, num_images=2, steps=3)
+        job = client.generate(prompt, seed=5, num_images=2, steps=3, progress=steps.append)
     for result in (now, job):
         assert result.seeds == [5, 6]
         for data, seed in zip(result.images, result.seeds, strict=True):
             np.testing.assert_array_equal(pixels_of(data), FakeTextToImage.pixels(seed))
-        assert result.understood is not None and "circle" in result.understood
+        assert result.understood == prompt
+        assert result.not_learned == ["cat"]  # the fake reads as the shapes model
     assert now.job is None and job.job is not None
     assert steps[-1] == Progress("sampler step", 3, 3, 1.0)
 

@@ -9,7 +9,7 @@ fields reach the model and results come back intact:
   A photo above ``BASE_SIDE`` is painted by a ``FakePrintSession``: a base step, then
   one step per band of ``FAKE_BAND_ROWS`` rows, each the photo's negative.
 * ``FakeTextToImage``: an 8x8 image of uniform noise from ``torch.Generator(seed)``,
-  in ``steps`` steps; it understands prompts as the real pipeline does.
+  in ``steps`` steps; it understands prompts as the real shapes pipeline does.
 
 Both honour a step control as the real models do (asked before each step and after the
 last; dropped rows leave the batch; a control's ``show`` hook is shown a picture after
@@ -50,6 +50,7 @@ from models.adain.stats import convex_weights
 from models.control import StepControl, image_hook, take_rows, wanted_rows
 from models.disk_picture import DiskPicture, Picture, picture_region
 from models.dit.options import SampleKeywords
+from models.dit.pipeline import LEARNED_THINGS
 from models.shapes.understand import Understanding, understand
 from models.temporal import StageBlend
 from service.config import Settings
@@ -330,7 +331,7 @@ class FakeTextToImage(Stepper):
 
     def understand(self, prompt: str) -> Understanding:
         self.read.append(prompt)
-        return understand(prompt)
+        return understand(prompt, LEARNED_THINGS["shapes"])  # as the shapes checkpoint
 
     def sample(
         self,

@@ -7,7 +7,9 @@ import io
 
 import numpy as np
 import torch
+from api_headers import ASYNC
 from PIL import Image
+from service_fakes import wait_until
 
 
 def _decode(b64: str) -> np.ndarray:
@@ -112,10 +114,23 @@ def test_the_answer_says_what_was_understood_and_what_was_ignored(client):
     ).json()
     assert body["understood"] == "a large red circle, a blue square and a dog"
     assert body["ignored"] == ["beside", "behind"]
+    assert body["not_learned"] == ["dog"]  # the fake reads as the shapes model
     body = client.post("/v1/generate", json={"prompt": "big and beautiful"}).json()
     assert body["understood"] == "a beautiful"  # a word no list knows is a thing
     body = client.post("/v1/generate", json={"prompt": "big and blue"}).json()
     assert body["understood"] is None and body["ignored"] == ["big", "blue"]
+    assert body["not_learned"] == []
     grammar = "a red circle to the left of a white square"
     body = client.post("/v1/generate", json={"prompt": grammar}).json()
-    assert body["understood"] == grammar and body["ignored"] == []
+    assert body["understood"] == grammar and body["ignored"] == [] == body["not_learned"]
+
+
+def test_a_job_says_which_things_the_model_never_learned(client):
+    prompt = {"prompt": "two cats above a grinning dog"}
+    response = client.post("/v1/generate", json=prompt, headers=ASYNC)
+    assert response.status_code == 202, response.text
+    url = f"/v1/jobs/{response.json()['id']}"
+    wait_until(lambda: client.get(url).json()["state"] not in ("queued", "running"))
+    result = client.get(url).json()["result"]
+    assert result["understood"] == "two cats above a grinning dog"
+    assert result["not_learned"] == ["cat", "grinning dog"]

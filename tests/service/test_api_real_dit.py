@@ -54,6 +54,14 @@ def test_generate_is_reproducible_by_seed(dit_client):
     assert not np.array_equal(_pixels(body["images"][0]), _pixels(body["images"][1]))
 
 
+def test_the_shapes_checkpoint_says_a_cat_is_not_what_it_learned(dit_client):
+    body = dit_client.post("/v1/generate", json={"prompt": "a cat on a sofa", "steps": 2}).json()
+    assert body["understood"] == "a cat above a sofa"
+    assert body["not_learned"] == ["cat", "sofa"]
+    body = dit_client.post("/v1/generate", json={"prompt": "a red circle", "steps": 2}).json()
+    assert body["not_learned"] == []
+
+
 def test_models_lists_the_checkpoint(dit_client):
     models = {m["name"]: m for m in dit_client.get("/v1/models").json()["models"]}
     assert models["dit"]["loaded"]

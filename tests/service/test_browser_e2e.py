@@ -136,7 +136,7 @@ def test_generate_from_the_page(browser, server_url):
     from selenium.webdriver.common.by import By
 
     browser.get(server_url + "/")
-    browser.find_element(By.ID, "prompt").send_keys("a huge red circle, and five")
+    browser.find_element(By.ID, "prompt").send_keys("a huge red circle above a cat, and five")
     number = browser.find_element(By.ID, "num-images")
     number.clear()
     number.send_keys("3")
@@ -147,7 +147,10 @@ def test_generate_from_the_page(browser, server_url):
     assert [image.get_attribute("title") for image in images] == ["seed 7", "seed 8", "seed 9"]
     assert all(browser.execute_script("return arguments[0].naturalWidth;", i) == 8 for i in images)
     understood = browser.find_element(By.ID, "generate-understood")
-    assert understood.text == "Drawn as: a large red circle. Ignored: five."
+    assert understood.text == (
+        "Drawn as: a large red circle above a cat. Ignored: five. "
+        "This model has not learned to draw: cat."
+    )
     assert "partial" in understood.get_attribute("class")
 
 

@@ -471,4 +471,5 @@ def _generated(images: list[bytes], fields: Mapping[str, Any], job: Job | None) 
         ignored=list(fields.get("ignored", [])),
         parameters=dict(fields.get("parameters", {})),
         job=job,
+        not_learned=list(fields.get("not_learned", [])),
     )

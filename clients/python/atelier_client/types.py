@@ -135,7 +135,9 @@ class Result:
 @dataclass
 class GenerateResult:
     """Generated images (PNG bytes each), their seeds, how the prompt was understood,
-    and the job they came from (``None`` when answered at once)."""
+    and the job they came from (``None`` when answered at once). ``not_learned``: the
+    things the prompt names that the served model never learned to draw (empty from a
+    server older than the field)."""
 
     images: list[bytes]
     seeds: list[int]
@@ -143,6 +145,7 @@ class GenerateResult:
     ignored: list[str]
     parameters: dict[str, Any]
     job: Job | None = None
+    not_learned: list[str] = field(default_factory=list)
 
     def pil_images(self) -> list[Image]:
         return [open_image(data) for data in self.images]

@@ -269,6 +269,7 @@ def test_generate_cli_says_what_it_understood_and_ignored(checkpoint, tmp_path, 
     assert err.splitlines() == [
         "understood: two large red squares and a kitten",
         "ignored: in front of",
+        "not learned by this model: kitten (drawn as typed; the images will not show them)",
     ]
     assert cli_main(["generate", "a green", *options]) == 0
     assert capsys.readouterr().err.splitlines() == [
@@ -365,6 +366,30 @@ def test_a_64px_model_plans_on_its_own_canvas_with_each_captions_empty_canvas():
     assert regions.background.tolist() == [THINGS_CANVAS] * 2 + [EMPTY_CANVAS] * 2 + [THINGS_CANVAS]
     images = pipe64.generate(prompts, seeds=[0, 1, 2])
     assert images.shape == (3, 3, 64, 64) and pipe64.image_size == 64
+
+
+def test_a_shapes_model_names_the_things_it_never_learned_and_still_draws_them(pipe):
+    """The shapes world is closed (three shapes): every other thing is named in
+    ``not_learned``, once each in prompt order, and the caption is drawn as before."""
+    assert pipe.config.world == "shapes"
+    read = pipe.understand("a grinning dog on a sofa and a cat")
+    assert read.caption == "a grinning dog, a sofa and a cat"
+    assert read.not_learned == ("grinning dog", "sofa", "cat")
+    assert pipe.understand("a red cat, a blue cat and a sofa").not_learned == ("cat", "sofa")
+    assert pipe.understand("a red circle above two blue squares").not_learned == ()
+    assert pipe.understand("big and blue").not_learned == ()  # nothing understood
+    drawn = pipe.generate(["a cat"], seeds=[5], steps=2)
+    assert drawn.shape[0] == 1
+
+
+def test_a_things_model_reads_what_an_object_is_openly():
+    from models.dit.config import get_preset
+
+    torch.manual_seed(0)
+    model = DiT(get_preset("tiny64"))
+    pipe64 = TextToImage(model, HashedWordEncoder(model.config.text_dim), default_steps=2)
+    assert pipe64.config.world == "things"
+    assert pipe64.understand("a kitty on a spaceship and a red circle").not_learned == ()
 
 
 def test_what_a_prompt_asks_not_to_draw_becomes_its_negative_prompt(pipe):

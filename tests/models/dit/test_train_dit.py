@@ -199,12 +199,10 @@ def test_worker_processes_make_the_same_batches_in_the_same_order():
 
 
 def test_the_canvas_size_picks_the_data_world():
-    from models.dit.train import world_of
-
-    assert world_of(get_preset("shapes32")) == "shapes"
-    assert world_of(get_preset("things64")) == "things"
+    assert get_preset("shapes32").world == "shapes"
+    assert get_preset("things64").world == "things"
     with pytest.raises(ValueError, match="48 px"):
-        world_of(dataclasses.replace(get_preset("tiny"), image_size=48, patch_size=4))
+        _ = dataclasses.replace(get_preset("tiny"), image_size=48, patch_size=4).world
     with pytest.raises(ValueError, match="64 px preset"):
         Trainer(TrainConfig(preset="tiny", things=3), encoder=HashedWordEncoder())
 

@@ -379,6 +379,24 @@ def test_no_noun_is_ever_ignored_and_counts_and_colours_stay_exact(case):
     assert sorted(read, key=str) == sorted(expected, key=str), prompt
 
 
+@settings(max_examples=200, deadline=None)
+@given(noun_phrase_prompts(), st.sets(st.sampled_from(_NOUNS)))
+def test_the_things_outside_what_a_model_learned_are_named_and_still_drawn(case, learned):
+    """``not_learned``: each understood thing outside ``learned``, once, in the order the
+    caption names them; the reading is otherwise the same, and open without a list."""
+    prompt, _, _ = case
+    openly, checked = understand(prompt), understand(prompt, learned)
+    assert openly.not_learned == ()
+    assert (checked.parsed, checked.ignored, checked.negative) == (
+        openly.parsed,
+        openly.ignored,
+        openly.negative,
+    )
+    things = [spec.thing for spec in checked.parsed.objects]
+    outside = [thing for thing in things if thing not in learned]
+    assert list(checked.not_learned) == list(dict.fromkeys(outside))
+
+
 _WORDS = (
     "a", "an", "the", "two", "three", "2", "five", "no", "on", "in", "of", "under", "over",
     "above", "left", "right", "top", "center", "red", "blue", "small", "big", "cat", "cats",
