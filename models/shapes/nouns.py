@@ -24,11 +24,23 @@ mouse/mice, person/people, knife/knives, fish/fish), with guards of our own:
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache, lru_cache
+from typing import TYPE_CHECKING
 
-import inflect
+if TYPE_CHECKING:
+    import inflect
 
-_ENGINE = inflect.engine()
+
+@cache
+def _engine() -> inflect.engine:
+    """inflect's engine, made on the first word form asked for. Importing ``inflect``
+    takes seconds (typeguard instruments its functions as they are defined:
+    ``benchmarks/import_time.py``), and every command and server imports this module
+    while only reading a prompt needs it."""
+    import inflect
+
+    return inflect.engine()
+
 
 #: Nouns with no singular form; one of them is "a pair of" it.
 PAIRED: frozenset[str] = frozenset(
@@ -110,7 +122,7 @@ def head_word(thing: str) -> str:
 
 @lru_cache(maxsize=4096)
 def _singular_word(word: str) -> str:
-    found = _ENGINE.singular_noun(word)
+    found = _engine().singular_noun(word)
     return found if isinstance(found, str) and found else word
 
 
@@ -120,7 +132,7 @@ def _plural_word(word: str) -> str:
         return _PLURALS[word]
     if is_plural(word):
         return word
-    found = str(_ENGINE.plural_noun(word))
+    found = str(_engine().plural_noun(word))
     if word.endswith("o") and found == word + "es" and word not in _OES:
         return word + "s"
     if word.endswith("s") and found == word + "s":  # inflect: "tennis" -> "tenniss"
@@ -171,4 +183,4 @@ def as_counted(thing: str) -> str:
 
 def article(word: str) -> str:
     """The indefinite article before ``word``: "an apple", "a unicorn", "an hour"."""
-    return str(_ENGINE.a(word)).partition(" ")[0]
+    return str(_engine().a(word)).partition(" ")[0]

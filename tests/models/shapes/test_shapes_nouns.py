@@ -1,8 +1,14 @@
 """Singular and plural forms of things: irregulars, compounds, and the guards around inflect."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from models.shapes import nouns
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.parametrize(
@@ -73,3 +79,18 @@ def test_a_plural_head_stays_plural():
 )
 def test_the_indefinite_article_goes_by_sound(phrase, expected):
     assert nouns.article(phrase) == expected
+
+
+def test_inflect_is_imported_by_the_first_word_form_not_by_importing_the_project():
+    """``inflect`` takes seconds to import: ``atelier --help``, the service and the
+    prompt reader start without it, and the first word form asked for loads it."""
+    code = (
+        "import sys, service.app, service.cli, models.dit.pipeline, models.shapes.understand\n"
+        "before = 'inflect' in sys.modules\n"
+        "from models.shapes.nouns import plural\n"
+        "print(before, plural('mouse'), 'inflect' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["False", "mice", "True"]
