@@ -323,6 +323,9 @@ class FakeTextToImage(Stepper):
     warmed_up = False
 
     def warm_up(self) -> float:
+        """Read a prompt, as the real warm-up does: it loads the word forms (``inflect``,
+        seconds), which the first request would otherwise load on the event loop."""
+        understand("a red circle")
         self.warmed_up = True
         return 0.0
 
