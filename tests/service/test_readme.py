@@ -7,12 +7,13 @@ allowed) is an example this test runs; its fence names the language, ``sh`` or
 quick:
 
 * ``sh``: under ``bash -euo pipefail``, with the project's ``atelier`` and ``python3``
-  first on ``PATH``; ``http://127.0.0.1:8000`` (``make serve``'s address) is replaced by
-  a real ``atelier serve``'s with the AdaIN and DiT models;
+  first on ``PATH``;
 * ``python``: the block as a script in a subprocess.
 
-An example passes when it exits 0 and everything it names as an output (``-o FILE`` or
-``-o FOLDER/``, ``.save("FILE")``) is there and is an image. A server's error answer
+In either, ``http://127.0.0.1:8000`` (``make serve``'s address) is replaced by a real
+``atelier serve``'s with the AdaIN and DiT models. An example passes when it exits 0 and
+everything it names as an output (``-o FILE`` or ``-o FOLDER/``, ``.save("FILE")``,
+``output="FILE"``) is there and is an image. A server's error answer
 saved under an image's name is JSON, which fails that check. Needs the VGG weights in
 ``ATELIER_WEIGHTS_DIR`` (and ``curl`` for the HTTP examples): skipped without them.
 """
@@ -57,9 +58,10 @@ class Example:
         return README_URL in self.code
 
     def outputs(self) -> list[str]:
-        """What the example says it writes: ``-o NAME`` arguments, ``.save("NAME")``."""
+        """What the example says it writes: ``-o NAME`` arguments, ``.save("NAME")``,
+        ``output="NAME"`` keywords."""
         return re.findall(r"-o (\S+)", self.code) + re.findall(
-            r"\.save\(\s*[\"']([^\"']+)[\"']", self.code
+            r"(?:\.save\(\s*|\boutput=)[\"']([^\"']+)[\"']", self.code
         )
 
 
@@ -103,8 +105,9 @@ def test_marked_examples_are_found_and_bad_marks_refused():
         "intro\n```sh\nnot marked\n```\n"
         f"{MARK}\n\n```sh\ncurl {README_URL}/healthz -o h.json\n```\n"
         f"{MARK}\n```python\nimage.save('a.png')\n```\n"
+        f"{MARK}\n```python\nClient('{README_URL}').stylize(p, s, output=\"b.png\")\n```\n"
     )
-    shell, python = marked_examples(text)
+    shell, python, client = marked_examples(text)
     assert (shell.language, shell.line, shell.needs_server) == ("sh", 8, True)
     assert shell.outputs() == ["h.json"]
     assert (python.language, python.code, python.needs_server) == (
@@ -113,6 +116,7 @@ def test_marked_examples_are_found_and_bad_marks_refused():
         False,
     )
     assert python.outputs() == ["a.png"]
+    assert (client.needs_server, client.outputs()) == (True, ["b.png"])
     with pytest.raises(ValueError, match="must be followed by"):
         marked_examples(f"{MARK}\nno block here\n")
     with pytest.raises(ValueError, match="must be followed by"):
@@ -121,12 +125,14 @@ def test_marked_examples_are_found_and_bad_marks_refused():
         marked_examples(f"{MARK}\n```sh\nls\n")
 
 
-def test_the_readme_marks_its_three_examples():
-    """HTTP against ``make serve``, the command line and Python: each is run below."""
+def test_the_readme_marks_an_example_of_each_way_in():
+    """HTTP against ``make serve``, the command line, Python in process and the Python
+    client against ``make serve``: each is run below."""
     examples = readme_examples()
     assert any(e.language == "sh" and e.needs_server and "curl" in e.code for e in examples)
     assert any(e.language == "sh" and re.search(r"^atelier ", e.code, re.M) for e in examples)
-    assert any(e.language == "python" for e in examples)
+    assert any(e.language == "python" and not e.needs_server for e in examples)
+    assert any(e.language == "python" and "atelier_client" in e.code for e in examples)
     for example in examples:
         assert example.outputs(), f"README line {example.line}: the example writes nothing"
 
@@ -166,10 +172,10 @@ def start(example: Example, folder: Path, url: str | None) -> subprocess.Popen[s
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": os.pathsep.join(filter(None, (str(ROOT), os.environ.get("PYTHONPATH")))),
     }
+    code = example.code if url is None else example.code.replace(README_URL, url)
     if example.language == "python":
-        command = [sys.executable, "-c", example.code]
+        command = [sys.executable, "-c", code]
     else:
-        code = example.code if url is None else example.code.replace(README_URL, url)
         command = ["bash", "-euo", "pipefail", "-c", code]
     # a group of its own: a shell example's children are killed with it (``kill``)
     return subprocess.Popen(
