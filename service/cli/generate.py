@@ -18,8 +18,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "prompt",
-        help='e.g. "a red circle to the left of a blue square"; the understood prompt and '
-        "the words it did not use are printed on stderr",
+        help='e.g. "a red circle to the left of a blue square"; the understood prompt, the '
+        "words it did not use and the things the model has not learned to draw are printed "
+        "on stderr",
     )
     parser.add_argument("-n", "--num-images", type=int, default=1, help="images to generate")
     parser.add_argument("--steps", type=int, help="sampling steps (default: the model's)")

@@ -67,11 +67,13 @@ def _levels(text: str) -> list[str]:
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "stylize",
-        help="render a photo in the style of one or more paintings",
-        description="AdaIN arbitrary style transfer (Huang & Belongie 2017) on image files.",
+        help="paint a photo or a video in the style of one or more paintings",
+        description="Paint a photo or a video in the style of one or more paintings, on "
+        "normalised VGG-19 features: WCT in the presets (coarse to fine), AdaIN in a --levels "
+        "pass; docs/style-transfer.md has every option.",
     )
-    parser.add_argument("content", type=Path, help="the photo")
-    parser.add_argument("styles", type=Path, nargs="+", help="one or more style images")
+    parser.add_argument("content", type=Path, help="the photo, or a video clip")
+    parser.add_argument("styles", type=Path, nargs="+", help="one or more paintings")
     parser.add_argument(
         "-o",
         "--output",
