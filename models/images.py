@@ -20,7 +20,7 @@ the training code and the benchmarks.
 * decoding: an opened image -> upright 8-bit RGB at a size (:class:`Decode`: EXIF
   orientation, ICC to sRGB, a JPEG's reduced-scale decode), the one decoder of the
   service's uploads (``service.images`` adds its limits) and of local, trusted files
-  (:func:`load_image`, :func:`load_mask`).
+  (:func:`load_image`).
 """
 
 from __future__ import annotations
@@ -638,13 +638,6 @@ def load_image(
 
     with Image.open(path) as image:
         return to_float(Decode.plan(image, choose, str(path)).pixels())[None]
-
-
-def load_mask(path: str | Path, size: tuple[int, int]) -> Tensor:
-    """Read a mask file as ``(1, 1, H, W)`` in [0, 1]: the channel mean
-    (:func:`mask_from_rgb`) of the image, resized to ``size = (H, W)``
-    (:func:`load_image`)."""
-    return mask_from_rgb(load_image(path, size=size))
 
 
 def fit_longer_side(width: int, height: int, size: int, *, min_side: int = 1) -> tuple[int, int]:

@@ -104,7 +104,3 @@ class ChangeHub:
         for watchers in self._watches.values():
             for watch in watchers:
                 watch._set()
-
-    def watched(self, prefix: str) -> list[str]:
-        """The topics with a watcher that start with ``prefix``."""
-        return [topic for topic in self._watches if topic.startswith(prefix)]
