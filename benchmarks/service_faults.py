@@ -32,6 +32,9 @@ load hits both alike. Scenarios (``--scenario``, repeatable; default all, in thi
     while a flood runs. The first round's growth is the one that counts (the server was
     warmed up with small requests only; later rounds reuse what the first left in the
     allocator). Targets: growth < 500 MB, < 1 s CPU per request, valid p95 < 2x idle.
+    Reported beside it: the valid p95 while as many requests with a small content photo
+    (``--side`` / 100 px, the same pattern) run, and the large flood's p95 over it, what
+    the large uploads add to the work of their forwards.
 
 ``slow-clients``
     ``--slow-headers`` connections trickling an endless header line and
@@ -304,27 +307,34 @@ async def stylize_latencies(client: httpx.AsyncClient, count: int) -> list[float
     return [await stylize(client, *VALID_PAIR, 128) for _ in range(count)]
 
 
-async def large_image_flood(client: httpx.AsyncClient, big: bytes, count: int) -> None:
-    await asyncio.gather(*(stylize(client, big, VALID_PAIR[1], 64) for _ in range(count)))
+async def image_flood(client: httpx.AsyncClient, content: bytes, count: int) -> None:
+    await asyncio.gather(*(stylize(client, content, VALID_PAIR[1], 64) for _ in range(count)))
 
 
-async def image_round(url: str, pid: int, big: bytes, args: argparse.Namespace) -> dict:
+async def image_round(
+    url: str, pid: int, big: bytes, small: bytes, args: argparse.Namespace
+) -> dict:
     async with httpx.AsyncClient(base_url=url, timeout=300.0) as client:
         idle = await stylize_latencies(client, args.probes)
 
         alone = Footprint(pid)
-        await large_image_flood(client, big, args.flood)
+        await image_flood(client, big, args.flood)
         cpu_per_request = alone.cpu_s() / args.flood
         growth = alone.growth_mb()
 
         probed = Footprint(pid)
-        flood = asyncio.create_task(large_image_flood(client, big, args.flood))
+        flood = asyncio.create_task(image_flood(client, big, args.flood))
         loaded = await stylize_latencies(client, args.probes)
         await flood
         growth = max(growth, probed.growth_mb())
+
+        control = asyncio.create_task(image_flood(client, small, args.flood))
+        beside_small = await stylize_latencies(client, args.probes)
+        await control
     return {
         "idle": idle,
         "loaded": loaded,
+        "beside_small": beside_small,
         "peak_rss_growth_mb": growth,
         "cpu_s_per_flood_request": cpu_per_request,
         "rss_before_mb": alone.before_mb,
@@ -333,7 +343,7 @@ async def image_round(url: str, pid: int, big: bytes, args: argparse.Namespace) 
 
 
 async def images(args: argparse.Namespace) -> tuple[dict, list[Check]]:
-    big = large_grey_png(args.side)
+    big, small = large_grey_png(args.side), large_grey_png(max(16, args.side // 100))
     print(f"large PNG: {args.side}x{args.side} greyscale, {len(big) / 1024:.1f} kB")
     with Server(
         models="adain", weights_dir=args.weights_dir, max_batch_wait_ms=10.0, queue_size=64
@@ -341,9 +351,12 @@ async def images(args: argparse.Namespace) -> tuple[dict, list[Check]]:
         async with httpx.AsyncClient(base_url=server.url, timeout=300.0) as client:
             # the model's first forwards, no large image
             await asyncio.gather(*(stylize_latencies(client, 2) for _ in range(4)))
-        rounds = [await image_round(server.url, server.pid, big, args) for _ in range(args.rounds)]
+        rounds = [
+            await image_round(server.url, server.pid, big, small, args) for _ in range(args.rounds)
+        ]
     idle = [t for r in rounds for t in r["idle"]]
     loaded = [t for r in rounds for t in r["loaded"]]
+    beside_small = [t for r in rounds for t in r["beside_small"]]
     growth = [round(r["peak_rss_growth_mb"], 1) for r in rounds]
     cpu = [round(r["cpu_s_per_flood_request"], 3) for r in rounds]
     result = {
@@ -358,6 +371,8 @@ async def images(args: argparse.Namespace) -> tuple[dict, list[Check]]:
         "valid_p95_idle_s": round(p95(idle), 3),
         "valid_p95_flood_s": round(p95(loaded), 3),
         "flood_over_idle_p95": round(p95(loaded) / p95(idle), 2),
+        "valid_p95_small_flood_s": round(p95(beside_small), 3),
+        "flood_over_small_flood_p95": round(p95(loaded) / p95(beside_small), 2),
     }
     print(f"peak RSS growth, {args.flood} concurrent requests (MB): {growth} (target < 500)")
     print(f"server CPU per flood request (s): {cpu} (target < 1)")
@@ -367,6 +382,10 @@ async def images(args: argparse.Namespace) -> tuple[dict, list[Check]]:
         f"valid request p95: idle {result['valid_p95_idle_s']} s, during the flood "
         f"{result['valid_p95_flood_s']} s: {result['flood_over_idle_p95']}x (target < 2x)"
     )
+    print(
+        f"valid request p95 beside as many small uploads {result['valid_p95_small_flood_s']} s: "
+        f"the large flood over it {result['flood_over_small_flood_p95']}x"
+    )
     flood = f"{args.flood} x {args.side}x{args.side} grey PNG"
     checks = [
         Check("images", f"peak RSS growth, {flood} (first round)",
@@ -374,6 +393,9 @@ async def images(args: argparse.Namespace) -> tuple[dict, list[Check]]:
         Check("images", "server CPU per flood request", f"{max(cpu):.2f} s (rounds: {cpu})",
               "< 1 s", max(cpu) < 1.0),
         latency_check("images", "during the flood", idle, loaded),
+        Check("images", "valid request p95, large-image flood / as many small uploads",
+              f"{p95(loaded):.3f} s / {p95(beside_small):.3f} s = "
+              f"{p95(loaded) / p95(beside_small):.2f}x", "reported", True),
     ]  # fmt: skip
     return result, checks
 
