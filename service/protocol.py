@@ -34,8 +34,9 @@ moment their clients take to close them). Streams have their own bounds
 (``max_event_streams``, ``key_max_event_streams``).
 
 Zero-copy send: every request's scope offers ASGI's zero-copy send extension
-(:data:`ZERO_COPY_SEND`). A route that answers with bytes of a file on disk (a job's
-result on the blob volume: :class:`FileSpanResponse`) sends ``{"type":
+(:data:`ZERO_COPY_SEND`). A route that answers with bytes of a file (a job's result on
+the blob volume, or a job's JSON with its result inline, held in an in-memory file by
+:class:`SendableBytes`: :class:`FileSpanResponse`) sends ``{"type":
 "http.response.zerocopysend", "file": f, "offset": o, "count": n, "more_body": False}``,
 and the bytes go from the page cache to the socket by ``sendfile(2)`` (``loop.sendfile``,
 which copies through Python where the transport cannot, e.g. TLS). uvloop's loop has no
@@ -50,11 +51,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import IO, Any
-from weakref import WeakKeyDictionary
+from weakref import WeakKeyDictionary, finalize
 
 import h11
 from starlette.responses import Response
@@ -145,7 +147,8 @@ def offers_zero_copy_send(scope: Scope) -> bool:
 
 class FileSpanResponse(Response):
     """``count`` bytes of an open ``file`` from ``offset``, sent with :data:`ZERO_COPY_SEND`
-    (its ``Content-Length`` is ``count``); the file is closed once they are sent."""
+    between ``prefix`` and ``suffix``, which are sent as they are (the ``Content-Length``
+    is their sum); the file is closed once they are sent."""
 
     def __init__(
         self,
@@ -156,19 +159,91 @@ class FileSpanResponse(Response):
         status_code: int,
         media_type: str,
         headers: dict[str, str],
+        prefix: bytes = b"",
+        suffix: bytes = b"",
     ) -> None:
-        headers = {**headers, "Content-Length": str(count)}
+        headers = {**headers, "Content-Length": str(len(prefix) + count + len(suffix))}
         super().__init__(status_code=status_code, media_type=media_type, headers=headers)
         self.file, self.offset, self.count = file, offset, count
+        self.prefix, self.suffix = prefix, suffix
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             start = {"type": "http.response.start", "status": self.status_code}
             await send({**start, "headers": self.raw_headers})
+            if self.prefix:
+                await send({"type": "http.response.body", "body": self.prefix, "more_body": True})
             span = {"file": self.file, "offset": self.offset, "count": self.count}
-            await send({"type": ZERO_COPY_SEND, **span, "more_body": False})
+            await send({"type": ZERO_COPY_SEND, **span, "more_body": bool(self.suffix)})
+            if self.suffix:
+                await send({"type": "http.response.body", "body": self.suffix, "more_body": False})
         finally:
             self.file.close()
+
+
+class SendableBytes:
+    """Bytes that many answers send, held in an anonymous in-memory file (Linux's
+    ``memfd_create``), so that each answer sends them by ``sendfile(2)``
+    (:class:`FileSpanResponse`) instead of copying them through the event loop a piece at
+    a time. Fewer than ``IN_FILE_FROM`` bytes (one write sends them), or where there is
+    no such file, they are kept as bytes: a cache of many small ones holds no descriptors.
+
+    ``open()`` gives an answer a file of its own (the in-memory file opened again, with a
+    position of its own, closed by the answer), so the bytes outlive this object for as
+    long as a send needs them; the descriptor held here is closed when this object is
+    collected.
+    """
+
+    #: The size from which the bytes are held in a file.
+    IN_FILE_FROM = 256 * 1024
+
+    def __init__(self, data: bytes) -> None:
+        self._size = len(data)
+        self._fd: int | None = None
+        self._data: bytes | None = data
+        memfd_create = getattr(os, "memfd_create", None)
+        if memfd_create is None or self._size < self.IN_FILE_FROM:
+            return
+        try:
+            fd = memfd_create("atelier-answer", os.MFD_CLOEXEC)
+        except OSError:  # out of descriptors or memory: kept as bytes
+            return
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            os.close(fd)
+            return
+        self._fd, self._data = fd, None
+        finalize(self, os.close, fd)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def content(self) -> bytes:
+        """The bytes themselves (a copy read from the file, where they are in one)."""
+        if self._data is not None:
+            return self._data
+        assert self._fd is not None
+        pieces, offset = [], 0
+        while offset < self._size:
+            piece = os.pread(self._fd, self._size - offset, offset)
+            if not piece:
+                raise OSError(f"the in-memory file ended at {offset} of {self._size} bytes")
+            pieces.append(piece)
+            offset += len(piece)
+        return b"".join(pieces)
+
+    def open(self) -> IO[bytes] | None:
+        """A file of the bytes for one answer to send and close; None where they are
+        kept as bytes (or no descriptor is left: then the answer sends ``content()``)."""
+        if self._fd is None:
+            return None
+        try:  # not a duplicate: that would share one position among concurrent sends
+            return os.fdopen(os.open(f"/proc/self/fd/{self._fd}", os.O_RDONLY), "rb")
+        except OSError:
+            return None
 
 
 class HeadTimeoutProtocol(H11Protocol):

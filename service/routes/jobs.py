@@ -16,9 +16,9 @@ import io
 import json
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sized
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated, Any, Generic, TypeVar
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -42,7 +42,7 @@ from service.errors import (
 from service.jobs.blobs import PackedSource
 from service.jobs.records import JobRecord, JobResult, pack, read_layout, unpack
 from service.jobs.store import JobStore, job_topic
-from service.protocol import FileSpanResponse, offers_zero_copy_send
+from service.protocol import FileSpanResponse, SendableBytes, offers_zero_copy_send
 from service.routes.deps import CallerDep, DrainDep, FeedsDep, StoreDep, app_owned
 
 router = APIRouter(prefix="/v1", tags=["jobs"])
@@ -73,21 +73,26 @@ async def job_of(job_id: str, store: StoreDep, who: CallerDep) -> JobRecord:
 JobDep = Annotated[JobRecord, Depends(job_of)]
 
 
-class ResultCache:
-    """Serialized results (base64 JSON) of recent jobs, bounded in bytes.
+#: What a :class:`ResultCache` holds: anything with a size in bytes.
+HeldT = TypeVar("HeldT", bound=Sized)
+
+
+class ResultCache(Generic[HeldT]):
+    """What recent jobs' results are served as (their base64 JSON, their thumbnails),
+    bounded in bytes.
 
     A result is encoded once, off the event loop, however many clients ask for it at the
     same time (they wait for the one encoding: encoding holds the GIL, so sixty-four at
-    once would starve the event loop even on threads); later reads are plain bytes.
+    once would starve the event loop even on threads); later reads send what is held.
     """
 
     def __init__(self, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.max_bytes = max_bytes
-        self._held: OrderedDict[str, bytes] = OrderedDict()
+        self._held: OrderedDict[str, HeldT] = OrderedDict()
         self._bytes = 0
-        self._building: dict[str, asyncio.Future[bytes | None]] = {}
+        self._building: dict[str, asyncio.Future[HeldT | None]] = {}
 
-    async def get(self, job_id: str, build: Callable[[], Awaitable[bytes | None]]) -> bytes | None:
+    async def get(self, job_id: str, build: Callable[[], Awaitable[HeldT | None]]) -> HeldT | None:
         data = self._held.get(job_id)
         if data is not None:
             self._held.move_to_end(job_id)
@@ -109,7 +114,7 @@ class ResultCache:
             self._put(job_id, data)
         return data
 
-    def _put(self, job_id: str, data: bytes) -> None:
+    def _put(self, job_id: str, data: HeldT) -> None:
         if len(data) > self.max_bytes:
             return
         self._held[job_id] = data
@@ -120,7 +125,9 @@ class ResultCache:
 
 
 #: The app's cache of serialized results.
-ResultCacheDep = Annotated[ResultCache, Depends(app_owned("result_cache", ResultCache))]
+ResultCacheDep = Annotated[
+    ResultCache[SendableBytes], Depends(app_owned("result_cache", ResultCache[SendableBytes]))
+]
 
 #: Results sent inline (base64) in the job's JSON; others only through ``result_url``.
 STILL_TYPES = frozenset({"image/png", "image/jpeg", "image/webp"})
@@ -142,12 +149,13 @@ SUFFIXES = {
 INLINE_RESULT_MAX_BYTES = 4 * 1024 * 1024
 
 
-async def _result_json(store: JobStore, job_id: str) -> bytes | None:
+async def _result_json(store: JobStore, job_id: str) -> SendableBytes | None:
     """A result in the job's JSON: images as base64 up to ``INLINE_RESULT_MAX_BYTES`` in
     all; a bigger one, a video or an animated GIF only by its files' sizes
     (``file_bytes``), fetched from the job's ``result_url``. Only the result's header is
     read for the sizes (a print's JSON never reads its tens of MB); an inlined result is
-    read whole, checked against its checksum. ``None``: the result was forgotten."""
+    read whole, checked against its checksum (a large one then held where answers send it
+    by ``sendfile``). ``None``: the result was forgotten."""
     source = await store.result_source(job_id)
     if source is None:
         return None
@@ -155,24 +163,17 @@ async def _result_json(store: JobStore, job_id: str) -> bytes | None:
     sizes = [stop - start for start, stop in layout.spans]
     media_type, fields = layout.header["media_type"], layout.header["fields"]
     if media_type not in STILL_TYPES or sum(sizes) > INLINE_RESULT_MAX_BYTES:
-        return json.dumps({"media_type": media_type, "file_bytes": sizes, **fields}).encode()
+        linked = {"media_type": media_type, "file_bytes": sizes, **fields}
+        return SendableBytes(json.dumps(linked).encode())
     packed = await store.result(job_id)
     return None if packed is None else await run_in_threadpool(_inline_json, packed)
 
 
-def _inline_json(packed: bytes) -> bytes:
+def _inline_json(packed: bytes) -> SendableBytes:
     result = JobResult.from_bytes(packed)
     images = [base64.b64encode(image).decode("ascii") for image in result.images]
-    return json.dumps({"media_type": result.media_type, "images": images, **result.fields}).encode()
-
-
-async def _job_body(results: ResultCache, store: JobStore, record: JobRecord) -> list[bytes]:
-    """The job as JSON, in parts (the result, once it succeeded, is one large part)."""
-    head = json.dumps(record.public()).encode()
-    result = b"null"
-    if record.state == "succeeded":
-        result = await results.get(record.id, partial(_result_json, store, record.id)) or b"null"
-    return [head[:-1], b', "result": ', result, b"}"]
+    inline = {"media_type": result.media_type, "images": images, **result.fields}
+    return SendableBytes(json.dumps(inline).encode())
 
 
 @router.get(
@@ -184,8 +185,33 @@ async def _job_body(results: ResultCache, store: JobStore, record: JobRecord) ->
         **error_responses(401, 404, 503),
     },
 )
-async def get_job(job: JobDep, store: StoreDep, results: ResultCacheDep) -> Response:
-    return json_bytes_response(await _job_body(results, store, job))
+async def get_job(
+    request: Request, job: JobDep, store: StoreDep, results: ResultCacheDep
+) -> Response:
+    """The job's JSON: its public record, then its result once it succeeded. A large
+    result is sent from where the cache holds it by ``sendfile`` (64 clients reading a
+    4 MB answer kept ``/healthz`` waiting 25-117 ms when it went through the event loop,
+    6 ms this way: ``docs/service.md``, Jobs, keys and streams)."""
+    head = json.dumps(job.public()).encode()
+    prefix, suffix = head[:-1] + b', "result": ', b"}"
+    result = None
+    if job.state == "succeeded":
+        result = await results.get(job.id, partial(_result_json, store, job.id))
+    if result is None:
+        return json_bytes_response([prefix, b"null", suffix])
+    file = result.open() if offers_zero_copy_send(request.scope) else None
+    if file is None:
+        return json_bytes_response([prefix, result.content(), suffix])
+    return FileSpanResponse(
+        file,
+        0,
+        len(result),
+        status_code=200,
+        media_type="application/json",
+        headers={},
+        prefix=prefix,
+        suffix=suffix,
+    )
 
 
 #: Bodies larger than this go out in pieces of this size.
@@ -276,7 +302,7 @@ class Thumbnails:
     event loop) and kept in a small cache bounded in bytes."""
 
     def __init__(self, max_bytes: int = 8 * 1024 * 1024) -> None:
-        self.cache = ResultCache(max_bytes)
+        self.cache: ResultCache[bytes] = ResultCache(max_bytes)
         self.slots = asyncio.Semaphore(THUMBNAIL_WORKERS)
         self.made = 0
 

@@ -8,10 +8,15 @@ real ``atelier serve`` with a result on the blob volume.
 from __future__ import annotations
 
 import asyncio
+import base64
+import gc
 import io
+import json
 import os
 import socket
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -27,7 +32,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.config import Settings
 from service.jobs.blobs import FILE_MIN_BYTES
@@ -36,6 +41,7 @@ from service.protocol import (
     ZERO_COPY_SEND,
     FileSpanResponse,
     HeadTimeoutProtocol,
+    SendableBytes,
     offers_zero_copy_send,
 )
 
@@ -46,9 +52,10 @@ FILE_BYTES = 3 * 2**20 + 12345
 
 class SpanApp:
     """``/span?offset=&count=``: the span of ``path`` as a :class:`FileSpanResponse`;
+        ``/framed?offset=&count=&prefix=&suffix=``: the span between two strings' bytes;
     ``/chunked``: the same sent raw with no ``Content-Length`` (a chunked answer);
-    ``/offered``: whether the scope offers the extension. Every file it opened is kept in
-    ``opened``."""
+        ``/offered``: whether the scope offers the extension. Every file it opened is kept in
+        ``opened``."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -56,6 +63,7 @@ class SpanApp:
         self.app = Starlette(
             routes=[
                 Route("/span", self.span, methods=["GET", "HEAD"]),
+                Route("/framed", self.framed),
                 Route("/chunked", self.chunked),
                 Route("/offered", self.offered),
             ]
@@ -70,6 +78,19 @@ class SpanApp:
         offset, count = int(request.query_params["offset"]), int(request.query_params["count"])
         return FileSpanResponse(
             self._open(), offset, count, status_code=200, media_type="image/png", headers={}
+        )
+
+    async def framed(self, request: Request) -> Response:
+        query = request.query_params
+        return FileSpanResponse(
+            self._open(),
+            int(query["offset"]),
+            int(query["count"]),
+            status_code=200,
+            media_type="application/octet-stream",
+            headers={},
+            prefix=query["prefix"].encode(),
+            suffix=query["suffix"].encode(),
         )
 
     async def chunked(self, request: Request) -> Response:
@@ -109,26 +130,35 @@ def sendfiles(monkeypatch) -> list[int]:
     return counts
 
 
-@pytest.fixture
-def served(data):
-    """(the app, its URL) on a real uvicorn with the service's protocol."""
-    app = SpanApp(data[0])
+@contextmanager
+def served_app(app: ASGIApp) -> Iterator[str]:
+    """``app`` on a real uvicorn with the service's protocol, in a thread of this
+    process: its URL."""
     config = uvicorn.Config(
-        app.app,
+        app,
         host="127.0.0.1",
         port=free_port(),
         http=partial(HeadTimeoutProtocol, header_timeout_s=10.0),  # type: ignore[arg-type]
         loop="asyncio",
-        lifespan="off",
         log_level="warning",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_until(lambda: server.started)
-    yield app, f"http://127.0.0.1:{config.port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    try:
+        yield f"http://127.0.0.1:{config.port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def served(data):
+    """(the app, its URL) on a real uvicorn with the service's protocol."""
+    app = SpanApp(data[0])
+    with served_app(app.app) as url:
+        yield app, url
 
 
 SPANS = [(0, FILE_BYTES), (0, 1), (FILE_BYTES - 1, 1), (12345, 2**20), (777, 0)]
@@ -250,3 +280,68 @@ def test_the_route_streams_where_the_server_has_no_zero_copy_send(tmp_path):
         whole = client.get(f"/v1/jobs/{job}/result")
         part = client.get(f"/v1/jobs/{job}/result", headers={"Range": "bytes=10-19"})
     assert whole.content == image and part.content == image[10:20]
+
+
+# --------------------------------------------------------- bytes many answers send
+def test_sendable_bytes_are_held_in_a_file_that_outlives_them():
+    data = os.urandom(SendableBytes.IN_FILE_FROM + 777)
+    held = SendableBytes(data)
+    file = held.open()
+    assert file is not None and len(held) == len(data)
+    assert held.content() == data
+    other = held.open()  # a position of its own: concurrent answers never share one
+    assert other is not None
+    with other:
+        assert other.read(10) == data[:10]
+    del held
+    gc.collect()  # the held descriptor is closed; the answer's own one still reads
+    with file:
+        assert file.read() == data
+
+
+def test_small_sendable_bytes_are_kept_as_bytes():
+    data = os.urandom(SendableBytes.IN_FILE_FROM - 1)
+    held = SendableBytes(data)
+    assert held.open() is None and held.content() is data and len(held) == len(data)
+
+
+@pytest.mark.parametrize(
+    ("prefix", "offset", "count", "suffix"),
+    [('{"head": 1, "result": ', 0, FILE_BYTES, "}"), ("<", 12345, 2**20, ""), ("", 5, 10, ">"),
+     ("<", 777, 0, ">")],
+)  # fmt: skip
+def test_a_span_between_bytes_is_sent_whole(served, data, sendfiles, prefix, offset, count, suffix):
+    app, url = served
+    with httpx.Client(base_url=url, timeout=30) as client:
+        params = {"offset": offset, "count": count, "prefix": prefix, "suffix": suffix}
+        answer = client.get("/framed", params=params)
+        after = client.get("/span", params={"offset": 0, "count": 3})  # the same connection
+    assert answer.headers["content-length"] == str(len(prefix) + count + len(suffix))
+    assert answer.content == prefix.encode() + data[1][offset : offset + count] + suffix.encode()
+    assert after.content == data[1][:3]
+    assert sendfiles == [n for n in (count, 3) if n]
+    wait_until(lambda: all(file.closed for file in app.opened))  # once its last send returned
+
+
+def _job_json_over(app_url: str, job: str) -> bytes:
+    return httpx.get(f"{app_url}/v1/jobs/{job}", timeout=30).content
+
+
+def test_a_large_job_json_is_sent_by_sendfile_with_the_bytes_of_the_streamed_one(
+    tmp_path, sendfiles
+):
+    """The job's JSON with a result inline above the in-file size: sent from the cache's
+    in-memory file on the service's protocol, streamed by the test client; the same bytes."""
+    from service.app import create_app
+
+    image = _noise_png(400)
+    job = _seed_succeeded_job(tmp_path, image)
+    settings = Settings(state_dir=tmp_path, load_models="", devices="cpu", _env_file=None)
+    with TestClient(create_app(settings)) as client:
+        streamed = client.get(f"/v1/jobs/{job}").content
+    with served_app(create_app(settings)) as url:
+        sent = [_job_json_over(url, job) for _ in range(2)]  # built once, then from the cache
+    body = json.loads(streamed)
+    assert base64.b64decode(body["result"]["images"][0]) == image
+    assert sent == [streamed, streamed]
+    assert len(sendfiles) == 2 and sendfiles[0] > SendableBytes.IN_FILE_FROM
