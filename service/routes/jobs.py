@@ -191,7 +191,7 @@ async def get_job(
     """The job's JSON: its public record, then its result once it succeeded. A large
     result is sent from where the cache holds it by ``sendfile`` (64 clients reading a
     4 MB answer kept ``/healthz`` waiting 25-117 ms when it went through the event loop,
-    6 ms this way: ``docs/service.md``, Jobs, keys and streams)."""
+    6-9 ms this way: ``docs/service.md``, Jobs, keys and streams)."""
     head = json.dumps(job.public()).encode()
     prefix, suffix = head[:-1] + b', "result": ', b"}"
     result = None
